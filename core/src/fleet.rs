@@ -1,0 +1,572 @@
+//! Fleet state and the replicated commands that change it.
+//!
+//! [`FleetState::apply`] is the coordinator's Raft state machine: a pure function of the state and one
+//! [`Command`]. It validates everything first and changes nothing when it returns [`Rejected`], so a rejected
+//! command never loses data already accepted; an accepted one yields an [`Event`] saying what changed. The
+//! invariants of [`crate::invariants`] hold before and after every command (checked with `debug_assert!`).
+//!
+//! Tenants refer to model profiles by name; profiles enter the state with [`Command::PutModel`] (the coordinator
+//! loads `configs/models/` at bootstrap). A tenant is accepted only if its model is known and, once the fleet has
+//! GPUs, fits an instance of at least one of them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::GpuModel;
+use crate::config::{FieldError, validate_model_profile, validate_tenant};
+use crate::ids::{GpuId, NodeId, TenantId};
+use crate::invariants::{self, Violation};
+use crate::layout::Layout;
+use crate::model::ModelProfile;
+use crate::plan::{GpuPlan, Plan, Role};
+use crate::tenant::TenantSpec;
+use crate::time::SimTime;
+
+/// Health of a GPU as the planner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuHealth {
+    /// Usable.
+    Healthy,
+    /// Being emptied by an operator: keeps serving, gets no new work.
+    Draining,
+    /// Failed (Xid error, fell off the bus, node lost): plan nothing on it.
+    Failed,
+}
+
+/// A GPU as a node reports it when registering.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuDescriptor {
+    /// Device index on the node.
+    pub index: u32,
+    /// Model.
+    pub model: GpuModel,
+    /// Whether MIG mode is on.
+    pub mig_enabled: bool,
+    /// The layout the node observes now.
+    pub layout: Layout,
+}
+
+/// What the fleet knows about a node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeState {
+    /// The agent's gRPC address.
+    pub address: String,
+    /// When it (last) registered.
+    pub registered_at: SimTime,
+    /// Its GPUs' indices.
+    pub gpus: Vec<u32>,
+}
+
+/// What the fleet knows about a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuState {
+    /// Model.
+    pub model: GpuModel,
+    /// Health.
+    pub health: GpuHealth,
+    /// Whether MIG mode is on.
+    pub mig_enabled: bool,
+    /// The layout the agent last reported applied.
+    pub applied: Layout,
+    /// The plan epoch of that report (0 before any plan).
+    pub applied_epoch: u64,
+    /// The committed target, if any.
+    pub target: Option<GpuPlan>,
+    /// The epoch of the target.
+    pub target_epoch: u64,
+}
+
+/// The replicated fleet state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FleetState {
+    /// Model profiles by name.
+    pub models: BTreeMap<String, ModelProfile>,
+    /// Tenants.
+    pub tenants: BTreeMap<TenantId, TenantSpec>,
+    /// Nodes.
+    pub nodes: BTreeMap<NodeId, NodeState>,
+    /// GPUs.
+    pub gpus: BTreeMap<GpuId, GpuState>,
+    /// The last committed plan epoch (0: none yet).
+    pub plan_epoch: u64,
+    /// When and by which policy the last plan was made.
+    pub last_plan: Option<PlanSummary>,
+}
+
+/// A committed plan's header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanSummary {
+    /// Epoch.
+    pub epoch: u64,
+    /// Workload time it was made for.
+    pub made_at: SimTime,
+    /// Policy.
+    pub policy: String,
+    /// Total expected goodput.
+    pub expected_goodput: f64,
+}
+
+/// A change to the fleet state, as replicated through Raft.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Command {
+    /// Add or replace a model profile.
+    PutModel {
+        /// The profile.
+        profile: ModelProfile,
+    },
+    /// Add a tenant.
+    CreateTenant {
+        /// The tenant.
+        spec: TenantSpec,
+    },
+    /// Replace an existing tenant's spec.
+    UpdateTenant {
+        /// The new spec (its id names the tenant).
+        spec: TenantSpec,
+    },
+    /// Remove a tenant.
+    DeleteTenant {
+        /// Which.
+        id: TenantId,
+    },
+    /// A node (re)registers with its GPUs.
+    RegisterNode {
+        /// Node id.
+        node: NodeId,
+        /// Agent address.
+        address: String,
+        /// Its GPUs.
+        gpus: Vec<GpuDescriptor>,
+        /// Workload time of registration.
+        at: SimTime,
+    },
+    /// A node leaves the fleet (decommissioned or declared lost); its GPUs go with it.
+    RemoveNode {
+        /// Node id.
+        node: NodeId,
+    },
+    /// Set a GPU's health.
+    SetGpuHealth {
+        /// The GPU.
+        gpu: GpuId,
+        /// Its health.
+        health: GpuHealth,
+    },
+    /// Commit a plan.
+    CommitPlan {
+        /// The plan.
+        plan: Plan,
+    },
+    /// An agent applied (part of) a target.
+    LayoutApplied {
+        /// The GPU.
+        gpu: GpuId,
+        /// The plan epoch the agent was working towards.
+        epoch: u64,
+        /// The layout it observes now.
+        layout: Layout,
+    },
+}
+
+/// What an accepted command changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A model profile was added (`replaced`: it existed).
+    ModelPut {
+        /// Name.
+        name: String,
+        /// Whether it replaced one.
+        replaced: bool,
+    },
+    /// A tenant was created.
+    TenantCreated {
+        /// Id.
+        id: TenantId,
+    },
+    /// A tenant was updated.
+    TenantUpdated {
+        /// Id.
+        id: TenantId,
+    },
+    /// A tenant was deleted.
+    TenantDeleted {
+        /// Id.
+        id: TenantId,
+    },
+    /// A node registered (`known`: it had registered before).
+    NodeRegistered {
+        /// Id.
+        node: NodeId,
+        /// Whether it was known.
+        known: bool,
+        /// How many GPUs it has.
+        gpus: usize,
+    },
+    /// A node was removed with its GPUs.
+    NodeRemoved {
+        /// Id.
+        node: NodeId,
+        /// The GPUs that went with it.
+        gpus: Vec<GpuId>,
+    },
+    /// A GPU's health changed.
+    GpuHealthSet {
+        /// The GPU.
+        gpu: GpuId,
+        /// New health.
+        health: GpuHealth,
+    },
+    /// A plan was committed.
+    PlanCommitted {
+        /// Epoch.
+        epoch: u64,
+        /// GPUs with a new target.
+        gpus: Vec<GpuId>,
+    },
+    /// An applied layout was recorded.
+    LayoutRecorded {
+        /// The GPU.
+        gpu: GpuId,
+        /// Epoch.
+        epoch: u64,
+        /// Whether the GPU now matches its target.
+        converged: bool,
+    },
+}
+
+/// Why a command was refused. The state is unchanged.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Rejected {
+    /// A field of the command is invalid.
+    #[error("invalid {what}: {error}")]
+    Invalid {
+        /// What was being validated (`tenant t1`, `model resnet50`).
+        what: String,
+        /// The field and what is wrong with it.
+        error: FieldError,
+    },
+    /// A tenant with that id exists.
+    #[error("tenant {0} already exists")]
+    TenantExists(TenantId),
+    /// No tenant with that id.
+    #[error("no tenant {0}")]
+    UnknownTenant(TenantId),
+    /// The tenant's model profile is unknown.
+    #[error("tenant {tenant}: unknown model `{model}` (known: {})", known.join(", "))]
+    UnknownModel {
+        /// The tenant.
+        tenant: TenantId,
+        /// The model name.
+        model: String,
+        /// Known model names.
+        known: Vec<String>,
+    },
+    /// The tenant's model fits no instance of any GPU in the fleet.
+    #[error("tenant {tenant}: model `{model}` needs {needed_gib} GiB for inference; the largest instance in the fleet has {largest_gib} GiB")]
+    ModelFitsNoGpu {
+        /// The tenant.
+        tenant: TenantId,
+        /// The model.
+        model: String,
+        /// GiB needed.
+        needed_gib: f64,
+        /// Largest instance memory in the fleet.
+        largest_gib: f64,
+    },
+    /// No node with that id.
+    #[error("no node {0}")]
+    UnknownNode(NodeId),
+    /// No GPU with that id.
+    #[error("no GPU {0}")]
+    UnknownGpu(GpuId),
+    /// A registration lists a device index twice.
+    #[error("node {node}: GPU index {index} listed twice")]
+    DuplicateGpuIndex {
+        /// The node.
+        node: NodeId,
+        /// The index.
+        index: u32,
+    },
+    /// The command breaks an invariant.
+    #[error("{0}")]
+    Violation(Violation),
+    /// A plan assigns a tenant to an instance its model does not fit.
+    #[error("{gpu}: {tenant}'s model `{model}` needs {needed_gib} GiB for {role}; {placement} has {available_gib} GiB")]
+    DoesNotFit {
+        /// The GPU.
+        gpu: GpuId,
+        /// The tenant.
+        tenant: TenantId,
+        /// Its model.
+        model: String,
+        /// The role.
+        role: Role,
+        /// The instance.
+        placement: crate::layout::Placement,
+        /// GiB needed.
+        needed_gib: f64,
+        /// GiB the instance has.
+        available_gib: f64,
+    },
+    /// A plan's GPU is failed.
+    #[error("{0} is failed: plans may not target it")]
+    GpuFailed(GpuId),
+    /// A plan's expected goodput is not a finite non-negative number.
+    #[error("{gpu}: expected goodput {value} is not a finite non-negative number")]
+    BadGoodput {
+        /// The GPU.
+        gpu: GpuId,
+        /// The value.
+        value: f64,
+    },
+    /// An applied-layout report older than one already recorded.
+    #[error("{gpu}: report for epoch {epoch} is older than the recorded epoch {recorded}")]
+    StaleReport {
+        /// The GPU.
+        gpu: GpuId,
+        /// The report's epoch.
+        epoch: u64,
+        /// The recorded epoch.
+        recorded: u64,
+    },
+    /// An applied-layout report for an epoch never committed.
+    #[error("{gpu}: report for epoch {epoch} but the last committed plan is epoch {committed}")]
+    FutureReport {
+        /// The GPU.
+        gpu: GpuId,
+        /// The report's epoch.
+        epoch: u64,
+        /// The last committed epoch.
+        committed: u64,
+    },
+}
+
+impl From<Violation> for Rejected {
+    fn from(v: Violation) -> Self {
+        Rejected::Violation(v)
+    }
+}
+
+impl FleetState {
+    /// An empty fleet.
+    pub fn new() -> FleetState {
+        FleetState::default()
+    }
+
+    /// Applies `command`; on `Err` the state is unchanged.
+    pub fn apply(&mut self, command: Command) -> Result<Event, Rejected> {
+        let event = match command {
+            Command::PutModel { profile } => self.put_model(profile)?,
+            Command::CreateTenant { spec } => {
+                if self.tenants.contains_key(&spec.id) {
+                    return Err(Rejected::TenantExists(spec.id));
+                }
+                self.check_tenant(&spec)?;
+                let id = spec.id.clone();
+                self.tenants.insert(id.clone(), spec);
+                Event::TenantCreated { id }
+            }
+            Command::UpdateTenant { spec } => {
+                if !self.tenants.contains_key(&spec.id) {
+                    return Err(Rejected::UnknownTenant(spec.id));
+                }
+                self.check_tenant(&spec)?;
+                let id = spec.id.clone();
+                self.tenants.insert(id.clone(), spec);
+                Event::TenantUpdated { id }
+            }
+            Command::DeleteTenant { id } => {
+                if self.tenants.remove(&id).is_none() {
+                    return Err(Rejected::UnknownTenant(id));
+                }
+                Event::TenantDeleted { id }
+            }
+            Command::RegisterNode { node, address, gpus, at } => self.register_node(node, address, gpus, at)?,
+            Command::RemoveNode { node } => {
+                let state = self.nodes.remove(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+                let gpus: Vec<GpuId> = state.gpus.iter().map(|&i| GpuId::new(node.clone(), i)).collect();
+                for g in &gpus {
+                    self.gpus.remove(g);
+                }
+                Event::NodeRemoved { node, gpus }
+            }
+            Command::SetGpuHealth { gpu, health } => {
+                let g = self.gpus.get_mut(&gpu).ok_or_else(|| Rejected::UnknownGpu(gpu.clone()))?;
+                g.health = health;
+                Event::GpuHealthSet { gpu, health }
+            }
+            Command::CommitPlan { plan } => self.commit_plan(plan)?,
+            Command::LayoutApplied { gpu, epoch, layout } => self.layout_applied(gpu, epoch, layout)?,
+        };
+        debug_assert_eq!(self.check_invariants(), Ok(()), "after {event:?}");
+        Ok(event)
+    }
+
+    fn put_model(&mut self, profile: ModelProfile) -> Result<Event, Rejected> {
+        validate_model_profile(&profile)
+            .map_err(|error| Rejected::Invalid { what: format!("model {}", profile.name), error })?;
+        let name = profile.name.clone();
+        let replaced = self.models.insert(name.clone(), profile).is_some();
+        Ok(Event::ModelPut { name, replaced })
+    }
+
+    fn check_tenant(&self, spec: &TenantSpec) -> Result<(), Rejected> {
+        validate_tenant(spec).map_err(|error| Rejected::Invalid { what: format!("tenant {}", spec.id), error })?;
+        let model = self.models.get(&spec.model).ok_or_else(|| Rejected::UnknownModel {
+            tenant: spec.id.clone(),
+            model: spec.model.clone(),
+            known: self.models.keys().cloned().collect(),
+        })?;
+        let largest_gib = self.gpus.values().map(|g| g.model.spec().memory_gib).fold(0.0, f64::max);
+        if !self.gpus.is_empty() && model.inference_memory_gib > largest_gib {
+            return Err(Rejected::ModelFitsNoGpu {
+                tenant: spec.id.clone(),
+                model: spec.model.clone(),
+                needed_gib: model.inference_memory_gib,
+                largest_gib,
+            });
+        }
+        Ok(())
+    }
+
+    fn register_node(
+        &mut self,
+        node: NodeId,
+        address: String,
+        gpus: Vec<GpuDescriptor>,
+        at: SimTime,
+    ) -> Result<Event, Rejected> {
+        let mut indices: Vec<u32> = Vec::with_capacity(gpus.len());
+        for g in &gpus {
+            if indices.contains(&g.index) {
+                return Err(Rejected::DuplicateGpuIndex { node, index: g.index });
+            }
+            indices.push(g.index);
+            invariants::layout_valid_for_model(&GpuId::new(node.clone(), g.index), g.model, &g.layout)?;
+        }
+        let known = self.nodes.contains_key(&node);
+        if let Some(old) = self.nodes.get(&node) {
+            for i in old.gpus.iter().filter(|i| !indices.contains(i)) {
+                self.gpus.remove(&GpuId::new(node.clone(), *i));
+            }
+        }
+        let count = gpus.len();
+        for d in gpus {
+            let id = GpuId::new(node.clone(), d.index);
+            match self.gpus.get_mut(&id) {
+                // Same hardware: keep health, target and epochs; take the observed layout.
+                Some(g) if g.model == d.model => {
+                    g.mig_enabled = d.mig_enabled;
+                    g.applied = d.layout;
+                }
+                _ => {
+                    self.gpus.insert(
+                        id,
+                        GpuState {
+                            model: d.model,
+                            health: GpuHealth::Healthy,
+                            mig_enabled: d.mig_enabled,
+                            applied: d.layout,
+                            applied_epoch: 0,
+                            target: None,
+                            target_epoch: 0,
+                        },
+                    );
+                }
+            }
+        }
+        indices.sort_unstable();
+        self.nodes.insert(node.clone(), NodeState { address, registered_at: at, gpus: indices });
+        Ok(Event::NodeRegistered { node, known, gpus: count })
+    }
+
+    fn commit_plan(&mut self, plan: Plan) -> Result<Event, Rejected> {
+        invariants::plan_epochs_never_decrease(self.plan_epoch, plan.epoch)?;
+        for (id, gp) in &plan.gpus {
+            let gpu = self.gpus.get(id).ok_or_else(|| Rejected::UnknownGpu(id.clone()))?;
+            if gpu.health == GpuHealth::Failed && !gp.layout.is_empty() {
+                return Err(Rejected::GpuFailed(id.clone()));
+            }
+            if !gp.expected_goodput.is_finite() || gp.expected_goodput < 0.0 {
+                return Err(Rejected::BadGoodput { gpu: id.clone(), value: gp.expected_goodput });
+            }
+            invariants::check_gpu_plan(id, gpu.model, gp)?;
+            for a in &gp.assignments {
+                let tenant = self.tenants.get(&a.tenant).ok_or_else(|| Rejected::UnknownTenant(a.tenant.clone()))?;
+                let spec = gpu.model.profile(a.placement.profile).expect("validated layout");
+                // A tenant whose model profile was never put is caught at tenant creation.
+                if let Some(model) = self.models.get(&tenant.model) {
+                    let (fits, needed_gib) = match a.role {
+                        Role::Inference => (model.fits_inference(spec), model.inference_memory_gib),
+                        Role::Retraining => (model.fits_training(spec), model.training_memory_gib),
+                    };
+                    if !fits {
+                        return Err(Rejected::DoesNotFit {
+                            gpu: id.clone(),
+                            tenant: a.tenant.clone(),
+                            model: tenant.model.clone(),
+                            role: a.role,
+                            placement: a.placement,
+                            needed_gib,
+                            available_gib: spec.memory_gib,
+                        });
+                    }
+                }
+            }
+        }
+        let gpus: Vec<GpuId> = plan.gpus.keys().cloned().collect();
+        self.plan_epoch = plan.epoch;
+        self.last_plan = Some(PlanSummary {
+            epoch: plan.epoch,
+            made_at: plan.made_at,
+            policy: plan.policy.clone(),
+            expected_goodput: plan.expected_goodput(),
+        });
+        for (id, gp) in plan.gpus {
+            let g = self.gpus.get_mut(&id).expect("checked above");
+            g.target = Some(gp);
+            g.target_epoch = plan.epoch;
+        }
+        Ok(Event::PlanCommitted { epoch: plan.epoch, gpus })
+    }
+
+    fn layout_applied(&mut self, gpu: GpuId, epoch: u64, layout: Layout) -> Result<Event, Rejected> {
+        let g = self.gpus.get(&gpu).ok_or_else(|| Rejected::UnknownGpu(gpu.clone()))?;
+        if epoch < g.applied_epoch {
+            return Err(Rejected::StaleReport { gpu, epoch, recorded: g.applied_epoch });
+        }
+        if epoch > self.plan_epoch {
+            return Err(Rejected::FutureReport { gpu, epoch, committed: self.plan_epoch });
+        }
+        invariants::layout_valid_for_model(&gpu, g.model, &layout)?;
+        let g = self.gpus.get_mut(&gpu).expect("checked above");
+        let converged = g.target.as_ref().is_some_and(|t| t.layout == layout) && epoch == g.target_epoch;
+        g.applied = layout;
+        g.applied_epoch = epoch;
+        Ok(Event::LayoutRecorded { gpu, epoch, converged })
+    }
+
+    /// Checks every invariant over the whole state.
+    pub fn check_invariants(&self) -> Result<(), Violation> {
+        for (id, g) in &self.gpus {
+            invariants::no_slice_used_twice(id, &g.applied)?;
+            invariants::layout_valid_for_model(id, g.model, &g.applied)?;
+            if let Some(t) = &g.target {
+                invariants::check_gpu_plan(id, g.model, t)?;
+                if g.target_epoch > self.plan_epoch {
+                    return Err(Violation::EpochWentBack { previous: g.target_epoch, next: self.plan_epoch });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// GPUs that can take work (healthy), in id order.
+    pub fn schedulable_gpus(&self) -> impl Iterator<Item = (&GpuId, &GpuState)> {
+        self.gpus.iter().filter(|(_, g)| g.health == GpuHealth::Healthy)
+    }
+}

@@ -1,0 +1,195 @@
+//! Invariants as code: one function each, with why it must hold. The state machine checks them before accepting a
+//! command (and with `debug_assert!` after applying one); the simulator checks them every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::catalog::GpuModel;
+use crate::ids::{GpuId, TenantId};
+use crate::layout::{Layout, LayoutError, Placement};
+use crate::plan::{GpuPlan, Role};
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Violation {
+    /// A layout breaks the placement rules of its GPU model.
+    #[error("{gpu}: layout `{layout}` is invalid on {model}: {error}")]
+    InvalidLayout {
+        /// The GPU.
+        gpu: GpuId,
+        /// The layout.
+        layout: Layout,
+        /// The GPU model.
+        model: GpuModel,
+        /// What is wrong.
+        error: LayoutError,
+    },
+    /// Two instances share a slice.
+    #[error("{gpu}: {error}")]
+    SliceUsedTwice {
+        /// The GPU.
+        gpu: GpuId,
+        /// The overlap.
+        error: LayoutError,
+    },
+    /// An assignment names an instance that is not in the layout.
+    #[error("{gpu}: {tenant} is assigned to {placement}, which is not in the layout")]
+    AssignmentOutsideLayout {
+        /// The GPU.
+        gpu: GpuId,
+        /// The tenant.
+        tenant: TenantId,
+        /// The placement.
+        placement: Placement,
+    },
+    /// An instance serves more than one tenant role.
+    #[error("{gpu}: {placement} is assigned {count} times (at most one tenant role per instance)")]
+    InstanceSharedByRoles {
+        /// The GPU.
+        gpu: GpuId,
+        /// The placement.
+        placement: Placement,
+        /// How many assignments it has.
+        count: usize,
+    },
+    /// A tenant has several inference instances on one GPU.
+    #[error("{gpu}: {tenant} has {count} inference instances (at most one per GPU)")]
+    SeveralInferencePlacements {
+        /// The GPU.
+        gpu: GpuId,
+        /// The tenant.
+        tenant: TenantId,
+        /// How many.
+        count: usize,
+    },
+    /// A plan epoch went backwards.
+    #[error("plan epoch {next} does not follow {previous} (epochs must increase)")]
+    EpochWentBack {
+        /// The last committed epoch.
+        previous: u64,
+        /// The offending epoch.
+        next: u64,
+    },
+}
+
+/// A GPU's layout must obey its model's placement rules: an agent asked to create anything else would fail half-way
+/// and leave the GPU in a state nobody planned.
+pub fn layout_valid_for_model(gpu: &GpuId, model: GpuModel, layout: &Layout) -> Result<(), Violation> {
+    layout.validate(model).map_err(|error| Violation::InvalidLayout {
+        gpu: gpu.clone(),
+        layout: layout.clone(),
+        model,
+        error,
+    })
+}
+
+/// No memory or compute slice may belong to two instances: the hardware cannot give one slice to two instances,
+/// and isolation (the reason for MIG) would be void if the model believed it could.
+pub fn no_slice_used_twice(gpu: &GpuId, layout: &Layout) -> Result<(), Violation> {
+    match layout.first_overlap() {
+        Some(error) => Err(Violation::SliceUsedTwice { gpu: gpu.clone(), error }),
+        None => Ok(()),
+    }
+}
+
+/// Each instance serves at most one tenant role, and only instances of the layout are assigned: two jobs on one
+/// instance would share its SMs and memory without the planner having accounted for it.
+pub fn placement_serves_at_most_one_role(gpu: &GpuId, plan: &GpuPlan) -> Result<(), Violation> {
+    let mut uses: BTreeMap<Placement, usize> = BTreeMap::new();
+    for a in &plan.assignments {
+        if !plan.layout.contains(a.placement) {
+            return Err(Violation::AssignmentOutsideLayout {
+                gpu: gpu.clone(),
+                tenant: a.tenant.clone(),
+                placement: a.placement,
+            });
+        }
+        *uses.entry(a.placement).or_insert(0) += 1;
+    }
+    match uses.into_iter().find(|(_, n)| *n > 1) {
+        Some((placement, count)) => Err(Violation::InstanceSharedByRoles { gpu: gpu.clone(), placement, count }),
+        None => Ok(()),
+    }
+}
+
+/// A tenant has at most one inference instance per GPU: requests are routed per GPU to one instance, and the
+/// planner's capacity model (and ELSA-style dispatch across sizes) works across GPUs, not within one.
+pub fn tenant_has_at_most_one_inference_per_gpu(gpu: &GpuId, plan: &GpuPlan) -> Result<(), Violation> {
+    let mut seen: BTreeMap<&TenantId, usize> = BTreeMap::new();
+    for a in plan.assignments.iter().filter(|a| a.role == Role::Inference) {
+        *seen.entry(&a.tenant).or_insert(0) += 1;
+    }
+    match seen.into_iter().find(|(_, n)| *n > 1) {
+        Some((tenant, count)) => {
+            Err(Violation::SeveralInferencePlacements { gpu: gpu.clone(), tenant: tenant.clone(), count })
+        }
+        None => Ok(()),
+    }
+}
+
+/// Plan epochs strictly increase: agents apply a target only if its epoch is newer than what they have, so an
+/// epoch reused or going back would let a stale plan override a newer one.
+pub fn plan_epochs_never_decrease(previous: u64, next: u64) -> Result<(), Violation> {
+    if next > previous { Ok(()) } else { Err(Violation::EpochWentBack { previous, next }) }
+}
+
+/// Every per-GPU invariant of a plan for a GPU of `model`.
+pub fn check_gpu_plan(gpu: &GpuId, model: GpuModel, plan: &GpuPlan) -> Result<(), Violation> {
+    no_slice_used_twice(gpu, &plan.layout)?;
+    layout_valid_for_model(gpu, model, &plan.layout)?;
+    placement_serves_at_most_one_role(gpu, plan)?;
+    tenant_has_at_most_one_inference_per_gpu(gpu, plan)
+}
+
+/// The tenants a plan mentions.
+pub fn tenants_of(plan: &GpuPlan) -> BTreeSet<&TenantId> {
+    plan.assignments.iter().map(|a| &a.tenant).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Assignment;
+
+    fn gpu() -> GpuId {
+        "n/0".parse().unwrap()
+    }
+
+    fn plan(layout: &str, assignments: &[(&str, &str, Role)]) -> GpuPlan {
+        GpuPlan {
+            layout: layout.parse().unwrap(),
+            assignments: assignments
+                .iter()
+                .map(|(p, t, r)| Assignment {
+                    placement: p.parse().unwrap(),
+                    tenant: TenantId::new(*t).unwrap(),
+                    role: *r,
+                    preinit: false,
+                })
+                .collect(),
+            expected_goodput: 0.0,
+            explanation: String::new(),
+        }
+    }
+
+    #[test]
+    fn each_invariant_catches_its_violation() {
+        let m = GpuModel::A100_40GB;
+        let ok = plan("3g@0 3g@4", &[("3g@0", "a", Role::Inference), ("3g@4", "a", Role::Retraining)]);
+        assert_eq!(check_gpu_plan(&gpu(), m, &ok), Ok(()));
+
+        let e = check_gpu_plan(&gpu(), m, &plan("3g@0 2g@2", &[])).unwrap_err();
+        assert!(matches!(e, Violation::SliceUsedTwice { .. }), "{e}");
+        let e = check_gpu_plan(&gpu(), m, &plan("3g@2", &[])).unwrap_err();
+        assert!(matches!(e, Violation::InvalidLayout { .. }), "{e}");
+        let e = check_gpu_plan(&gpu(), m, &plan("3g@0", &[("3g@4", "a", Role::Inference)])).unwrap_err();
+        assert!(matches!(e, Violation::AssignmentOutsideLayout { .. }), "{e}");
+        let shared = plan("3g@0", &[("3g@0", "a", Role::Inference), ("3g@0", "b", Role::Inference)]);
+        let e = check_gpu_plan(&gpu(), m, &shared).unwrap_err();
+        assert_eq!(e.to_string(), "n/0: 3g@0 is assigned 2 times (at most one tenant role per instance)");
+        let twice = plan("3g@0 3g@4", &[("3g@0", "a", Role::Inference), ("3g@4", "a", Role::Inference)]);
+        let e = check_gpu_plan(&gpu(), m, &twice).unwrap_err();
+        assert!(matches!(e, Violation::SeveralInferencePlacements { count: 2, .. }), "{e}");
+        assert!(plan_epochs_never_decrease(3, 3).is_err());
+        assert!(plan_epochs_never_decrease(3, 4).is_ok());
+    }
+}

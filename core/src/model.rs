@@ -1,0 +1,240 @@
+//! Model performance profiles: memory, inference latency as a function of instance size and batch, and retraining
+//! speed. Profiles ship as TOML under `configs/models/` (parsed by [`crate::config`]).
+//!
+//! ## Latency
+//! Either a table of measured points `(g, batch, ms)` (linear interpolation in batch; linear extrapolation past the
+//! last two points) or the parametric form `lat(g, b) = base_ms * (7/g)^alpha * (1 + beta (b - 1))`, where `g` is
+//! the instance's compute slices, `alpha` near 1 means compute-bound and near 0.3 light.
+//!
+//! ## SLO capacity
+//! [`ModelProfile::slo_capacity`] is the throughput an instance sustains while every request meets a latency
+//! target: with dynamic batching at full load a request may wait for the batch in service and then be served in the
+//! next one, so a batch size `b` is admissible when `2 * lat(g, b) * slowdown <= slo`; capacity is the best
+//! `b / (lat(g, b) * slowdown)` over admissible batches. The planner's estimates and the simulator's measurement of
+//! the same instance agree on this definition.
+//!
+//! ## Retraining speed
+//! Work is counted in GPU-seconds on a full 7g instance; a `g`-slice instance does `speed(g)` of it per second,
+//! `speed(g) = (g/7)^speed_exponent` (or a table), so `speed(7) = 1`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{GpuModel, Profile, ProfileSpec};
+
+/// Compute-slice sizes of GPU instances, the points a latency table must cover.
+pub const INSTANCE_SIZES: [u8; 5] = [1, 2, 3, 4, 7];
+
+/// Inference latency model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencyModel {
+    /// `lat(g, b) = base_ms * (7/g)^alpha * (1 + beta (b - 1))`.
+    Parametric {
+        /// Latency on a 7g instance at batch 1, ms.
+        base_ms: f64,
+        /// Sensitivity to instance size.
+        alpha: f64,
+        /// Extra latency per additional request in a batch, relative to batch 1.
+        beta: f64,
+    },
+    /// Measured points: per compute-slice size, `(batch, ms)` sorted by batch.
+    Table {
+        /// Points per instance size.
+        points: BTreeMap<u8, Vec<(u32, f64)>>,
+    },
+}
+
+impl LatencyModel {
+    /// Latency of a batch of `batch` requests on a `g`-slice instance, ms.
+    pub fn latency_ms(&self, g: u8, batch: u32) -> f64 {
+        let batch = batch.max(1);
+        match self {
+            LatencyModel::Parametric { base_ms, alpha, beta } => {
+                base_ms * (7.0 / f64::from(g.max(1))).powf(*alpha) * (1.0 + beta * f64::from(batch - 1))
+            }
+            LatencyModel::Table { points } => {
+                // Validated tables cover every instance size; fall back to the nearest larger size otherwise.
+                let pts = points
+                    .range(g..)
+                    .next()
+                    .or_else(|| points.iter().next_back())
+                    .map(|(_, v)| v.as_slice())
+                    .unwrap_or(&[]);
+                interpolate(pts, batch)
+            }
+        }
+    }
+}
+
+fn interpolate(points: &[(u32, f64)], batch: u32) -> f64 {
+    match points {
+        [] => f64::INFINITY,
+        [(_, ms)] => *ms,
+        _ => {
+            let i = points.partition_point(|(b, _)| *b < batch).clamp(1, points.len() - 1);
+            let ((b0, y0), (b1, y1)) = (points[i - 1], points[i]);
+            let t = (f64::from(batch) - f64::from(b0)) / (f64::from(b1) - f64::from(b0));
+            (y0 + t * (y1 - y0)).max(f64::MIN_POSITIVE)
+        }
+    }
+}
+
+/// Retraining speed of an instance relative to a full 7g instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainingSpeed {
+    /// `speed(g) = (g/7)^exponent`.
+    Exponent(f64),
+    /// Measured relative speeds per compute-slice size.
+    Table(BTreeMap<u8, f64>),
+}
+
+impl TrainingSpeed {
+    /// Work (7g GPU-seconds) a `g`-slice instance does per second.
+    pub fn speed(&self, g: u8) -> f64 {
+        match self {
+            TrainingSpeed::Exponent(e) => (f64::from(g) / 7.0).powf(*e),
+            TrainingSpeed::Table(t) => t.range(..=g).next_back().map_or(0.0, |(_, s)| *s),
+        }
+    }
+}
+
+/// The best SLO-meeting operating point of an instance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SloCapacity {
+    /// Requests per second served within the SLO at full load.
+    pub rps: f64,
+    /// The batch size that achieves it.
+    pub batch: u32,
+    /// The batch latency there, ms (slowdown included).
+    pub latency_ms: f64,
+}
+
+/// Performance profile of one model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelProfile {
+    /// The id tenants refer to.
+    pub name: String,
+    /// What the model is.
+    pub description: String,
+    /// Memory an inference instance needs (weights, activations at max batch, context), GiB.
+    pub inference_memory_gib: f64,
+    /// Memory a retraining job needs, GiB.
+    pub training_memory_gib: f64,
+    /// Largest batch served.
+    pub max_batch: u32,
+    /// Inference latency.
+    pub latency: LatencyModel,
+    /// Retraining speed.
+    pub training: TrainingSpeed,
+}
+
+impl ModelProfile {
+    /// Batch latency on a `g`-slice instance, ms.
+    pub fn latency_ms(&self, g: u8, batch: u32) -> f64 {
+        self.latency.latency_ms(g, batch)
+    }
+
+    /// Whether an inference instance of this model fits `profile`'s memory.
+    pub fn fits_inference(&self, profile: &ProfileSpec) -> bool {
+        self.inference_memory_gib <= profile.memory_gib
+    }
+
+    /// Whether a retraining job of this model fits `profile`'s memory.
+    pub fn fits_training(&self, profile: &ProfileSpec) -> bool {
+        self.training_memory_gib <= profile.memory_gib
+    }
+
+    /// The smallest profile of `model` (by compute, then memory slices) an inference instance fits, if any.
+    pub fn smallest_inference_profile(&self, model: GpuModel) -> Option<Profile> {
+        let mut fitting: Vec<&ProfileSpec> =
+            model.spec().profiles.iter().filter(|p| p.profile != Profile::G1Me && self.fits_inference(p)).collect();
+        fitting.sort_by_key(|p| (p.profile.compute_slices(), p.profile.memory_slices()));
+        fitting.first().map(|p| p.profile)
+    }
+
+    /// Throughput within `slo_ms` on a `g`-slice instance whose latency is multiplied by `slowdown` (>= 1 under
+    /// interference); `None` when even a batch of one misses the SLO. See the module doc for the rule.
+    pub fn slo_capacity(&self, g: u8, slo_ms: f64, slowdown: f64) -> Option<SloCapacity> {
+        let mut best: Option<SloCapacity> = None;
+        for batch in 1..=self.max_batch.max(1) {
+            let latency_ms = self.latency_ms(g, batch) * slowdown;
+            if 2.0 * latency_ms > slo_ms {
+                break; // latency grows with batch in every shipped profile
+            }
+            let rps = f64::from(batch) * 1000.0 / latency_ms;
+            if best.is_none_or(|b| rps > b.rps) {
+                best = Some(SloCapacity { rps, batch, latency_ms });
+            }
+        }
+        best
+    }
+
+    /// Retraining work (7g GPU-seconds) a `g`-slice instance does per second.
+    pub fn training_speed(&self, g: u8) -> f64 {
+        self.training.speed(g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resnet() -> ModelProfile {
+        ModelProfile {
+            name: "resnet50".into(),
+            description: String::new(),
+            inference_memory_gib: 2.0,
+            training_memory_gib: 12.0,
+            max_batch: 32,
+            latency: LatencyModel::Parametric { base_ms: 2.0, alpha: 1.0, beta: 0.1 },
+            training: TrainingSpeed::Exponent(1.0),
+        }
+    }
+
+    #[test]
+    fn parametric_latency_follows_the_formula() {
+        let m = resnet();
+        assert!((m.latency_ms(7, 1) - 2.0).abs() < 1e-12);
+        assert!((m.latency_ms(1, 1) - 14.0).abs() < 1e-12);
+        assert!((m.latency_ms(7, 11) - 4.0).abs() < 1e-12);
+        assert!((m.training_speed(7) - 1.0).abs() < 1e-12);
+        assert!((m.training_speed(1) - 1.0 / 7.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn table_latency_interpolates_in_batch() {
+        let points = INSTANCE_SIZES.iter().map(|&g| (g, vec![(1, 10.0 / f64::from(g)), (9, 50.0 / f64::from(g))])).collect();
+        let lat = LatencyModel::Table { points };
+        assert!((lat.latency_ms(1, 5) - 30.0).abs() < 1e-9);
+        assert!((lat.latency_ms(2, 1) - 5.0).abs() < 1e-9);
+        // Past the last point: linear extrapolation.
+        assert!((lat.latency_ms(1, 17) - 90.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn slo_capacity_picks_the_largest_admissible_batch() {
+        let m = resnet();
+        // 7g: lat(b) = 2 (1 + 0.1 (b-1)); 2 lat <= 10 -> lat <= 5 -> b <= 16; rps = 16 / 5 ms = 3200/s.
+        let c = m.slo_capacity(7, 10.0, 1.0).unwrap();
+        assert_eq!(c.batch, 16);
+        assert!((c.rps - 3200.0).abs() < 1e-6);
+        // A 1g instance misses a 10 ms SLO even at batch 1 (14 ms).
+        assert_eq!(m.slo_capacity(1, 10.0, 1.0), None);
+        // Interference lowers capacity.
+        assert!(m.slo_capacity(7, 10.0, 1.3).unwrap().rps < c.rps);
+    }
+
+    #[test]
+    fn memory_fit_picks_the_smallest_instance() {
+        let mut m = resnet();
+        assert_eq!(m.smallest_inference_profile(GpuModel::A100_40GB), Some(Profile::G1));
+        m.inference_memory_gib = 8.0;
+        assert_eq!(m.smallest_inference_profile(GpuModel::A100_40GB), Some(Profile::G1Double));
+        m.inference_memory_gib = 60.0;
+        assert_eq!(m.smallest_inference_profile(GpuModel::A100_40GB), None);
+        assert_eq!(m.smallest_inference_profile(GpuModel::H100_80GB), Some(Profile::G7));
+    }
+}

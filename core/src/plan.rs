@@ -1,0 +1,95 @@
+//! Plans: what the planner decides and the coordinator commits. A plan has an epoch and, per GPU, the target layout,
+//! which instance serves which tenant in which role, which instances to pre-initialise, the expected goodput and a
+//! short explanation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{GpuId, TenantId};
+use crate::layout::{Layout, Placement};
+use crate::time::SimTime;
+
+/// What a GPU instance does for its tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Serves the tenant's inference requests.
+    Inference,
+    /// Runs the tenant's retraining job.
+    Retraining,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Inference => "inference",
+            Role::Retraining => "retraining",
+        })
+    }
+}
+
+/// One instance's job: `placement` serves `tenant` as `role`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The GPU instance.
+    pub placement: Placement,
+    /// The tenant it works for.
+    pub tenant: TenantId,
+    /// What it does.
+    pub role: Role,
+    /// Create and warm the instance ahead of the switch, so the tenant does not wait for a cold start.
+    #[serde(default)]
+    pub preinit: bool,
+}
+
+impl fmt::Display for Assignment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} -> {} ({})", self.placement, self.tenant, self.role)?;
+        if self.preinit {
+            f.write_str(" [preinit]")?;
+        }
+        Ok(())
+    }
+}
+
+/// The plan for one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuPlan {
+    /// The target layout.
+    pub layout: Layout,
+    /// Which instance serves whom; instances without an assignment stay idle (or pre-initialised spares).
+    pub assignments: Vec<Assignment>,
+    /// The goodput the policy expects from this GPU over its horizon (requests within SLO x accuracy).
+    pub expected_goodput: f64,
+    /// Why the policy chose this layout, for operators.
+    pub explanation: String,
+}
+
+impl GpuPlan {
+    /// The assignments of `placement`.
+    pub fn assignments_of(&self, placement: Placement) -> impl Iterator<Item = &Assignment> {
+        self.assignments.iter().filter(move |a| a.placement == placement)
+    }
+}
+
+/// A committed decision for the fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Monotonic plan number; agents never apply an older epoch after a newer one.
+    pub epoch: u64,
+    /// Workload time the plan was made for.
+    pub made_at: SimTime,
+    /// The policy that made it.
+    pub policy: String,
+    /// Per-GPU targets. GPUs absent from the map keep their current target.
+    pub gpus: BTreeMap<GpuId, GpuPlan>,
+}
+
+impl Plan {
+    /// Sum of the GPUs' expected goodput.
+    pub fn expected_goodput(&self) -> f64 {
+        self.gpus.values().map(|g| g.expected_goodput).sum()
+    }
+}

@@ -1,0 +1,84 @@
+//! Tenants: a continuous-learning workload with an inference service under a latency SLO and, optionally, a
+//! retraining job that refreshes the model every window.
+
+use serde::{Deserialize, Serialize};
+
+use crate::accuracy::{Drift, OptimusCurve};
+use crate::ids::TenantId;
+
+/// Where a tenant's inference demand comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DemandSource {
+    /// A stream selected from a replayed trace; the selector's meaning is the trace adapter's (for example
+    /// `rank:1` for the most popular function, or an application hash).
+    Trace {
+        /// Which part of the trace.
+        selector: String,
+        /// Multiplier on the selected rate.
+        scale: f64,
+    },
+    /// Poisson arrivals at a constant rate.
+    Poisson {
+        /// Mean arrival rate, requests per second.
+        rate_rps: f64,
+    },
+}
+
+/// A tenant's retraining job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetrainingSpec {
+    /// Retraining window: fresh data arrives and accuracy drifts once per window, ms.
+    pub window_ms: u64,
+    /// Work of one retraining at the default `epochs`, in GPU-seconds on a full 7g instance.
+    pub work_gpu_s: f64,
+    /// Epochs of one retraining by default (policies such as Ekya may choose others).
+    pub epochs: f64,
+    /// Accuracy after `x` epochs.
+    pub curve: OptimusCurve,
+    /// Accuracy of the model deployed at the start.
+    pub initial_accuracy: f64,
+    /// Accuracy decay without retraining.
+    pub drift: Drift,
+}
+
+impl RetrainingSpec {
+    /// Work of one retraining of `epochs` epochs, 7g GPU-seconds.
+    pub fn work_for_epochs(&self, epochs: f64) -> f64 {
+        self.work_gpu_s / self.epochs * epochs
+    }
+
+    /// Accuracy of the model a retraining of `epochs` epochs produces.
+    pub fn accuracy_after(&self, epochs: f64) -> f64 {
+        self.curve.accuracy(epochs)
+    }
+}
+
+/// A tenant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantSpec {
+    /// Id.
+    pub id: TenantId,
+    /// Human-readable name.
+    pub name: String,
+    /// The model profile's name (`configs/models/<name>.toml`).
+    pub model: String,
+    /// Latency target, ms.
+    pub slo_ms: f64,
+    /// Percentile the target applies to (e.g. 99).
+    pub slo_percentile: f64,
+    /// Relative importance in the planner's objective.
+    pub weight: f64,
+    /// Inference demand.
+    pub demand: DemandSource,
+    /// Retraining job, if the tenant retrains.
+    pub retraining: Option<RetrainingSpec>,
+}
+
+impl TenantSpec {
+    /// Accuracy of the deployed model at the start (1 for a tenant that never retrains: its accuracy does not
+    /// change, so goodput reduces to requests within SLO).
+    pub fn initial_accuracy(&self) -> f64 {
+        self.retraining.as_ref().map_or(1.0, |r| r.initial_accuracy)
+    }
+}

@@ -1,0 +1,7 @@
+//! # tessera-replay
+//!
+//! Feeds production traces (Azure Functions 2019/2021, Azure LLM 2023/2024, Alibaba GPU-sharing 2023, generic CSV)
+//! through the planner and a simulated fleet, in process or against a running cluster, and reports goodput, SLO
+//! attainment and accuracy per policy (DESIGN.md section 7). It never links the coordinator.
+//!
+//! Built by the planner (`replay plan`) and replay issues.
