@@ -49,28 +49,15 @@ pub enum Profile {
 
 impl Profile {
     /// Every profile, smallest first.
-    pub const ALL: [Profile; 7] = [
-        Profile::G1,
-        Profile::G1Me,
-        Profile::G1Double,
-        Profile::G2,
-        Profile::G3,
-        Profile::G4,
-        Profile::G7,
-    ];
+    pub const ALL: [Profile; 7] =
+        [Profile::G1, Profile::G1Me, Profile::G1Double, Profile::G2, Profile::G3, Profile::G4, Profile::G7];
 
     /// The five classic profiles (1g, 2g, 3g, 4g, 7g).
     pub const CLASSIC: [Profile; 5] = [Profile::G1, Profile::G2, Profile::G3, Profile::G4, Profile::G7];
 
     /// The classic profiles plus the double-memory 1g.
-    pub const WITH_DOUBLE_MEMORY: [Profile; 6] = [
-        Profile::G1,
-        Profile::G1Double,
-        Profile::G2,
-        Profile::G3,
-        Profile::G4,
-        Profile::G7,
-    ];
+    pub const WITH_DOUBLE_MEMORY: [Profile; 6] =
+        [Profile::G1, Profile::G1Double, Profile::G2, Profile::G3, Profile::G4, Profile::G7];
 
     /// The nvidia-smi / NVML profile ID (`nvmlGpuInstanceProfileInfo_t::id`).
     pub const fn nvidia_id(self) -> u32 {
@@ -148,16 +135,12 @@ impl Profile {
         match self {
             Profile::G1 | Profile::G1Me | Profile::G1Double => &[C { slices: 1, max_count: 1 }],
             Profile::G2 => &[C { slices: 1, max_count: 2 }, C { slices: 2, max_count: 1 }],
-            Profile::G3 => &[
-                C { slices: 1, max_count: 3 },
-                C { slices: 2, max_count: 1 },
-                C { slices: 3, max_count: 1 },
-            ],
-            Profile::G4 => &[
-                C { slices: 1, max_count: 4 },
-                C { slices: 2, max_count: 2 },
-                C { slices: 4, max_count: 1 },
-            ],
+            Profile::G3 => {
+                &[C { slices: 1, max_count: 3 }, C { slices: 2, max_count: 1 }, C { slices: 3, max_count: 1 }]
+            }
+            Profile::G4 => {
+                &[C { slices: 1, max_count: 4 }, C { slices: 2, max_count: 2 }, C { slices: 4, max_count: 1 }]
+            }
             Profile::G7 => &[
                 C { slices: 1, max_count: 7 },
                 C { slices: 2, max_count: 3 },
@@ -178,9 +161,8 @@ impl fmt::Display for Profile {
 impl FromStr for Profile {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Profile::from_short_name(s).ok_or_else(|| {
-            format!("unknown MIG profile `{s}` (expected one of 1g, 1g+me, 1g.2x, 2g, 3g, 4g, 7g)")
-        })
+        Profile::from_short_name(s)
+            .ok_or_else(|| format!("unknown MIG profile `{s}` (expected one of 1g, 1g+me, 1g.2x, 2g, 3g, 4g, 7g)"))
     }
 }
 
@@ -407,13 +389,8 @@ static B200_180GB_SPEC: GpuSpec = GpuSpec {
 
 impl GpuModel {
     /// Every model in the catalog.
-    pub const ALL: [GpuModel; 5] = [
-        GpuModel::A100_40GB,
-        GpuModel::A100_80GB,
-        GpuModel::H100_80GB,
-        GpuModel::H200_141GB,
-        GpuModel::B200_180GB,
-    ];
+    pub const ALL: [GpuModel; 5] =
+        [GpuModel::A100_40GB, GpuModel::A100_80GB, GpuModel::H100_80GB, GpuModel::H200_141GB, GpuModel::B200_180GB];
 
     /// The catalog entry.
     pub fn spec(self) -> &'static GpuSpec {
@@ -440,11 +417,7 @@ impl GpuModel {
     /// by its short name (`3g`, `1g.2x`); case-insensitive.
     pub fn profile_by_name(self, name: &str) -> Option<&'static ProfileSpec> {
         let name = name.trim();
-        let name = name
-            .strip_prefix("MIG ")
-            .or_else(|| name.strip_prefix("mig "))
-            .unwrap_or(name)
-            .trim();
+        let name = name.strip_prefix("MIG ").or_else(|| name.strip_prefix("mig ")).unwrap_or(name).trim();
         self.spec()
             .profiles
             .iter()

@@ -260,9 +260,7 @@ pub fn validate_model_profile(p: &ModelProfile) -> Result<(), FieldError> {
                 let pts = points.get(&g).map_or(&[][..], Vec::as_slice);
                 check("latency.point", !pts.is_empty(), || format!("no point for g = {g}"))?;
                 for w in pts.windows(2) {
-                    check("latency.point.batch", w[0].0 < w[1].0, || {
-                        format!("g = {g} has batch {} twice", w[0].0)
-                    })?;
+                    check("latency.point.batch", w[0].0 < w[1].0, || format!("g = {g} has batch {} twice", w[0].0))?;
                 }
                 for (b, ms) in pts {
                     check("latency.point.batch", *b >= 1, || format!("g = {g}: batch must be at least 1"))?;
@@ -305,7 +303,10 @@ pub fn load_model_dir(dir: &Path) -> Result<BTreeMap<String, ModelProfile>, Conf
     for path in toml_files(dir)? {
         let m = load_model_profile(&path)?;
         if out.contains_key(&m.name) {
-            return Err(ConfigError::field(&path, FieldError::new("name", format!("`{}` is defined twice in {}", m.name, dir.display()))));
+            return Err(ConfigError::field(
+                &path,
+                FieldError::new("name", format!("`{}` is defined twice in {}", m.name, dir.display())),
+            ));
         }
         out.insert(m.name.clone(), m);
     }
@@ -463,7 +464,10 @@ pub fn parse_tenants(text: &str, file: &Path) -> Result<Vec<TenantSpec>, ConfigE
             let at = format!("tenant[{i}]");
             let spec = t.validate().map_err(|e| ConfigError::field(file, e.within(&at)))?;
             if !seen.insert(spec.id.clone()) {
-                return Err(ConfigError::field(file, FieldError::new(format!("{at}.id"), format!("`{}` is used twice", spec.id))));
+                return Err(ConfigError::field(
+                    file,
+                    FieldError::new(format!("{at}.id"), format!("`{}` is used twice", spec.id)),
+                ));
             }
             Ok(spec)
         })
@@ -548,10 +552,9 @@ impl RawFleet {
             check(&format!("{at}.gpus"), !g.gpus.is_empty(), || "a node needs at least one GPU".into())?;
             let mut gpus = Vec::new();
             for (j, gg) in g.gpus.iter().enumerate() {
-                let model: GpuModel =
-                    gg.model.parse().map_err(|e: crate::catalog::UnknownGpuModel| {
-                        FieldError::new(format!("{at}.gpus[{j}].model"), e.to_string())
-                    })?;
+                let model: GpuModel = gg.model.parse().map_err(|e: crate::catalog::UnknownGpuModel| {
+                    FieldError::new(format!("{at}.gpus[{j}].model"), e.to_string())
+                })?;
                 check(&format!("{at}.gpus[{j}].count"), gg.count >= 1, || "must be at least 1".into())?;
                 gpus.extend(std::iter::repeat_n(model, gg.count as usize));
             }
@@ -613,7 +616,8 @@ speed_exponent = 0.9
         assert!(e.message.contains("unknown field `gamma`"), "{e}");
         assert_eq!(e.position.map(|p| p.0), Some(10), "{e}");
         assert!(
-            e.to_string().starts_with("configs/models/resnet50.toml:10:1: field `latency.gamma`: unknown field `gamma`"),
+            e.to_string()
+                .starts_with("configs/models/resnet50.toml:10:1: field `latency.gamma`: unknown field `gamma`"),
             "{e}"
         );
     }

@@ -266,7 +266,9 @@ pub enum Rejected {
         known: Vec<String>,
     },
     /// The tenant's model fits no instance of any GPU in the fleet.
-    #[error("tenant {tenant}: model `{model}` needs {needed_gib} GiB for inference; the largest instance in the fleet has {largest_gib} GiB")]
+    #[error(
+        "tenant {tenant}: model `{model}` needs {needed_gib} GiB for inference; the largest instance in the fleet has {largest_gib} GiB"
+    )]
     ModelFitsNoGpu {
         /// The tenant.
         tenant: TenantId,

@@ -153,7 +153,10 @@ mod tests {
     fn ids_validate_and_round_trip() {
         assert!(TenantId::new("resnet-eu.1").is_ok());
         let e = TenantId::new("bad id").unwrap_err();
-        assert_eq!(e.to_string(), "invalid tenant id `bad id`: may only contain ASCII letters, digits, `-`, `_` and `.`");
+        assert_eq!(
+            e.to_string(),
+            "invalid tenant id `bad id`: may only contain ASCII letters, digits, `-`, `_` and `.`"
+        );
         assert!(NodeId::new("").is_err());
         let g: GpuId = "node-1/3".parse().unwrap();
         assert_eq!(g, GpuId::new(NodeId::new("node-1").unwrap(), 3));

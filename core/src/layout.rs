@@ -48,19 +48,14 @@ impl Placement {
         if self.profile.allowed_starts().contains(&self.start) {
             Ok(())
         } else {
-            Err(LayoutError::BadStart {
-                placement: self,
-                allowed: self.profile.allowed_starts().to_vec(),
-            })
+            Err(LayoutError::BadStart { placement: self, allowed: self.profile.allowed_starts().to_vec() })
         }
     }
 
     /// Every placement the driver accepts for one of `profiles`, in (start, profile) order.
     pub fn all_for(profiles: &[Profile]) -> Vec<Placement> {
-        let mut v: Vec<Placement> = profiles
-            .iter()
-            .flat_map(|&p| p.allowed_starts().iter().map(move |&s| Placement::new(p, s)))
-            .collect();
+        let mut v: Vec<Placement> =
+            profiles.iter().flat_map(|&p| p.allowed_starts().iter().map(move |&s| Placement::new(p, s))).collect();
         v.sort();
         v
     }
@@ -468,7 +463,8 @@ mod tests {
 
     #[test]
     fn valid_layouts_pass() {
-        for s in ["7g@0", "4g@0 3g@4", "3g@0 3g@4", "2g@0 1g@2 1g@3 2g@4 1g@6", "1g.2x@0 1g.2x@2 1g.2x@4 1g.2x@6", "-"] {
+        for s in ["7g@0", "4g@0 3g@4", "3g@0 3g@4", "2g@0 1g@2 1g@3 2g@4 1g@6", "1g.2x@0 1g.2x@2 1g.2x@4 1g.2x@6", "-"]
+        {
             assert_eq!(l(s).validate(GpuModel::A100_40GB), Ok(()), "{s}");
         }
     }

@@ -319,7 +319,10 @@ mig-configs:
     fn import_says_why_nothing_fits() {
         let file = parse(BALANCED).unwrap();
         let e = import(&file, "nope", GpuModel::A100_40GB).unwrap_err();
-        assert_eq!(e.to_string(), "mig-configs: no configuration named `nope` (have: all-balanced, all-disabled, custom)");
+        assert_eq!(
+            e.to_string(),
+            "mig-configs: no configuration named `nope` (have: all-balanced, all-disabled, custom)"
+        );
         let e = import(&file, "all-balanced", GpuModel::H100_80GB).unwrap_err();
         assert!(e.to_string().contains("`1g.5gb` is not a H100-80GB profile"), "{e}");
         let counts = |v: &[(Profile, usize)]| v.iter().copied().collect::<BTreeMap<_, _>>();

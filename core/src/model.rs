@@ -206,7 +206,8 @@ mod tests {
 
     #[test]
     fn table_latency_interpolates_in_batch() {
-        let points = INSTANCE_SIZES.iter().map(|&g| (g, vec![(1, 10.0 / f64::from(g)), (9, 50.0 / f64::from(g))])).collect();
+        let points =
+            INSTANCE_SIZES.iter().map(|&g| (g, vec![(1, 10.0 / f64::from(g)), (9, 50.0 / f64::from(g))])).collect();
         let lat = LatencyModel::Table { points };
         assert!((lat.latency_ms(1, 5) - 30.0).abs() < 1e-9);
         assert!((lat.latency_ms(2, 1) - 5.0).abs() < 1e-9);

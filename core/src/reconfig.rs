@@ -178,17 +178,21 @@ pub fn diff_assigned(
     let work = |m: &BTreeMap<Placement, Vec<(TenantId, Role)>>, p: Placement| m.get(&p).cloned().unwrap_or_default();
 
     let unchanged: Vec<Placement> = current.placements().iter().copied().filter(|p| target.contains(*p)).collect();
-    let mut creates: Vec<Placement> =
-        target.placements().iter().copied().filter(|p| !current.contains(*p)).collect();
-    let mut destroys: Vec<Placement> =
-        current.placements().iter().copied().filter(|p| !target.contains(*p)).collect();
+    let mut creates: Vec<Placement> = target.placements().iter().copied().filter(|p| !current.contains(*p)).collect();
+    let mut destroys: Vec<Placement> = current.placements().iter().copied().filter(|p| !target.contains(*p)).collect();
 
     let mut state = current.clone();
     let mut clock = 0u64;
     let mut steps = Vec::new();
     // When each tenant-role's newest instance so far is warm.
     let mut warm_at: BTreeMap<(TenantId, Role), u64> = BTreeMap::new();
-    let mut push = |action, placement, before: Vec<(TenantId, Role)>, after: Vec<(TenantId, Role)>, clock: &mut u64, duration_ms: u64, warm: bool| {
+    let mut push = |action,
+                    placement,
+                    before: Vec<(TenantId, Role)>,
+                    after: Vec<(TenantId, Role)>,
+                    clock: &mut u64,
+                    duration_ms: u64,
+                    warm: bool| {
         // A destroy waits for the replacement of its work, if one was made before it.
         let start_ms = before.iter().filter_map(|k| warm_at.get(k)).fold(*clock, |t, &w| t.max(w));
         *clock = start_ms + duration_ms;
@@ -385,8 +389,8 @@ mod tests {
             preinit: true,
         };
         // The new 3g@4 is on free slices: created and warmed while 3g@0 still serves; then 3g@0 goes away.
-        let plan = diff_assigned(m, &l("3g@0"), &[a("3g@0")], &l("3g@4"), &[a("3g@4")], &ReconfigLatency::default())
-            .unwrap();
+        let plan =
+            diff_assigned(m, &l("3g@0"), &[a("3g@0")], &l("3g@4"), &[a("3g@4")], &ReconfigLatency::default()).unwrap();
         assert_eq!(plan.steps[0].action, StepAction::Create);
         let d = plan.disruptions.get(&(tenant("t"), Role::Inference));
         // The destroy waits until the replacement is warm (1000 + 4000): no disruption at all.
@@ -398,7 +402,8 @@ mod tests {
     #[test]
     fn reassignment_keeps_the_instance() {
         let m = GpuModel::H100_80GB;
-        let a = |t: &str, r| Assignment { placement: "7g@0".parse().unwrap(), tenant: tenant(t), role: r, preinit: false };
+        let a =
+            |t: &str, r| Assignment { placement: "7g@0".parse().unwrap(), tenant: tenant(t), role: r, preinit: false };
         let plan = diff_assigned(
             m,
             &l("7g@0"),
@@ -418,7 +423,12 @@ mod tests {
         let m = GpuModel::A100_40GB;
         let e = diff(m, &l("3g@0"), &l("3g@0 2g@2"), &ReconfigLatency::default()).unwrap_err();
         assert_eq!(e.to_string(), "target layout is invalid: 3g@0 and 2g@2 both use memory slice 2");
-        let stray = Assignment { placement: "1g@0".parse().unwrap(), tenant: tenant("t"), role: Role::Inference, preinit: false };
+        let stray = Assignment {
+            placement: "1g@0".parse().unwrap(),
+            tenant: tenant("t"),
+            role: Role::Inference,
+            preinit: false,
+        };
         let e = diff_assigned(m, &l("7g@0"), &[stray], &l("7g@0"), &[], &ReconfigLatency::default()).unwrap_err();
         assert!(matches!(e, DiffError::StrayAssignment { which: "current", .. }));
     }

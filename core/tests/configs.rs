@@ -54,8 +54,8 @@ fn every_config_file_parses() {
                 // The file stem names the GPU model the profile names belong to.
                 let stem = path.file_stem().unwrap().to_string_lossy();
                 let model: GpuModel = stem.parse().unwrap_or_else(|e| panic!("{rel}: {e}"));
-                let file = migparted::parse(&std::fs::read_to_string(&path).unwrap())
-                    .unwrap_or_else(|e| panic!("{rel}: {e}"));
+                let file =
+                    migparted::parse(&std::fs::read_to_string(&path).unwrap()).unwrap_or_else(|e| panic!("{rel}: {e}"));
                 for name in file.mig_configs.keys() {
                     for g in migparted::import(&file, name, model).unwrap_or_else(|e| panic!("{rel}: {e}")) {
                         assert_eq!(g.layout.validate(model), Ok(()), "{rel}: {name}");

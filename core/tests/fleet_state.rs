@@ -123,12 +123,24 @@ fn tenants_are_created_updated_and_deleted() {
     let mut s = fleet();
     let mut t = tenant("a", "small");
     t.slo_ms = 80.0;
-    assert_eq!(s.apply(Command::UpdateTenant { spec: t }), Ok(Event::TenantUpdated { id: TenantId::new("a").unwrap() }));
+    assert_eq!(
+        s.apply(Command::UpdateTenant { spec: t }),
+        Ok(Event::TenantUpdated { id: TenantId::new("a").unwrap() })
+    );
     assert_eq!(s.tenants[&TenantId::new("a").unwrap()].slo_ms, 80.0);
-    assert!(matches!(rejected(&mut s, Command::CreateTenant { spec: tenant("a", "small") }), Rejected::TenantExists(_)));
-    assert!(matches!(rejected(&mut s, Command::UpdateTenant { spec: tenant("zz", "small") }), Rejected::UnknownTenant(_)));
+    assert!(matches!(
+        rejected(&mut s, Command::CreateTenant { spec: tenant("a", "small") }),
+        Rejected::TenantExists(_)
+    ));
+    assert!(matches!(
+        rejected(&mut s, Command::UpdateTenant { spec: tenant("zz", "small") }),
+        Rejected::UnknownTenant(_)
+    ));
     s.apply(Command::DeleteTenant { id: TenantId::new("a").unwrap() }).unwrap();
-    assert!(matches!(rejected(&mut s, Command::DeleteTenant { id: TenantId::new("a").unwrap() }), Rejected::UnknownTenant(_)));
+    assert!(matches!(
+        rejected(&mut s, Command::DeleteTenant { id: TenantId::new("a").unwrap() }),
+        Rejected::UnknownTenant(_)
+    ));
 }
 
 #[test]
@@ -241,12 +253,10 @@ fn applied_layouts_are_recorded_in_epoch_order() {
     let mut s = fleet();
     s.apply(plan(1, &[("n/0", "4g@0 3g@4", vec![])])).unwrap();
     s.apply(plan(2, &[("n/0", "7g@0", vec![])])).unwrap();
-    let applied = |epoch, layout: &str| Command::LayoutApplied { gpu: gpu("n/0"), epoch, layout: layout.parse().unwrap() };
+    let applied =
+        |epoch, layout: &str| Command::LayoutApplied { gpu: gpu("n/0"), epoch, layout: layout.parse().unwrap() };
     // Half-way through epoch 2's reconfiguration: recorded, not converged.
-    assert_eq!(
-        s.apply(applied(2, "3g@4")),
-        Ok(Event::LayoutRecorded { gpu: gpu("n/0"), epoch: 2, converged: false })
-    );
+    assert_eq!(s.apply(applied(2, "3g@4")), Ok(Event::LayoutRecorded { gpu: gpu("n/0"), epoch: 2, converged: false }));
     assert_eq!(s.apply(applied(2, "7g@0")), Ok(Event::LayoutRecorded { gpu: gpu("n/0"), epoch: 2, converged: true }));
     let e = rejected(&mut s, applied(1, "4g@0 3g@4"));
     assert_eq!(e.to_string(), "n/0: report for epoch 1 is older than the recorded epoch 2");

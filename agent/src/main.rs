@@ -1,0 +1,175 @@
+//! `agent`: the Tessera node agent's command line. Thin: parses arguments and calls the library.
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tessera_agent::mig_tools::{self, LayoutsOptions, MigToolError};
+use tessera_core::reconfig::ReconfigLatency;
+
+#[derive(Parser)]
+#[command(name = "agent", version, about = "Tessera node agent and MIG tools")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect the MIG model: profiles, valid layouts, reconfiguration steps, mig-parted files. No GPU needed.
+    #[command(subcommand)]
+    Mig(Mig),
+}
+
+#[derive(Subcommand)]
+enum Mig {
+    /// Print the GPU-instance profiles of a GPU model.
+    Profiles {
+        #[command(flatten)]
+        gpu: Gpu,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print every valid layout (one per line as `profile@start ...`), or their number.
+    Layouts {
+        #[command(flatten)]
+        gpu: Gpu,
+        /// Only maximal layouts (nothing more fits).
+        #[arg(long)]
+        maximal: bool,
+        /// Include the double-memory 1g profile (`1g.2x`, e.g. 1g.10gb on A100-40GB).
+        #[arg(long)]
+        with_double_memory: bool,
+        /// Include every profile, also the media-extension 1g (`1g+me`).
+        #[arg(long, conflicts_with = "with_double_memory")]
+        all_profiles: bool,
+        /// Print how many layouts and profile multisets there are instead of the layouts.
+        #[arg(long)]
+        count: bool,
+        /// Write profiles with the model's nvidia-smi names (`3g.20gb@4`).
+        #[arg(long)]
+        nvidia_names: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a layout, e.g. "4g@0 2g@4 1g@6", and show its slice map.
+    Validate {
+        #[command(flatten)]
+        gpu: Gpu,
+        /// The layout.
+        layout: String,
+    },
+    /// Print the ordered steps that turn one layout into another.
+    Diff {
+        #[command(flatten)]
+        gpu: Gpu,
+        /// Current layout, e.g. "3g@0 3g@4" ("-" for none).
+        #[arg(long)]
+        from: String,
+        /// Target layout, e.g. "4g@0 2g@4 1g@6".
+        #[arg(long)]
+        to: String,
+        /// Seconds to create a GPU instance and its compute instance.
+        #[arg(long, default_value_t = 1.0)]
+        create_s: f64,
+        /// Seconds to destroy one.
+        #[arg(long, default_value_t = 0.5)]
+        destroy_s: f64,
+        /// Seconds from creation until the instance serves (context and model load).
+        #[arg(long, default_value_t = 4.0)]
+        warmup_s: f64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read a mig-parted config file and print each configuration with explicit placements.
+    Import {
+        #[command(flatten)]
+        gpu: Gpu,
+        /// The mig-parted YAML file.
+        #[arg(long)]
+        file: String,
+        /// Only this configuration (default: all).
+        #[arg(long)]
+        config: Option<String>,
+    },
+    /// Write a mig-parted config file that applies a layout to all devices.
+    Export {
+        #[command(flatten)]
+        gpu: Gpu,
+        /// The layout.
+        #[arg(long)]
+        layout: String,
+        /// The configuration's name.
+        #[arg(long, default_value = "tessera")]
+        name: String,
+    },
+}
+
+#[derive(Args)]
+struct Gpu {
+    /// GPU model: A100-40GB, A100-80GB, H100-80GB, H200-141GB, B200-180GB (or an nvidia-smi name).
+    #[arg(long = "gpu", value_name = "MODEL")]
+    model: String,
+}
+
+fn seconds_to_ms(flag: &str, s: f64) -> Result<u64, String> {
+    if s.is_finite() && s >= 0.0 {
+        Ok((s * 1000.0).round() as u64)
+    } else {
+        Err(format!("{flag}: {s} is not a duration in seconds"))
+    }
+}
+
+fn run(cli: Cli) -> Result<String, String> {
+    let Command::Mig(cmd) = cli.command;
+    let e = |e: MigToolError| e.to_string();
+    Ok(match cmd {
+        Mig::Profiles { gpu, json } => mig_tools::profiles(mig_tools::gpu_model(&gpu.model).map_err(e)?, json),
+        Mig::Layouts { gpu, maximal, with_double_memory, all_profiles, count, nvidia_names, json } => {
+            let model = mig_tools::gpu_model(&gpu.model).map_err(e)?;
+            mig_tools::layouts(
+                model,
+                LayoutsOptions { maximal, with_double_memory, all_profiles, count, nvidia_names, json },
+            )
+        }
+        Mig::Validate { gpu, layout } => {
+            let model = mig_tools::gpu_model(&gpu.model).map_err(e)?;
+            mig_tools::validate(model, &mig_tools::layout_arg("layout", &layout, model).map_err(e)?)
+        }
+        Mig::Diff { gpu, from, to, create_s, destroy_s, warmup_s, json } => {
+            let model = mig_tools::gpu_model(&gpu.model).map_err(e)?;
+            let from = mig_tools::layout_arg("--from", &from, model).map_err(e)?;
+            let to = mig_tools::layout_arg("--to", &to, model).map_err(e)?;
+            let latency = ReconfigLatency {
+                create_ms: seconds_to_ms("--create-s", create_s)?,
+                destroy_ms: seconds_to_ms("--destroy-s", destroy_s)?,
+                warmup_ms: seconds_to_ms("--warmup-s", warmup_s)?,
+            };
+            mig_tools::diff_text(model, &from, &to, &latency, json).map_err(e)?
+        }
+        Mig::Import { gpu, file, config } => {
+            let model = mig_tools::gpu_model(&gpu.model).map_err(e)?;
+            mig_tools::import(model, &file, config.as_deref()).map_err(e)?
+        }
+        Mig::Export { gpu, layout, name } => {
+            let model = mig_tools::gpu_model(&gpu.model).map_err(e)?;
+            mig_tools::export(model, &mig_tools::layout_arg("--layout", &layout, model).map_err(e)?, &name)
+        }
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}

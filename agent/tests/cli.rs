@@ -1,0 +1,98 @@
+//! The `agent mig` command line, run as a process: the counts from the reference, readable diffs, and one-line
+//! errors with a non-zero exit for bad input.
+
+use std::process::{Command, Output};
+
+fn agent(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent")).args(args).output().expect("agent runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn layout_counts_match_the_reference_for_every_variant() {
+    let cases: [(&[&str], &str); 4] = [
+        (&[], "297 layouts, 37 distinct profile multisets"),
+        (&["--maximal"], "19 maximal layouts, 14 distinct profile multisets"),
+        (&["--with-double-memory"], "722 layouts, 77 distinct profile multisets"),
+        (&["--maximal", "--with-double-memory"], "78 maximal layouts, 38 distinct profile multisets"),
+    ];
+    for gpu in ["A100-40GB", "H100-80GB"] {
+        for (flags, want) in cases {
+            let mut args = vec!["mig", "layouts", "--gpu", gpu, "--count"];
+            args.extend_from_slice(flags);
+            let o = agent(&args);
+            assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+            assert_eq!(stdout(&o).trim(), want, "{args:?}");
+        }
+    }
+}
+
+#[test]
+fn layouts_and_diff_print_what_an_operator_reads() {
+    let o = agent(&["mig", "layouts", "--gpu", "a100-40gb", "--maximal"]);
+    let out = stdout(&o);
+    assert_eq!(out.lines().count(), 19);
+    assert!(out.lines().all(|l| l.split(' ').all(|p| p.contains('@'))), "{out}");
+
+    let o = agent(&["mig", "diff", "--gpu", "A100-40GB", "--from", "3g@0 3g@4", "--to", "4g@0 2g@4 1g@6"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("destroy  3g@4"), "{out}");
+    assert!(out.contains("5 MIG operations (2 destroy, 3 create)"), "{out}");
+
+    let o = agent(&["mig", "diff", "--gpu", "A100-40GB", "--from", "3g@0 3g@4", "--to", "3g@0 2g@4", "--json"]);
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(plan["unchanged"], serde_json::json!(["3g@0"]));
+    assert_eq!(plan["steps"].as_array().map(Vec::len), Some(2));
+
+    let o = agent(&["mig", "profiles", "--gpu", "NVIDIA A100-SXM4-40GB"]);
+    assert!(stdout(&o).contains("3g.20gb"), "{}", stdout(&o));
+}
+
+#[test]
+fn mig_parted_files_round_trip_through_the_cli() {
+    let dir = std::env::temp_dir().join(format!("tessera-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("exported.yaml");
+    let o = agent(&["mig", "export", "--gpu", "H100-80GB", "--layout", "1g@0 1g@1 2g@2 3g@4", "--name", "mine"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&file, o.stdout).unwrap();
+    let o = agent(&["mig", "import", "--gpu", "H100-80GB", "--file", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).split_whitespace().collect::<Vec<_>>(),
+        ["mine", "devices", "all", "1g@0", "1g@1", "2g@2", "3g@4"]
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_input_gets_a_one_line_error_and_a_non_zero_exit() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["mig", "layouts", "--gpu", "V100"], "error: --gpu: unknown GPU model `V100`"),
+        (
+            &["mig", "diff", "--gpu", "A100-40GB", "--from", "3g@0 3g", "--to", "7g@0"],
+            "error: --from: bad placement `3g`: expected `profile@start`",
+        ),
+        (
+            &["mig", "diff", "--gpu", "A100-40GB", "--from", "7g@0", "--to", "4g@0 4g@4"],
+            "error: --to: `4g@0 4g@4` is not a valid A100-40GB layout: 4g@4: 4g can only start at memory slice 0",
+        ),
+        (&["mig", "validate", "--gpu", "H100-80GB", "3g@0 2g@2"], "3g@0 and 2g@2 both use memory slice 2"),
+        (&["mig", "import", "--gpu", "H100-80GB", "--file", "/nonexistent/x.yaml"], "/nonexistent/x.yaml: cannot read"),
+    ];
+    for (args, want) in cases {
+        let o = agent(args);
+        assert!(!o.status.success(), "{args:?} should fail");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
