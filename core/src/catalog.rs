@@ -166,18 +166,7 @@ impl FromStr for Profile {
     }
 }
 
-impl TryFrom<String> for Profile {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<Profile> for String {
-    fn from(p: Profile) -> String {
-        p.short_name().to_string()
-    }
-}
+crate::string_serde!(Profile);
 
 /// A compute-instance size inside a GPU instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -465,18 +454,7 @@ impl FromStr for GpuModel {
     }
 }
 
-impl TryFrom<String> for GpuModel {
-    type Error = UnknownGpuModel;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<GpuModel> for String {
-    fn from(m: GpuModel) -> String {
-        m.short_name().to_string()
-    }
-}
+crate::string_serde!(GpuModel);
 
 #[cfg(test)]
 mod tests {

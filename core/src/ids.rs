@@ -66,18 +66,7 @@ macro_rules! name_id {
             }
         }
 
-        impl TryFrom<String> for $name {
-            type Error = IdError;
-            fn try_from(s: String) -> Result<Self, Self::Error> {
-                Self::new(s)
-            }
-        }
-
-        impl From<$name> for String {
-            fn from(id: $name) -> String {
-                id.0
-            }
-        }
+        crate::string_serde!($name);
     };
 }
 
@@ -132,18 +121,7 @@ impl FromStr for GpuId {
     }
 }
 
-impl TryFrom<String> for GpuId {
-    type Error = IdError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<GpuId> for String {
-    fn from(id: GpuId) -> String {
-        id.to_string()
-    }
-}
+crate::string_serde!(GpuId);
 
 #[cfg(test)]
 mod tests {

@@ -105,18 +105,7 @@ impl FromStr for Placement {
     }
 }
 
-impl TryFrom<String> for Placement {
-    type Error = LayoutParseError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<Placement> for String {
-    fn from(p: Placement) -> String {
-        p.to_string()
-    }
-}
+crate::string_serde!(Placement);
 
 /// A layout string that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -420,18 +409,7 @@ impl FromStr for Layout {
     }
 }
 
-impl TryFrom<String> for Layout {
-    type Error = LayoutParseError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        s.parse()
-    }
-}
-
-impl From<Layout> for String {
-    fn from(l: Layout) -> String {
-        l.to_string()
-    }
-}
+crate::string_serde!(Layout);
 
 impl FromIterator<Placement> for Layout {
     fn from_iter<I: IntoIterator<Item = Placement>>(iter: I) -> Self {

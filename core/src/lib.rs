@@ -23,6 +23,27 @@
 //! argument), no global random number generator, no logging. Policies live in `tessera-planner`, the simulated
 //! hardware in `tessera-sim`, and everything that talks to a network in the service crates.
 
+/// Gives a type with `Display` and `FromStr` its string form in serde (`#[serde(try_from = "String", into =
+/// "String")]`): `TryFrom<String>` through `FromStr`, `From<T> for String` through `Display`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! string_serde {
+    ($t:ty) => {
+        impl TryFrom<String> for $t {
+            type Error = <$t as std::str::FromStr>::Err;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                s.parse()
+            }
+        }
+
+        impl From<$t> for String {
+            fn from(v: $t) -> String {
+                v.to_string()
+            }
+        }
+    };
+}
+
 pub mod accuracy;
 pub mod catalog;
 pub mod config;

@@ -467,5 +467,33 @@ mod tests {
                 + to.placements().iter().filter(|p| !from.contains(**p)).count();
             prop_assert_eq!(plan.mig_operations(), changed);
         }
+
+        /// With a tenant on every instance: only tenants whose instance goes away are disrupted, and tenants on
+        /// unchanged instances appear in no step.
+        #[test]
+        fn only_tenants_of_removed_instances_are_disrupted(i in 0usize..10_000, j in 0usize..10_000) {
+            let all = layouts();
+            let (from, to) = (&all[i % all.len()], &all[j % all.len()]);
+            let m = GpuModel::A100_40GB;
+            let who = |p: Placement| Assignment {
+                placement: p,
+                tenant: tenant(&format!("t{}-{}", p.profile.nvidia_id(), p.start)),
+                role: Role::Inference,
+                preinit: false,
+            };
+            let before: Vec<Assignment> = from.placements().iter().map(|&p| who(p)).collect();
+            let after: Vec<Assignment> = to.placements().iter().map(|&p| who(p)).collect();
+            let plan = diff_assigned(m, from, &before, to, &after, &ReconfigLatency::default()).unwrap();
+            for (t, _) in plan.disruptions.keys() {
+                prop_assert!(
+                    before.iter().any(|a| &a.tenant == t && !to.contains(a.placement)),
+                    "{} disrupted but its instance stays", t
+                );
+            }
+            for a in before.iter().filter(|a| to.contains(a.placement)) {
+                prop_assert!(plan.steps.iter().all(|s| s.before.iter().chain(&s.after).all(|(t, _)| t != &a.tenant)));
+            }
+            prop_assert!(plan.steps.iter().all(|s| s.action != StepAction::Reassign));
+        }
     }
 }
