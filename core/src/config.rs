@@ -261,6 +261,12 @@ pub fn validate_model_profile(p: &ModelProfile) -> Result<(), FieldError> {
                 check("latency.point", !pts.is_empty(), || format!("no point for g = {g}"))?;
                 for w in pts.windows(2) {
                     check("latency.point.batch", w[0].0 < w[1].0, || format!("g = {g} has batch {} twice", w[0].0))?;
+                    check("latency.point.ms", w[0].1 <= w[1].1, || {
+                        format!(
+                            "g = {g}: latency falls from {} ms at batch {} to {} ms at batch {}",
+                            w[0].1, w[0].0, w[1].1, w[1].0
+                        )
+                    })?;
                 }
                 for (b, ms) in pts {
                     check("latency.point.batch", *b >= 1, || format!("g = {g}: batch must be at least 1"))?;
@@ -644,6 +650,10 @@ speed_exponent = 0.9
         assert_eq!(e.to_string(), "configs/models/resnet50.toml: field `latency.point`: no point for g = 7");
         text.push_str("[[latency.point]]\ng = 7\nbatch = 1\nms = 1.0\n");
         assert!(parse_model_profile(&text, f()).is_ok());
+        text.push_str("[[latency.point]]\ng = 7\nbatch = 8\nms = 0.5\n");
+        let e = parse_model_profile(&text, f()).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("latency.point.ms"), "{e}");
+        assert!(e.message.contains("latency falls from 1 ms at batch 1 to 0.5 ms at batch 8"), "{e}");
     }
 
     const TENANTS: &str = r#"
