@@ -71,13 +71,13 @@ enum Mig {
         #[arg(long)]
         to: String,
         /// Seconds to create a GPU instance and its compute instance.
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
         create_s: f64,
         /// Seconds to destroy one.
-        #[arg(long, default_value_t = 0.5)]
+        #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
         destroy_s: f64,
         /// Seconds from creation until the instance serves (context and model load).
-        #[arg(long, default_value_t = 4.0)]
+        #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
         warmup_s: f64,
         /// Print JSON.
         #[arg(long)]
@@ -160,8 +160,31 @@ fn run(cli: Cli) -> Result<String, String> {
     })
 }
 
+/// Clap's usage errors span several lines; operators and scripts get one: the message and the arguments it names.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.join(" ").trim_start_matches("error: ").to_string()
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            print!("{e}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            return ExitCode::from(2);
+        }
+    };
     match run(cli) {
         Ok(out) => {
             print!("{out}");

@@ -75,7 +75,13 @@ fn mig_parted_files_round_trip_through_the_cli() {
 
 #[test]
 fn bad_input_gets_a_one_line_error_and_a_non_zero_exit() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 8] = [
+        (&["mig", "diff", "--gpu", "A100-40GB", "--from", "7g@0"], "required arguments were not provided: --to <TO>"),
+        (
+            &["mig", "diff", "--gpu", "A100-40GB", "--from", "7g@0", "--to", "-", "--create-s", "-1"],
+            "error: --create-s: -1 is not a duration in seconds",
+        ),
+        (&["mig", "layouts", "--gpu", "A100-40GB", "--all-profiles", "--with-double-memory"], "cannot be used with"),
         (&["mig", "layouts", "--gpu", "V100"], "error: --gpu: unknown GPU model `V100`"),
         (
             &["mig", "diff", "--gpu", "A100-40GB", "--from", "3g@0 3g", "--to", "7g@0"],

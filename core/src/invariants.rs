@@ -134,6 +134,15 @@ pub fn plan_epochs_never_decrease(previous: u64, next: u64) -> Result<(), Violat
 
 /// Every per-GPU invariant of a plan for a GPU of `model`.
 pub fn check_gpu_plan(gpu: &GpuId, model: GpuModel, plan: &GpuPlan) -> Result<(), Violation> {
+    for p in plan.layout.placements() {
+        // A start the driver refuses makes the overlap check meaningless: report it first.
+        p.check_start().map_err(|error| Violation::InvalidLayout {
+            gpu: gpu.clone(),
+            layout: plan.layout.clone(),
+            model,
+            error,
+        })?;
+    }
     no_slice_used_twice(gpu, &plan.layout)?;
     layout_valid_for_model(gpu, model, &plan.layout)?;
     placement_serves_at_most_one_role(gpu, plan)?;

@@ -79,7 +79,7 @@ impl Placement {
                     None => format!("unknown profile `{name}` (expected 1g, 1g+me, 1g.2x, 2g, 3g, 4g or 7g)"),
                 },
             })?;
-        let start: u8 = start.trim().parse().map_err(|_| LayoutParseError {
+        let start: u8 = start.trim().parse().ok().filter(|s| *s < MEMORY_SLICES).ok_or_else(|| LayoutParseError {
             token: text.to_string(),
             reason: format!("start `{start}` is not a memory-slice index 0..{}", MEMORY_SLICES - 1),
         })?;
@@ -87,9 +87,13 @@ impl Placement {
     }
 }
 
+/// `len` bits from bit `start`, cut to the 8 slices; a start past the GPU covers nothing (validation rejects it).
 const fn mask(start: u8, len: u8) -> u8 {
-    let bits: u16 = ((1u16 << len) - 1) << start;
-    (bits & 0xff) as u8
+    let bits: u32 = (1u32 << len) - 1;
+    match bits.checked_shl(start as u32) {
+        Some(b) => (b & 0xff) as u8,
+        None => 0,
+    }
 }
 
 impl fmt::Display for Placement {
@@ -481,6 +485,11 @@ mod tests {
         assert!(e.to_string().contains("expected `profile@start`"), "{e}");
         let e = "3g@x".parse::<Layout>().unwrap_err();
         assert!(e.to_string().contains("not a memory-slice index"), "{e}");
+        let e = "7g@0 1g@20".parse::<Layout>().unwrap_err();
+        assert_eq!(e.to_string(), "bad placement `1g@20`: start `20` is not a memory-slice index 0..7");
+        // Built without parsing, a far start covers no slice and fails validation instead of overflowing.
+        let far = Layout::new([Placement::new(Profile::G7, 0), Placement::new(Profile::G1, 200)]);
+        assert!(matches!(far.validate(GpuModel::A100_40GB), Err(LayoutError::BadStart { .. })));
     }
 
     #[test]

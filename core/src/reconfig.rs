@@ -9,16 +9,18 @@
 //! 3. otherwise the instance to destroy next is the one that lets the most pending creates proceed (ties: the one
 //!    in the way of the most creates, then start order), and each create runs as soon as its slices are free;
 //! 4. instances that nothing in the target needs are destroyed last, so they serve as long as possible;
-//! 5. an unchanged instance whose tenant or role changes gets a `Reassign` step (drain and reload, no MIG call).
+//! 5. an unchanged instance whose tenant or role changes gets a `Reassign` step (drain and reload, no MIG call),
+//!    scheduled after the make-before-break creates so that the work it displaces can move first.
 //!
 //! Every intermediate layout is valid (no shared slice, no profile over its count), so the steps can be executed one
 //! by one with NVML and a crash between any two leaves a valid GPU.
 //!
 //! Time model ([`ReconfigLatency`]): MIG calls on one GPU run one after another (destroy `destroy_ms`, create
 //! `create_ms`); a created instance then needs `warmup_ms` (CUDA context, model load) before it serves, which
-//! overlaps the following steps. The destroy of an instance whose work already has a replacement waits until the
-//! replacement is warm (that is what make-before-break buys). A tenant is disrupted from the start of the first
-//! destroy of one of its instances until its last new instance is warm; with make-before-break that is never.
+//! overlaps the following steps. A destroy or reassignment of an instance whose work already has a replacement
+//! waits until the replacement is warm: that is what make-before-break (the "pre-initialisation" of MIGRator)
+//! buys. A tenant role is disrupted from the start of the first destroy or reassignment of one of its instances
+//! until its last new instance is warm, or for good (`until_ms: None`) if the target gives it no new instance.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,8 +40,8 @@ pub struct ReconfigLatency {
     pub create_ms: u64,
     /// Destroying a CI and its GI.
     pub destroy_ms: u64,
-    /// CUDA context and model load on a new instance before it serves; hidden when the instance is
-    /// pre-initialised.
+    /// CUDA context and model load on a new instance before it serves. It overlaps later steps; an instance
+    /// created ahead of the switch (make-before-break) hides it from its tenant.
     pub warmup_ms: u64,
 }
 
@@ -71,6 +73,15 @@ impl fmt::Display for StepAction {
     }
 }
 
+/// A tenant's job on an instance.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Work {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its role there.
+    pub role: Role,
+}
+
 /// One reconfiguration step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
@@ -79,9 +90,9 @@ pub struct Step {
     /// On which instance.
     pub placement: Placement,
     /// The work on the instance before the step (destroy, reassign).
-    pub before: Vec<(TenantId, Role)>,
+    pub before: Vec<Work>,
     /// The work on the instance after the step (create, reassign).
-    pub after: Vec<(TenantId, Role)>,
+    pub after: Vec<Work>,
     /// When the step starts, ms after the reconfiguration begins.
     pub start_ms: u64,
     /// How long the MIG call takes (0 for a reassignment).
@@ -90,21 +101,24 @@ pub struct Step {
     pub ready_ms: Option<u64>,
 }
 
-/// A tenant's loss of service during a reconfiguration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// A tenant role's loss of service during a reconfiguration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Disruption {
+    /// The tenant.
+    pub tenant: TenantId,
     /// The role affected.
     pub role: Role,
     /// From when (ms after the reconfiguration begins) one of its instances is gone.
     pub from_ms: u64,
-    /// Until when (its replacement is warm, or the end of the reconfiguration).
-    pub until_ms: u64,
+    /// Until its replacement is warm; `None` when the target gives it no new instance (it loses the instance for
+    /// good).
+    pub until_ms: Option<u64>,
 }
 
 impl Disruption {
-    /// Length of the disruption.
-    pub fn duration_ms(&self) -> u64 {
-        self.until_ms - self.from_ms
+    /// Length of the disruption, `None` if permanent.
+    pub fn duration_ms(&self) -> Option<u64> {
+        self.until_ms.map(|u| u - self.from_ms)
     }
 }
 
@@ -113,12 +127,13 @@ impl Disruption {
 pub struct ReconfigPlan {
     /// Steps in execution order.
     pub steps: Vec<Step>,
-    /// Placements present in both layouts, never touched (a reassigned one is listed here and has a step).
+    /// Placements present in both layouts, never touched by a MIG call (a reassigned one is listed here and has a
+    /// step).
     pub unchanged: Vec<Placement>,
     /// When the last instance serves, ms after the start.
     pub total_ms: u64,
-    /// Tenants that lose service, by tenant and role.
-    pub disruptions: BTreeMap<(TenantId, Role), Disruption>,
+    /// Tenant roles that lose service, ordered by tenant then role.
+    pub disruptions: Vec<Disruption>,
 }
 
 impl ReconfigPlan {
@@ -130,6 +145,11 @@ impl ReconfigPlan {
     /// Number of MIG calls (creates and destroys).
     pub fn mig_operations(&self) -> usize {
         self.steps.iter().filter(|s| s.action != StepAction::Reassign).count()
+    }
+
+    /// The disruption of `tenant` in `role`, if any.
+    pub fn disruption(&self, tenant: &TenantId, role: Role) -> Option<&Disruption> {
+        self.disruptions.iter().find(|d| &d.tenant == tenant && d.role == role)
     }
 }
 
@@ -148,7 +168,7 @@ pub enum DiffError {
         /// `current` or `target`.
         which: &'static str,
         /// The assignment.
-        assignment: String,
+        assignment: Assignment,
     },
 }
 
@@ -160,6 +180,35 @@ pub fn diff(
     latency: &ReconfigLatency,
 ) -> Result<ReconfigPlan, DiffError> {
     diff_assigned(model, current, &[], target, &[], latency)
+}
+
+/// Builds the step list on a sequential MIG-call timeline.
+struct Timeline<'a> {
+    latency: &'a ReconfigLatency,
+    clock: u64,
+    steps: Vec<Step>,
+    /// When each tenant role's newest instance so far is warm.
+    warm_at: BTreeMap<Work, u64>,
+}
+
+impl Timeline<'_> {
+    fn push(&mut self, action: StepAction, placement: Placement, before: Vec<Work>, after: Vec<Work>) {
+        let duration_ms = match action {
+            StepAction::Create => self.latency.create_ms,
+            StepAction::Destroy => self.latency.destroy_ms,
+            StepAction::Reassign => 0,
+        };
+        // Taking work away waits for that work's replacement, if one was made before.
+        let start_ms = before.iter().filter_map(|w| self.warm_at.get(w)).fold(self.clock, |t, &w| t.max(w));
+        self.clock = start_ms + duration_ms;
+        let ready_ms = (action != StepAction::Destroy).then_some(self.clock + self.latency.warmup_ms);
+        if let Some(ready) = ready_ms {
+            for w in &after {
+                self.warm_at.insert(w.clone(), ready);
+            }
+        }
+        self.steps.push(Step { action, placement, before, after, start_ms, duration_ms, ready_ms });
+    }
 }
 
 /// The steps from `current` (whose instances do `current_work`) to `target` (doing `target_work`).
@@ -175,72 +224,43 @@ pub fn diff_assigned(
     target.validate(model).map_err(DiffError::InvalidTarget)?;
     let work_before = work_map("current", current, current_work)?;
     let work_after = work_map("target", target, target_work)?;
-    let work = |m: &BTreeMap<Placement, Vec<(TenantId, Role)>>, p: Placement| m.get(&p).cloned().unwrap_or_default();
+    let work = |m: &BTreeMap<Placement, Vec<Work>>, p: Placement| m.get(&p).cloned().unwrap_or_default();
 
     let unchanged: Vec<Placement> = current.placements().iter().copied().filter(|p| target.contains(*p)).collect();
     let mut creates: Vec<Placement> = target.placements().iter().copied().filter(|p| !current.contains(*p)).collect();
     let mut destroys: Vec<Placement> = current.placements().iter().copied().filter(|p| !target.contains(*p)).collect();
+    let mut reassigns: Vec<Placement> =
+        unchanged.iter().copied().filter(|&p| work(&work_before, p) != work(&work_after, p)).collect();
 
     let mut state = current.clone();
-    let mut clock = 0u64;
-    let mut steps = Vec::new();
-    // When each tenant-role's newest instance so far is warm.
-    let mut warm_at: BTreeMap<(TenantId, Role), u64> = BTreeMap::new();
-    let mut push = |action,
-                    placement,
-                    before: Vec<(TenantId, Role)>,
-                    after: Vec<(TenantId, Role)>,
-                    clock: &mut u64,
-                    duration_ms: u64,
-                    warm: bool| {
-        // A destroy waits for the replacement of its work, if one was made before it.
-        let start_ms = before.iter().filter_map(|k| warm_at.get(k)).fold(*clock, |t, &w| t.max(w));
-        *clock = start_ms + duration_ms;
-        if warm {
-            for k in &after {
-                warm_at.insert(k.clone(), *clock + latency.warmup_ms);
-            }
-        }
-        steps.push(Step {
-            action,
-            placement,
-            before,
-            after,
-            start_ms,
-            duration_ms,
-            ready_ms: warm.then_some(*clock + latency.warmup_ms),
-        });
-    };
-
-    // Reassignments of kept instances need no MIG call: do them first, they are independent of the rest.
-    for &p in &unchanged {
-        let (b, a) = (work(&work_before, p), work(&work_after, p));
-        if b != a {
-            push(StepAction::Reassign, p, b, a, &mut clock, 0, true);
-        }
-    }
-
-    while !creates.is_empty() || !destroys.is_empty() {
+    let mut t = Timeline { latency, clock: 0, steps: Vec::new(), warm_at: BTreeMap::new() };
+    while !creates.is_empty() || !destroys.is_empty() || !reassigns.is_empty() {
         // Make before break: every create whose slices are free goes now.
         let (ready, blocked): (Vec<Placement>, Vec<Placement>) =
             creates.iter().partition(|&&c| state.can_add(model, c));
         if !ready.is_empty() {
             for c in ready {
                 state.insert(c);
-                push(StepAction::Create, c, vec![], work(&work_after, c), &mut clock, latency.create_ms, true);
+                t.push(StepAction::Create, c, vec![], work(&work_after, c));
             }
             creates = blocked;
-            continue;
+        } else if !reassigns.is_empty() {
+            // After the free-slice creates, so displaced work already has somewhere to go.
+            for p in std::mem::take(&mut reassigns) {
+                t.push(StepAction::Reassign, p, work(&work_before, p), work(&work_after, p));
+            }
+        } else {
+            let d = pick_destroy(model, &state, &destroys, &creates);
+            destroys.retain(|&x| x != d);
+            state.remove(d);
+            t.push(StepAction::Destroy, d, work(&work_before, d), vec![]);
         }
-        let d = pick_destroy(model, &state, &destroys, &creates);
-        destroys.retain(|&x| x != d);
-        state.remove(d);
-        push(StepAction::Destroy, d, work(&work_before, d), vec![], &mut clock, latency.destroy_ms, false);
     }
     debug_assert_eq!(&state, target);
 
+    let steps = t.steps;
     let total_ms = steps.iter().map(|s| s.ready_ms.unwrap_or(s.start_ms + s.duration_ms)).max().unwrap_or(0);
-    let disruptions = disruptions(&steps, total_ms);
+    let disruptions = disruptions(&steps);
     Ok(ReconfigPlan { steps, unchanged, total_ms, disruptions })
 }
 
@@ -248,13 +268,13 @@ fn work_map(
     which: &'static str,
     layout: &Layout,
     work: &[Assignment],
-) -> Result<BTreeMap<Placement, Vec<(TenantId, Role)>>, DiffError> {
-    let mut m: BTreeMap<Placement, Vec<(TenantId, Role)>> = BTreeMap::new();
+) -> Result<BTreeMap<Placement, Vec<Work>>, DiffError> {
+    let mut m: BTreeMap<Placement, Vec<Work>> = BTreeMap::new();
     for a in work {
         if !layout.contains(a.placement) {
-            return Err(DiffError::StrayAssignment { which, assignment: a.to_string() });
+            return Err(DiffError::StrayAssignment { which, assignment: a.clone() });
         }
-        m.entry(a.placement).or_default().push((a.tenant.clone(), a.role));
+        m.entry(a.placement).or_default().push(Work { tenant: a.tenant.clone(), role: a.role });
     }
     for v in m.values_mut() {
         v.sort();
@@ -284,25 +304,28 @@ fn pick_destroy(model: GpuModel, state: &Layout, destroys: &[Placement], creates
     best
 }
 
-fn disruptions(steps: &[Step], total_ms: u64) -> BTreeMap<(TenantId, Role), Disruption> {
-    // Per tenant-role: when it first lost an instance, and when its last new instance became warm.
-    let mut lost: BTreeMap<(TenantId, Role), u64> = BTreeMap::new();
-    let mut gained: BTreeMap<(TenantId, Role), u64> = BTreeMap::new();
+fn disruptions(steps: &[Step]) -> Vec<Disruption> {
+    // Per tenant role: when it first lost an instance, and when its last new instance became warm.
+    let mut lost: BTreeMap<&Work, u64> = BTreeMap::new();
+    let mut gained: BTreeMap<&Work, u64> = BTreeMap::new();
     for s in steps {
-        for k in &s.before {
-            lost.entry(k.clone()).or_insert(s.start_ms);
+        for w in &s.before {
+            if !s.after.contains(w) {
+                lost.entry(w).or_insert(s.start_ms);
+            }
         }
         if let Some(ready) = s.ready_ms {
-            for k in &s.after {
-                let e = gained.entry(k.clone()).or_insert(ready);
+            for w in &s.after {
+                let e = gained.entry(w).or_insert(ready);
                 *e = (*e).max(ready);
             }
         }
     }
     lost.into_iter()
-        .filter_map(|(key, from_ms)| {
-            let until_ms = gained.get(&key).copied().unwrap_or(total_ms.max(from_ms));
-            (until_ms > from_ms).then(|| (key.clone(), Disruption { role: key.1, from_ms, until_ms }))
+        .filter_map(|(w, from_ms)| {
+            let until_ms = gained.get(w).copied();
+            let disrupted = until_ms.is_none_or(|u| u > from_ms);
+            disrupted.then(|| Disruption { tenant: w.tenant.clone(), role: w.role, from_ms, until_ms })
         })
         .collect()
 }
@@ -372,11 +395,14 @@ mod tests {
         let plan =
             diff_assigned(m, &l("3g@0 3g@4"), &current, &l("3g@0 2g@4 1g@6"), &target, &ReconfigLatency::default())
                 .unwrap();
-        let disrupted: Vec<&str> = plan.disruptions.keys().map(|(t, _)| t.as_str()).collect();
+        let disrupted: Vec<&str> = plan.disruptions.iter().map(|d| d.tenant.as_str()).collect();
         assert_eq!(disrupted, ["bob"]);
-        let d = plan.disruptions[&(tenant("bob"), Role::Inference)];
+        let d = plan.disruption(&tenant("bob"), Role::Inference).unwrap();
         // bob's 3g@4 goes at 0; 2g@4 is created at 500..1500 and warm at 5500.
-        assert_eq!((d.from_ms, d.until_ms), (0, 5500));
+        assert_eq!((d.from_ms, d.until_ms), (0, Some(5500)));
+        // The plan is JSON for operators and the wire.
+        let json = serde_json::to_string(&plan).unwrap();
+        assert_eq!(serde_json::from_str::<ReconfigPlan>(&json).unwrap(), plan);
     }
 
     #[test]
@@ -386,17 +412,55 @@ mod tests {
             placement: p.parse().unwrap(),
             tenant: tenant("t"),
             role: Role::Inference,
-            preinit: true,
+            preinit: false,
         };
         // The new 3g@4 is on free slices: created and warmed while 3g@0 still serves; then 3g@0 goes away.
         let plan =
             diff_assigned(m, &l("3g@0"), &[a("3g@0")], &l("3g@4"), &[a("3g@4")], &ReconfigLatency::default()).unwrap();
         assert_eq!(plan.steps[0].action, StepAction::Create);
-        let d = plan.disruptions.get(&(tenant("t"), Role::Inference));
         // The destroy waits until the replacement is warm (1000 + 4000): no disruption at all.
-        assert_eq!(d, None);
+        assert_eq!(plan.disruption(&tenant("t"), Role::Inference), None);
         assert_eq!((plan.steps[1].action, plan.steps[1].start_ms), (StepAction::Destroy, 5000));
         assert_eq!(plan.total_ms, 5500);
+    }
+
+    #[test]
+    fn a_reassignment_waits_for_the_displaced_work_to_move() {
+        let m = GpuModel::A100_40GB;
+        let a = |p: &str, t: &str| Assignment {
+            placement: p.parse().unwrap(),
+            tenant: tenant(t),
+            role: Role::Inference,
+            preinit: false,
+        };
+        // x moves from 3g@0 to the new 3g@4; y takes over 3g@0.
+        let plan = diff_assigned(
+            m,
+            &l("3g@0"),
+            &[a("3g@0", "x")],
+            &l("3g@0 3g@4"),
+            &[a("3g@0", "y"), a("3g@4", "x")],
+            &ReconfigLatency::default(),
+        )
+        .unwrap();
+        let order: Vec<String> = plan.steps.iter().map(|s| format!("{} {}", s.action, s.placement)).collect();
+        assert_eq!(order, ["create 3g@4", "reassign 3g@0"]);
+        assert_eq!(plan.steps[1].start_ms, 5000, "reassign waits for x's new instance to be warm");
+        assert_eq!(plan.disruption(&tenant("x"), Role::Inference), None);
+    }
+
+    #[test]
+    fn a_tenant_without_a_new_instance_loses_it_for_good() {
+        let m = GpuModel::A100_40GB;
+        let a = Assignment {
+            placement: "3g@4".parse().unwrap(),
+            tenant: tenant("gone"),
+            role: Role::Inference,
+            preinit: false,
+        };
+        let plan = diff_assigned(m, &l("3g@0 3g@4"), &[a], &l("3g@0"), &[], &ReconfigLatency::default()).unwrap();
+        let d = plan.disruption(&tenant("gone"), Role::Inference).unwrap();
+        assert_eq!((d.from_ms, d.until_ms, d.duration_ms()), (0, None, None));
     }
 
     #[test]
@@ -431,6 +495,10 @@ mod tests {
         };
         let e = diff_assigned(m, &l("7g@0"), &[stray], &l("7g@0"), &[], &ReconfigLatency::default()).unwrap_err();
         assert!(matches!(e, DiffError::StrayAssignment { which: "current", .. }));
+        assert_eq!(
+            e.to_string(),
+            "assignment 1g@0 -> t (inference) names a placement that is not in the current layout"
+        );
     }
 
     #[test]
@@ -468,32 +536,55 @@ mod tests {
             prop_assert_eq!(plan.mig_operations(), changed);
         }
 
-        /// With a tenant on every instance: only tenants whose instance goes away are disrupted, and tenants on
-        /// unchanged instances appear in no step.
+        /// Tenants drawn from a small shared pool: a tenant role whose instances and work are all kept is never
+        /// disrupted and appears in no step; every disrupted role lost an instance or its work on one; a
+        /// disruption ends when the role's last new instance is warm, or never if it has none.
         #[test]
-        fn only_tenants_of_removed_instances_are_disrupted(i in 0usize..10_000, j in 0usize..10_000) {
+        fn disruptions_are_exactly_the_roles_that_lose_an_instance(
+            i in 0usize..10_000,
+            j in 0usize..10_000,
+            owners in prop::collection::vec((0usize..3, prop::bool::ANY), 14),
+        ) {
             let all = layouts();
             let (from, to) = (&all[i % all.len()], &all[j % all.len()]);
             let m = GpuModel::A100_40GB;
-            let who = |p: Placement| Assignment {
-                placement: p,
-                tenant: tenant(&format!("t{}-{}", p.profile.nvidia_id(), p.start)),
-                role: Role::Inference,
-                preinit: false,
+            let assign = |layout: &Layout, offset: usize| -> Vec<Assignment> {
+                layout
+                    .placements()
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &p)| {
+                        let (t, train) = owners[(k + offset) % owners.len()];
+                        let role = if train { Role::Retraining } else { Role::Inference };
+                        Assignment { placement: p, tenant: tenant(&format!("t{t}")), role, preinit: false }
+                    })
+                    .collect()
             };
-            let before: Vec<Assignment> = from.placements().iter().map(|&p| who(p)).collect();
-            let after: Vec<Assignment> = to.placements().iter().map(|&p| who(p)).collect();
+            let before = assign(from, 0);
+            let after = assign(to, 7);
             let plan = diff_assigned(m, from, &before, to, &after, &ReconfigLatency::default()).unwrap();
-            for (t, _) in plan.disruptions.keys() {
-                prop_assert!(
-                    before.iter().any(|a| &a.tenant == t && !to.contains(a.placement)),
-                    "{} disrupted but its instance stays", t
-                );
+            prop_assert_eq!(apply_steps(m, from, &plan.steps), Ok(to.clone()));
+            let key = |a: &Assignment| Work { tenant: a.tenant.clone(), role: a.role };
+            let lost_something = |w: &Work| before.iter().any(|a| &key(a) == w && !after.contains(a));
+            for d in &plan.disruptions {
+                let w = Work { tenant: d.tenant.clone(), role: d.role };
+                prop_assert!(lost_something(&w), "{:?} disrupted without losing anything", w);
+                let gains: Vec<u64> = plan.steps.iter()
+                    .filter(|s| s.after.contains(&w))
+                    .filter_map(|s| s.ready_ms)
+                    .collect();
+                prop_assert_eq!(d.until_ms, gains.iter().copied().max(), "{:?}", d);
+                prop_assert!(d.until_ms.is_none_or(|u| u > d.from_ms));
             }
-            for a in before.iter().filter(|a| to.contains(a.placement)) {
-                prop_assert!(plan.steps.iter().all(|s| s.before.iter().chain(&s.after).all(|(t, _)| t != &a.tenant)));
+            for a in &before {
+                let w = key(a);
+                let kept = before.iter().filter(|b| key(b) == w).all(|b| after.contains(b))
+                    && after.iter().filter(|b| key(b) == w).all(|b| before.contains(b));
+                if kept {
+                    prop_assert!(plan.disruption(&w.tenant, w.role).is_none());
+                    prop_assert!(plan.steps.iter().all(|s| !s.before.contains(&w) && !s.after.contains(&w)));
+                }
             }
-            prop_assert!(plan.steps.iter().all(|s| s.action != StepAction::Reassign));
         }
     }
 }
