@@ -7,9 +7,15 @@
 //!
 //! Tenants refer to model profiles by name; profiles enter the state with [`Command::PutModel`] (the coordinator
 //! loads `configs/models/` at bootstrap). A tenant is accepted only if its model is known and, once the fleet has
-//! GPUs, fits an instance of at least one of them.
+//! GPUs, its inference (and retraining, if any) fits an instance of at least one of them.
+//!
+//! Deleting a tenant that a committed target still assigns *retires* it (like a Kubernetes finalizer): it stays
+//! known, no new plan may give it new work, and the first plan commit after which nothing assigns it removes it.
+//! A tenant update or model replacement that would no longer fit an instance the tenant holds is rejected. A
+//! draining GPU accepts plans that keep or remove its work but add none; a failed GPU accepts only the empty
+//! layout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +25,7 @@ use crate::ids::{GpuId, NodeId, TenantId};
 use crate::invariants::{self, Violation};
 use crate::layout::Layout;
 use crate::model::ModelProfile;
-use crate::plan::{GpuPlan, Plan, Role};
+use crate::plan::{Assignment, GpuPlan, Plan, Role};
 use crate::tenant::TenantSpec;
 use crate::time::SimTime;
 
@@ -70,6 +76,8 @@ pub struct GpuState {
     pub mig_enabled: bool,
     /// The layout the agent last reported applied.
     pub applied: Layout,
+    /// Who its instances serve, as last reported.
+    pub applied_assignments: Vec<Assignment>,
     /// The plan epoch of that report (0 before any plan).
     pub applied_epoch: u64,
     /// The committed target, if any.
@@ -85,6 +93,10 @@ pub struct FleetState {
     pub models: BTreeMap<String, ModelProfile>,
     /// Tenants.
     pub tenants: BTreeMap<TenantId, TenantSpec>,
+    /// Deleted tenants still assigned by a committed target; removed once no target assigns them.
+    pub retiring: BTreeSet<TenantId>,
+    /// The last reported dynamic state of each tenant (accuracy, model version, retraining progress).
+    pub tenant_status: BTreeMap<TenantId, TenantStatus>,
     /// Nodes.
     pub nodes: BTreeMap<NodeId, NodeState>,
     /// GPUs.
@@ -93,6 +105,20 @@ pub struct FleetState {
     pub plan_epoch: u64,
     /// When and by which policy the last plan was made.
     pub last_plan: Option<PlanSummary>,
+}
+
+/// A tenant's dynamic state, reported by the agents that run it and replicated so that a new leader plans from
+/// it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantStatus {
+    /// Accuracy of the model version now serving.
+    pub accuracy: f64,
+    /// Version of the serving model; increases with each completed retraining.
+    pub model_version: u64,
+    /// Work done on the current retraining, 7g GPU-seconds.
+    pub retraining_done_gpu_s: f64,
+    /// Workload time of the report.
+    pub at: SimTime,
 }
 
 /// A committed plan's header.
@@ -168,6 +194,16 @@ pub enum Command {
         epoch: u64,
         /// The layout it observes now.
         layout: Layout,
+        /// Who its instances serve now.
+        #[serde(default)]
+        assignments: Vec<Assignment>,
+    },
+    /// A tenant's accuracy, model version and retraining progress.
+    ReportTenantStatus {
+        /// The tenant.
+        tenant: TenantId,
+        /// Its status.
+        status: TenantStatus,
     },
 }
 
@@ -194,6 +230,18 @@ pub enum Event {
     },
     /// A tenant was deleted.
     TenantDeleted {
+        /// Id.
+        id: TenantId,
+    },
+    /// A tenant was deleted but committed targets still assign it: it is retired until a plan drops it.
+    TenantRetiring {
+        /// Id.
+        id: TenantId,
+        /// GPUs whose target still assigns it.
+        assigned_on: Vec<GpuId>,
+    },
+    /// A tenant's status was recorded.
+    TenantStatusRecorded {
         /// Id.
         id: TenantId,
     },
@@ -226,6 +274,8 @@ pub enum Event {
         epoch: u64,
         /// GPUs with a new target.
         gpus: Vec<GpuId>,
+        /// Retiring tenants removed because no target assigns them any more.
+        tenants_removed: Vec<TenantId>,
     },
     /// An applied layout was recorded.
     LayoutRecorded {
@@ -267,13 +317,15 @@ pub enum Rejected {
     },
     /// The tenant's model fits no instance of any GPU in the fleet.
     #[error(
-        "tenant {tenant}: model `{model}` needs {needed_gib} GiB for inference; the largest instance in the fleet has {largest_gib} GiB"
+        "tenant {tenant}: model `{model}` needs {needed_gib} GiB for {role}; the largest instance in the fleet has {largest_gib} GiB"
     )]
     ModelFitsNoGpu {
         /// The tenant.
         tenant: TenantId,
         /// The model.
         model: String,
+        /// Inference or retraining.
+        role: Role,
         /// GiB needed.
         needed_gib: f64,
         /// Largest instance memory in the fleet.
@@ -313,6 +365,25 @@ pub enum Rejected {
         needed_gib: f64,
         /// GiB the instance has.
         available_gib: f64,
+    },
+    /// The tenant is retiring: it can be neither updated nor given new work.
+    #[error("tenant {0} is being deleted: it can be neither updated nor given new work")]
+    TenantRetiring(TenantId),
+    /// A plan adds work to a draining GPU.
+    #[error("{gpu} is draining: the plan may keep or remove its work but not add {assignment}")]
+    GpuDraining {
+        /// The GPU.
+        gpu: GpuId,
+        /// The new assignment.
+        assignment: Assignment,
+    },
+    /// A status report is invalid or older than the recorded one.
+    #[error("tenant {tenant}: status rejected: {reason}")]
+    BadStatus {
+        /// The tenant.
+        tenant: TenantId,
+        /// Why.
+        reason: String,
     },
     /// A plan's GPU is failed.
     #[error("{0} is failed: plans may not target it")]
@@ -376,16 +447,34 @@ impl FleetState {
                 if !self.tenants.contains_key(&spec.id) {
                     return Err(Rejected::UnknownTenant(spec.id));
                 }
+                if self.retiring.contains(&spec.id) {
+                    return Err(Rejected::TenantRetiring(spec.id));
+                }
                 self.check_tenant(&spec)?;
+                if let Some(model) = self.models.get(&spec.model) {
+                    self.check_held_instances_fit(&spec.id, model)?;
+                }
                 let id = spec.id.clone();
                 self.tenants.insert(id.clone(), spec);
                 Event::TenantUpdated { id }
             }
             Command::DeleteTenant { id } => {
-                if self.tenants.remove(&id).is_none() {
+                if !self.tenants.contains_key(&id) {
                     return Err(Rejected::UnknownTenant(id));
                 }
-                Event::TenantDeleted { id }
+                let assigned_on: Vec<GpuId> = self
+                    .gpus
+                    .iter()
+                    .filter(|(_, g)| g.target.as_ref().is_some_and(|t| t.assignments.iter().any(|a| a.tenant == id)))
+                    .map(|(gid, _)| gid.clone())
+                    .collect();
+                if assigned_on.is_empty() {
+                    self.remove_tenant(&id);
+                    Event::TenantDeleted { id }
+                } else {
+                    self.retiring.insert(id.clone());
+                    Event::TenantRetiring { id, assigned_on }
+                }
             }
             Command::RegisterNode { node, address, gpus, at } => self.register_node(node, address, gpus, at)?,
             Command::RemoveNode { node } => {
@@ -402,7 +491,10 @@ impl FleetState {
                 Event::GpuHealthSet { gpu, health }
             }
             Command::CommitPlan { plan } => self.commit_plan(plan)?,
-            Command::LayoutApplied { gpu, epoch, layout } => self.layout_applied(gpu, epoch, layout)?,
+            Command::LayoutApplied { gpu, epoch, layout, assignments } => {
+                self.layout_applied(gpu, epoch, layout, assignments)?
+            }
+            Command::ReportTenantStatus { tenant, status } => self.tenant_status(tenant, status)?,
         };
         debug_assert_eq!(self.check_invariants(), Ok(()), "after {event:?}");
         Ok(event)
@@ -411,6 +503,9 @@ impl FleetState {
     fn put_model(&mut self, profile: ModelProfile) -> Result<Event, Rejected> {
         validate_model_profile(&profile)
             .map_err(|error| Rejected::Invalid { what: format!("model {}", profile.name), error })?;
+        for t in self.tenants.values().filter(|t| t.model == profile.name) {
+            self.check_held_instances_fit(&t.id, &profile)?;
+        }
         let name = profile.name.clone();
         let replaced = self.models.insert(name.clone(), profile).is_some();
         Ok(Event::ModelPut { name, replaced })
@@ -424,15 +519,64 @@ impl FleetState {
             known: self.models.keys().cloned().collect(),
         })?;
         let largest_gib = self.gpus.values().map(|g| g.model.spec().memory_gib).fold(0.0, f64::max);
-        if !self.gpus.is_empty() && model.inference_memory_gib > largest_gib {
-            return Err(Rejected::ModelFitsNoGpu {
-                tenant: spec.id.clone(),
-                model: spec.model.clone(),
-                needed_gib: model.inference_memory_gib,
-                largest_gib,
-            });
+        let mut needs = vec![(Role::Inference, model.inference_memory_gib)];
+        if spec.retraining.is_some() {
+            needs.push((Role::Retraining, model.training_memory_gib));
+        }
+        for (role, needed_gib) in needs {
+            if !self.gpus.is_empty() && needed_gib > largest_gib {
+                return Err(Rejected::ModelFitsNoGpu {
+                    tenant: spec.id.clone(),
+                    model: spec.model.clone(),
+                    role,
+                    needed_gib,
+                    largest_gib,
+                });
+            }
         }
         Ok(())
+    }
+
+    /// Every instance a committed target gives `tenant` still fits `model`.
+    fn check_held_instances_fit(&self, tenant: &TenantId, model: &ModelProfile) -> Result<(), Rejected> {
+        for (gid, g) in &self.gpus {
+            for a in g.target.iter().flat_map(|t| &t.assignments).filter(|a| &a.tenant == tenant) {
+                check_fit(gid, g.model, a, model)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_tenant(&mut self, id: &TenantId) {
+        self.tenants.remove(id);
+        self.tenant_status.remove(id);
+        self.retiring.remove(id);
+    }
+
+    fn tenant_status(&mut self, tenant: TenantId, status: TenantStatus) -> Result<Event, Rejected> {
+        if !self.tenants.contains_key(&tenant) {
+            return Err(Rejected::UnknownTenant(tenant));
+        }
+        let bad = |reason: String| Rejected::BadStatus { tenant: tenant.clone(), reason };
+        if !(0.0..=1.0).contains(&status.accuracy) {
+            return Err(bad(format!("accuracy {} is not in [0, 1]", status.accuracy)));
+        }
+        if !status.retraining_done_gpu_s.is_finite() || status.retraining_done_gpu_s < 0.0 {
+            return Err(bad(format!(
+                "retraining progress {} is not a non-negative number",
+                status.retraining_done_gpu_s
+            )));
+        }
+        if let Some(old) = self.tenant_status.get(&tenant) {
+            if status.at < old.at {
+                return Err(bad(format!("report at {} is older than the recorded one at {}", status.at, old.at)));
+            }
+            if status.model_version < old.model_version {
+                return Err(bad(format!("model version {} is older than {}", status.model_version, old.model_version)));
+            }
+        }
+        self.tenant_status.insert(tenant.clone(), status);
+        Ok(Event::TenantStatusRecorded { id: tenant })
     }
 
     fn register_node(
@@ -463,6 +607,7 @@ impl FleetState {
                 // Same hardware: keep health, target and epochs; take the observed layout.
                 Some(g) if g.model == d.model => {
                     g.mig_enabled = d.mig_enabled;
+                    g.applied_assignments.retain(|a| d.layout.contains(a.placement));
                     g.applied = d.layout;
                 }
                 _ => {
@@ -473,6 +618,7 @@ impl FleetState {
                             health: GpuHealth::Healthy,
                             mig_enabled: d.mig_enabled,
                             applied: d.layout,
+                            applied_assignments: Vec::new(),
                             applied_epoch: 0,
                             target: None,
                             target_epoch: 0,
@@ -493,30 +639,24 @@ impl FleetState {
             if gpu.health == GpuHealth::Failed && !gp.layout.is_empty() {
                 return Err(Rejected::GpuFailed(id.clone()));
             }
+            let current = gpu.target.as_ref().map_or(&[][..], |t| t.assignments.as_slice());
+            if gpu.health == GpuHealth::Draining
+                && let Some(a) = gp.assignments.iter().find(|a| !current.contains(a))
+            {
+                return Err(Rejected::GpuDraining { gpu: id.clone(), assignment: a.clone() });
+            }
             if !gp.expected_goodput.is_finite() || gp.expected_goodput < 0.0 {
                 return Err(Rejected::BadGoodput { gpu: id.clone(), value: gp.expected_goodput });
             }
             invariants::check_gpu_plan(id, gpu.model, gp)?;
             for a in &gp.assignments {
                 let tenant = self.tenants.get(&a.tenant).ok_or_else(|| Rejected::UnknownTenant(a.tenant.clone()))?;
-                let spec = gpu.model.profile(a.placement.profile).expect("validated layout");
+                if self.retiring.contains(&a.tenant) && !current.contains(a) {
+                    return Err(Rejected::TenantRetiring(a.tenant.clone()));
+                }
                 // A tenant whose model profile was never put is caught at tenant creation.
                 if let Some(model) = self.models.get(&tenant.model) {
-                    let (fits, needed_gib) = match a.role {
-                        Role::Inference => (model.fits_inference(spec), model.inference_memory_gib),
-                        Role::Retraining => (model.fits_training(spec), model.training_memory_gib),
-                    };
-                    if !fits {
-                        return Err(Rejected::DoesNotFit {
-                            gpu: id.clone(),
-                            tenant: a.tenant.clone(),
-                            model: tenant.model.clone(),
-                            role: a.role,
-                            placement: a.placement,
-                            needed_gib,
-                            available_gib: spec.memory_gib,
-                        });
-                    }
+                    check_fit(id, gpu.model, a, model)?;
                 }
             }
         }
@@ -533,10 +673,23 @@ impl FleetState {
             g.target = Some(gp);
             g.target_epoch = plan.epoch;
         }
-        Ok(Event::PlanCommitted { epoch: plan.epoch, gpus })
+        let still_assigned: BTreeSet<&TenantId> =
+            self.gpus.values().flat_map(|g| g.target.iter().flat_map(|t| &t.assignments)).map(|a| &a.tenant).collect();
+        let tenants_removed: Vec<TenantId> =
+            self.retiring.iter().filter(|t| !still_assigned.contains(t)).cloned().collect();
+        for t in &tenants_removed {
+            self.remove_tenant(t);
+        }
+        Ok(Event::PlanCommitted { epoch: plan.epoch, gpus, tenants_removed })
     }
 
-    fn layout_applied(&mut self, gpu: GpuId, epoch: u64, layout: Layout) -> Result<Event, Rejected> {
+    fn layout_applied(
+        &mut self,
+        gpu: GpuId,
+        epoch: u64,
+        layout: Layout,
+        mut assignments: Vec<Assignment>,
+    ) -> Result<Event, Rejected> {
         let g = self.gpus.get(&gpu).ok_or_else(|| Rejected::UnknownGpu(gpu.clone()))?;
         if epoch < g.applied_epoch {
             return Err(Rejected::StaleReport { gpu, epoch, recorded: g.applied_epoch });
@@ -545,9 +698,17 @@ impl FleetState {
             return Err(Rejected::FutureReport { gpu, epoch, committed: self.plan_epoch });
         }
         invariants::layout_valid_for_model(&gpu, g.model, &layout)?;
+        invariants::placement_serves_at_most_one_role(&gpu, &layout, &assignments)?;
+        assignments.sort();
         let g = self.gpus.get_mut(&gpu).expect("checked above");
-        let converged = g.target.as_ref().is_some_and(|t| t.layout == layout) && epoch == g.target_epoch;
+        let converged = epoch == g.target_epoch
+            && g.target.as_ref().is_some_and(|t| {
+                let mut want = t.assignments.clone();
+                want.sort();
+                t.layout == layout && want == assignments
+            });
         g.applied = layout;
+        g.applied_assignments = assignments;
         g.applied_epoch = epoch;
         Ok(Event::LayoutRecorded { gpu, epoch, converged })
     }
@@ -559,6 +720,7 @@ impl FleetState {
             invariants::layout_valid_for_model(id, g.model, &g.applied)?;
             if let Some(t) = &g.target {
                 invariants::check_gpu_plan(id, g.model, t)?;
+                invariants::assignments_name_known_tenants(id, &t.assignments, |t| self.tenants.contains_key(t))?;
                 if g.target_epoch > self.plan_epoch {
                     return Err(Violation::EpochWentBack { previous: g.target_epoch, next: self.plan_epoch });
                 }
@@ -567,8 +729,34 @@ impl FleetState {
         Ok(())
     }
 
+    /// Tenants that can be planned: known and not retiring, in id order.
+    pub fn active_tenants(&self) -> impl Iterator<Item = &TenantSpec> {
+        self.tenants.values().filter(|t| !self.retiring.contains(&t.id))
+    }
+
     /// GPUs that can take work (healthy), in id order.
     pub fn schedulable_gpus(&self) -> impl Iterator<Item = (&GpuId, &GpuState)> {
         self.gpus.iter().filter(|(_, g)| g.health == GpuHealth::Healthy)
     }
+}
+
+/// Whether the model of `a`'s tenant fits its instance on a GPU of `gpu_model`, for its role.
+fn check_fit(gpu: &GpuId, gpu_model: GpuModel, a: &Assignment, model: &ModelProfile) -> Result<(), Rejected> {
+    let spec = gpu_model.profile(a.placement.profile).expect("validated layout");
+    let (fits, needed_gib) = match a.role {
+        Role::Inference => (model.fits_inference(spec), model.inference_memory_gib),
+        Role::Retraining => (model.fits_training(spec), model.training_memory_gib),
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(Rejected::DoesNotFit {
+        gpu: gpu.clone(),
+        tenant: a.tenant.clone(),
+        model: model.name.clone(),
+        role: a.role,
+        placement: a.placement,
+        needed_gib,
+        available_gib: spec.memory_gib,
+    })
 }

@@ -1,12 +1,12 @@
 //! Invariants as code: one function each, with why it must hold. The state machine checks them before accepting a
 //! command (and with `debug_assert!` after applying one); the simulator checks them every step.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::catalog::GpuModel;
 use crate::ids::{GpuId, TenantId};
 use crate::layout::{Layout, LayoutError, Placement};
-use crate::plan::{GpuPlan, Role};
+use crate::plan::{Assignment, GpuPlan, Role};
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -61,6 +61,14 @@ pub enum Violation {
         /// How many.
         count: usize,
     },
+    /// An assignment names a tenant the fleet does not know.
+    #[error("{gpu}: assigned tenant {tenant} does not exist")]
+    UnknownTenant {
+        /// The GPU.
+        gpu: GpuId,
+        /// The tenant.
+        tenant: TenantId,
+    },
     /// A plan epoch went backwards.
     #[error("plan epoch {next} does not follow {previous} (epochs must increase)")]
     EpochWentBack {
@@ -93,10 +101,14 @@ pub fn no_slice_used_twice(gpu: &GpuId, layout: &Layout) -> Result<(), Violation
 
 /// Each instance serves at most one tenant role, and only instances of the layout are assigned: two jobs on one
 /// instance would share its SMs and memory without the planner having accounted for it.
-pub fn placement_serves_at_most_one_role(gpu: &GpuId, plan: &GpuPlan) -> Result<(), Violation> {
+pub fn placement_serves_at_most_one_role(
+    gpu: &GpuId,
+    layout: &Layout,
+    assignments: &[Assignment],
+) -> Result<(), Violation> {
     let mut uses: BTreeMap<Placement, usize> = BTreeMap::new();
-    for a in &plan.assignments {
-        if !plan.layout.contains(a.placement) {
+    for a in assignments {
+        if !layout.contains(a.placement) {
             return Err(Violation::AssignmentOutsideLayout {
                 gpu: gpu.clone(),
                 tenant: a.tenant.clone(),
@@ -113,9 +125,9 @@ pub fn placement_serves_at_most_one_role(gpu: &GpuId, plan: &GpuPlan) -> Result<
 
 /// A tenant has at most one inference instance per GPU: requests are routed per GPU to one instance, and the
 /// planner's capacity model (and ELSA-style dispatch across sizes) works across GPUs, not within one.
-pub fn tenant_has_at_most_one_inference_per_gpu(gpu: &GpuId, plan: &GpuPlan) -> Result<(), Violation> {
+pub fn tenant_has_at_most_one_inference_per_gpu(gpu: &GpuId, assignments: &[Assignment]) -> Result<(), Violation> {
     let mut seen: BTreeMap<&TenantId, usize> = BTreeMap::new();
-    for a in plan.assignments.iter().filter(|a| a.role == Role::Inference) {
+    for a in assignments.iter().filter(|a| a.role == Role::Inference) {
         *seen.entry(&a.tenant).or_insert(0) += 1;
     }
     match seen.into_iter().find(|(_, n)| *n > 1) {
@@ -145,19 +157,27 @@ pub fn check_gpu_plan(gpu: &GpuId, model: GpuModel, plan: &GpuPlan) -> Result<()
     }
     no_slice_used_twice(gpu, &plan.layout)?;
     layout_valid_for_model(gpu, model, &plan.layout)?;
-    placement_serves_at_most_one_role(gpu, plan)?;
-    tenant_has_at_most_one_inference_per_gpu(gpu, plan)
+    placement_serves_at_most_one_role(gpu, &plan.layout, &plan.assignments)?;
+    tenant_has_at_most_one_inference_per_gpu(gpu, &plan.assignments)
 }
 
-/// The tenants a plan mentions.
-pub fn tenants_of(plan: &GpuPlan) -> BTreeSet<&TenantId> {
-    plan.assignments.iter().map(|a| &a.tenant).collect()
+/// Every assignment of a committed target names a tenant the fleet knows: an agent told to serve a tenant that no
+/// longer exists has no model to load, and the planner's accounting would count work nobody asked for. Deleting an
+/// assigned tenant therefore retires it until a plan without it is committed.
+pub fn assignments_name_known_tenants<'a>(
+    gpu: &GpuId,
+    assignments: &[Assignment],
+    known: impl Fn(&TenantId) -> bool + 'a,
+) -> Result<(), Violation> {
+    match assignments.iter().find(|a| !known(&a.tenant)) {
+        Some(a) => Err(Violation::UnknownTenant { gpu: gpu.clone(), tenant: a.tenant.clone() }),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Assignment;
 
     fn gpu() -> GpuId {
         "n/0".parse().unwrap()

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use tessera_core::GpuModel;
 use tessera_core::accuracy::{Drift, OptimusCurve};
-use tessera_core::fleet::{Command, Event, FleetState, GpuDescriptor, GpuHealth, Rejected};
+use tessera_core::fleet::{Command, Event, FleetState, GpuDescriptor, GpuHealth, Rejected, TenantStatus};
 use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::invariants::Violation;
 use tessera_core::layout::Layout;
@@ -154,6 +154,13 @@ fn tenants_are_validated_against_models_and_the_fleet() {
         e.to_string(),
         "tenant c: model `huge` needs 120 GiB for inference; the largest instance in the fleet has 39.25 GiB"
     );
+    // Retraining memory counts too when the tenant retrains.
+    s.apply(Command::PutModel { profile: model("trains-big", 2.0, 60.0) }).unwrap();
+    let e = rejected(&mut s, Command::CreateTenant { spec: tenant("c", "trains-big") });
+    assert!(e.to_string().contains("needs 60 GiB for retraining"), "{e}");
+    let mut serve_only = tenant("d", "trains-big");
+    serve_only.retraining = None;
+    s.apply(Command::CreateTenant { spec: serve_only }).unwrap();
     let mut bad = tenant("c", "small");
     bad.slo_ms = -1.0;
     let e = rejected(&mut s, Command::CreateTenant { spec: bad });
@@ -207,7 +214,7 @@ fn plans_are_committed_only_when_every_rule_holds() {
     let good = vec![assign("3g@0", "a", Role::Inference), assign("3g@4", "b", Role::Inference)];
     assert_eq!(
         s.apply(plan(1, &[("n/0", "3g@0 3g@4", good.clone())])),
-        Ok(Event::PlanCommitted { epoch: 1, gpus: vec![gpu("n/0")] })
+        Ok(Event::PlanCommitted { epoch: 1, gpus: vec![gpu("n/0")], tenants_removed: vec![] })
     );
     assert_eq!(s.plan_epoch, 1);
 
@@ -253,8 +260,12 @@ fn applied_layouts_are_recorded_in_epoch_order() {
     let mut s = fleet();
     s.apply(plan(1, &[("n/0", "4g@0 3g@4", vec![])])).unwrap();
     s.apply(plan(2, &[("n/0", "7g@0", vec![])])).unwrap();
-    let applied =
-        |epoch, layout: &str| Command::LayoutApplied { gpu: gpu("n/0"), epoch, layout: layout.parse().unwrap() };
+    let applied = |epoch, layout: &str| Command::LayoutApplied {
+        gpu: gpu("n/0"),
+        epoch,
+        layout: layout.parse().unwrap(),
+        assignments: vec![],
+    };
     // Half-way through epoch 2's reconfiguration: recorded, not converged.
     assert_eq!(s.apply(applied(2, "3g@4")), Ok(Event::LayoutRecorded { gpu: gpu("n/0"), epoch: 2, converged: false }));
     assert_eq!(s.apply(applied(2, "7g@0")), Ok(Event::LayoutRecorded { gpu: gpu("n/0"), epoch: 2, converged: true }));
@@ -271,7 +282,21 @@ fn commands_round_trip_through_json() {
         Command::CreateTenant { spec: tenant("a", "small") },
         register("n", &[GpuModel::H200_141GB]),
         plan(1, &[("n/0", "3g@0 3g@4", vec![assign("3g@4", "a", Role::Retraining)])]),
-        Command::LayoutApplied { gpu: gpu("n/0"), epoch: 1, layout: "3g@4".parse().unwrap() },
+        Command::LayoutApplied {
+            gpu: gpu("n/0"),
+            epoch: 1,
+            layout: "3g@4".parse().unwrap(),
+            assignments: vec![assign("3g@4", "a", Role::Retraining)],
+        },
+        Command::ReportTenantStatus {
+            tenant: TenantId::new("a").unwrap(),
+            status: TenantStatus {
+                accuracy: 0.8,
+                model_version: 2,
+                retraining_done_gpu_s: 12.5,
+                at: SimTime::from_secs(9),
+            },
+        },
     ];
     for c in cmds {
         let json = serde_json::to_string(&c).unwrap();
@@ -289,6 +314,15 @@ fn arb_command() -> impl Strategy<Value = Command> {
         (tenants.clone(), models.clone()).prop_map(|(t, m)| Command::CreateTenant { spec: tenant(t, m) }),
         (tenants.clone(), models).prop_map(|(t, m)| Command::UpdateTenant { spec: tenant(t, m) }),
         tenants.clone().prop_map(|t| Command::DeleteTenant { id: TenantId::new(t).unwrap() }),
+        (tenants.clone(), 0u64..4, 0u64..4).prop_map(|(t, v, at)| Command::ReportTenantStatus {
+            tenant: TenantId::new(t).unwrap(),
+            status: TenantStatus {
+                accuracy: 0.7,
+                model_version: v,
+                retraining_done_gpu_s: 1.0,
+                at: SimTime::from_secs(at)
+            },
+        }),
         prop::sample::select(vec!["n", "m"]).prop_map(|n| register(n, &[GpuModel::A100_40GB, GpuModel::H100_80GB])),
         prop::sample::select(vec!["n", "m"]).prop_map(|n| Command::RemoveNode { node: node(n) }),
         (gpus.clone(), prop::sample::select(vec![GpuHealth::Healthy, GpuHealth::Draining, GpuHealth::Failed]))
@@ -301,7 +335,8 @@ fn arb_command() -> impl Strategy<Value = Command> {
         (0u64..6, gpus, layouts).prop_map(|(e, g, l)| Command::LayoutApplied {
             gpu: gpu(g),
             epoch: e,
-            layout: l.parse().unwrap()
+            layout: l.parse().unwrap(),
+            assignments: vec![],
         }),
     ]
 }
@@ -325,4 +360,102 @@ proptest! {
             last_epoch = s.plan_epoch;
         }
     }
+}
+
+#[test]
+fn deleting_an_assigned_tenant_retires_it_until_a_plan_drops_it() {
+    let mut s = fleet();
+    s.apply(plan(1, &[("n/0", "3g@0 3g@4", vec![assign("3g@0", "a", Role::Inference)])])).unwrap();
+    let a = TenantId::new("a").unwrap();
+    assert_eq!(
+        s.apply(Command::DeleteTenant { id: a.clone() }),
+        Ok(Event::TenantRetiring { id: a.clone(), assigned_on: vec![gpu("n/0")] })
+    );
+    assert!(s.tenants.contains_key(&a) && s.retiring.contains(&a));
+    assert_eq!(s.active_tenants().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["b"]);
+    // No update, no new work; keeping its current instance is allowed.
+    assert!(matches!(
+        rejected(&mut s, Command::UpdateTenant { spec: tenant("a", "small") }),
+        Rejected::TenantRetiring(_)
+    ));
+    let more = vec![assign("3g@0", "a", Role::Inference), assign("3g@4", "a", Role::Retraining)];
+    assert!(matches!(rejected(&mut s, plan(2, &[("n/0", "3g@0 3g@4", more)])), Rejected::TenantRetiring(_)));
+    let ev = s.apply(plan(2, &[("n/0", "3g@0 3g@4", vec![assign("3g@0", "a", Role::Inference)])])).unwrap();
+    assert_eq!(ev, Event::PlanCommitted { epoch: 2, gpus: vec![gpu("n/0")], tenants_removed: vec![] });
+    // The plan that drops it removes it.
+    let ev = s.apply(plan(3, &[("n/0", "7g@0", vec![assign("7g@0", "b", Role::Inference)])])).unwrap();
+    assert_eq!(ev, Event::PlanCommitted { epoch: 3, gpus: vec![gpu("n/0")], tenants_removed: vec![a.clone()] });
+    assert!(!s.tenants.contains_key(&a) && s.retiring.is_empty());
+    // Deleting a tenant nobody assigns removes it at once.
+    s.apply(Command::CreateTenant { spec: tenant("c", "small") }).unwrap();
+    let c = TenantId::new("c").unwrap();
+    assert_eq!(s.apply(Command::DeleteTenant { id: c.clone() }), Ok(Event::TenantDeleted { id: c }));
+}
+
+#[test]
+fn updates_that_would_not_fit_held_instances_are_rejected() {
+    let mut s = fleet();
+    s.apply(plan(1, &[("n/0", "1g@0", vec![assign("1g@0", "a", Role::Inference)])])).unwrap();
+    // Switching tenant a to the 17.5 GiB model while it holds a 4.75 GiB 1g instance.
+    let e = rejected(&mut s, Command::UpdateTenant { spec: tenant("a", "big") });
+    assert_eq!(e.to_string(), "n/0: a's model `big` needs 17.5 GiB for inference; 1g@0 has 4.75 GiB");
+    // Growing the model itself is refused the same way.
+    let e = rejected(&mut s, Command::PutModel { profile: model("small", 6.0, 4.0) });
+    assert!(matches!(e, Rejected::DoesNotFit { .. }), "{e}");
+    s.apply(Command::PutModel { profile: model("small", 2.0, 4.0) }).unwrap();
+}
+
+#[test]
+fn draining_gpus_keep_or_shed_work_but_take_none() {
+    let mut s = fleet();
+    s.apply(plan(1, &[("n/0", "3g@0 3g@4", vec![assign("3g@0", "a", Role::Inference)])])).unwrap();
+    s.apply(Command::SetGpuHealth { gpu: gpu("n/0"), health: GpuHealth::Draining }).unwrap();
+    let more = vec![assign("3g@0", "a", Role::Inference), assign("3g@4", "b", Role::Inference)];
+    let e = rejected(&mut s, plan(2, &[("n/0", "3g@0 3g@4", more)]));
+    assert_eq!(
+        e.to_string(),
+        "n/0 is draining: the plan may keep or remove its work but not add 3g@4 -> b (inference)"
+    );
+    s.apply(plan(2, &[("n/0", "3g@0 3g@4", vec![assign("3g@0", "a", Role::Inference)])])).unwrap();
+    s.apply(plan(3, &[("n/0", "-", vec![])])).unwrap();
+}
+
+#[test]
+fn applied_assignments_decide_convergence() {
+    let mut s = fleet();
+    let work = vec![assign("3g@0", "a", Role::Inference), assign("3g@4", "b", Role::Retraining)];
+    s.apply(plan(1, &[("n/0", "3g@0 3g@4", work.clone())])).unwrap();
+    let report = |assignments: Vec<Assignment>| Command::LayoutApplied {
+        gpu: gpu("n/0"),
+        epoch: 1,
+        layout: "3g@0 3g@4".parse().unwrap(),
+        assignments,
+    };
+    // Right layout, work not loaded yet: not converged.
+    assert_eq!(s.apply(report(vec![])), Ok(Event::LayoutRecorded { gpu: gpu("n/0"), epoch: 1, converged: false }));
+    let mut reversed = work.clone();
+    reversed.reverse();
+    assert_eq!(s.apply(report(reversed)), Ok(Event::LayoutRecorded { gpu: gpu("n/0"), epoch: 1, converged: true }));
+    assert_eq!(s.gpus[&gpu("n/0")].applied_assignments, work);
+    let stray = vec![assign("7g@0", "a", Role::Inference)];
+    assert!(matches!(rejected(&mut s, report(stray)), Rejected::Violation(Violation::AssignmentOutsideLayout { .. })));
+}
+
+#[test]
+fn tenant_status_is_recorded_in_order() {
+    let mut s = fleet();
+    let a = TenantId::new("a").unwrap();
+    let status = |accuracy, model_version, at| Command::ReportTenantStatus {
+        tenant: a.clone(),
+        status: TenantStatus { accuracy, model_version, retraining_done_gpu_s: 3.0, at: SimTime::from_secs(at) },
+    };
+    s.apply(status(0.72, 1, 10)).unwrap();
+    s.apply(status(0.81, 2, 20)).unwrap();
+    assert_eq!(s.tenant_status[&a].model_version, 2);
+    let e = rejected(&mut s, status(0.8, 2, 15));
+    assert_eq!(e.to_string(), "tenant a: status rejected: report at 15.000s is older than the recorded one at 20.000s");
+    assert!(matches!(rejected(&mut s, status(0.8, 1, 30)), Rejected::BadStatus { .. }));
+    assert!(matches!(rejected(&mut s, status(1.5, 3, 30)), Rejected::BadStatus { .. }));
+    s.apply(Command::DeleteTenant { id: a.clone() }).unwrap();
+    assert!(!s.tenant_status.contains_key(&a));
 }
