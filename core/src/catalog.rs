@@ -325,7 +325,8 @@ static A100_40GB_SPEC: GpuSpec = GpuSpec {
     model: GpuModel::A100_40GB,
     short_name: "A100-40GB",
     product_name: "NVIDIA A100-SXM4-40GB",
-    aliases: &["A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "A100-PCIE-40GB", "A100"],
+    // PCIe 40GB boards have the same 108-SM chip and MIG table. A bare "A100" is ambiguous (40 or 80 GB): refused.
+    aliases: &["A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "A100-PCIE-40GB"],
     sms_7g: 98,
     memory_gib: 39.25,
     min_driver: "R450",
@@ -347,7 +348,8 @@ static H100_80GB_SPEC: GpuSpec = GpuSpec {
     model: GpuModel::H100_80GB,
     short_name: "H100-80GB",
     product_name: "NVIDIA H100 80GB HBM3",
-    aliases: &["H100 80GB HBM3", "H100-SXM5-80GB", "NVIDIA H100 PCIe", "H100 PCIe", "H100"],
+    // H100 PCIe (114 SMs) and H100 NVL have other SM counts and are not in the reference tables: not aliased.
+    aliases: &["H100 80GB HBM3", "H100-SXM5-80GB"],
     sms_7g: 132,
     memory_gib: 79.25,
     min_driver: "R525",
@@ -522,6 +524,9 @@ mod tests {
         ];
         for (name, model) in cases {
             assert_eq!(name.parse::<GpuModel>(), Ok(model), "{name}");
+        }
+        for ambiguous in ["A100", "H100", "NVIDIA H100 PCIe"] {
+            assert!(ambiguous.parse::<GpuModel>().is_err(), "{ambiguous}");
         }
         let err = "V100".parse::<GpuModel>().unwrap_err();
         assert!(err.to_string().contains("unknown GPU model `V100`"));

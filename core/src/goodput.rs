@@ -2,8 +2,12 @@
 //!
 //! **Goodput** is the sum, over inference requests completed within their SLO, of the accuracy of the model version
 //! that served them. It is always reported beside **SLO attainment** (requests within SLO / requests that arrived,
-//! dropped ones included) and **mean accuracy** (over completed requests), never alone: a policy can raise one by
-//! sacrificing the other.
+//! dropped ones and ones still queued included) and **mean accuracy** (over completed requests), never alone: a
+//! policy can raise one by sacrificing the other.
+//!
+//! Requests are counted when they **arrive** ([`GoodputLedger::record_arrivals`]); completions and drops settle
+//! them later. A request still queued when a window's ledger is read counts against attainment until it completes,
+//! so a backlog can never look like good service.
 
 use std::ops::AddAssign;
 
@@ -12,7 +16,7 @@ use serde::{Deserialize, Serialize};
 /// Counters for a tenant, a GPU or a whole run. Merge with `+=`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct GoodputLedger {
-    /// Requests that arrived.
+    /// Requests that arrived (completed, dropped or still in flight).
     pub requests: u64,
     /// Requests completed (within SLO or not).
     pub completed: u64,
@@ -27,9 +31,13 @@ pub struct GoodputLedger {
 }
 
 impl GoodputLedger {
-    /// Records a completed request.
+    /// Records `n` arriving requests.
+    pub fn record_arrivals(&mut self, n: u64) {
+        self.requests += n;
+    }
+
+    /// Records the completion of a request that arrived earlier.
     pub fn record_completion(&mut self, latency_ms: f64, slo_ms: f64, accuracy: f64) {
-        self.requests += 1;
         self.completed += 1;
         self.accuracy_sum += accuracy;
         if latency_ms <= slo_ms {
@@ -38,9 +46,8 @@ impl GoodputLedger {
         }
     }
 
-    /// Records `n` requests completed with the same latency and accuracy (a batch).
+    /// Records the completion of `n` earlier arrivals with the same latency and accuracy (a batch).
     pub fn record_batch(&mut self, n: u64, latency_ms: f64, slo_ms: f64, accuracy: f64) {
-        self.requests += n;
         self.completed += n;
         self.accuracy_sum += accuracy * n as f64;
         if latency_ms <= slo_ms {
@@ -49,10 +56,14 @@ impl GoodputLedger {
         }
     }
 
-    /// Records a dropped request.
+    /// Records that an earlier arrival was dropped without being served.
     pub fn record_drop(&mut self) {
-        self.requests += 1;
         self.dropped += 1;
+    }
+
+    /// Requests that arrived and are neither completed nor dropped.
+    pub fn in_flight(&self) -> u64 {
+        self.requests.saturating_sub(self.completed + self.dropped)
     }
 
     /// Requests within SLO over requests that arrived (1 when none arrived).
@@ -90,11 +101,12 @@ mod tests {
     #[test]
     fn ledger_counts_goodput_attainment_and_accuracy() {
         let mut l = GoodputLedger::default();
+        l.record_arrivals(5);
         l.record_completion(10.0, 20.0, 0.9);
         l.record_completion(30.0, 20.0, 0.9);
         l.record_batch(2, 5.0, 20.0, 0.5);
         l.record_drop();
-        assert_eq!((l.requests, l.completed, l.within_slo, l.dropped), (5, 4, 3, 1));
+        assert_eq!((l.requests, l.completed, l.within_slo, l.dropped, l.in_flight()), (5, 4, 3, 1, 0));
         assert!((l.goodput - 1.9).abs() < 1e-12);
         assert!((l.slo_attainment() - 0.6).abs() < 1e-12);
         assert!((l.mean_accuracy() - 0.7).abs() < 1e-12);
@@ -103,6 +115,15 @@ mod tests {
         total += l;
         assert_eq!(total.requests, 10);
         assert!((total.slo_attainment() - 0.6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_backlog_counts_against_attainment() {
+        let mut l = GoodputLedger::default();
+        l.record_arrivals(10);
+        l.record_batch(4, 5.0, 20.0, 0.8);
+        assert_eq!(l.in_flight(), 6);
+        assert!((l.slo_attainment() - 0.4).abs() < 1e-12);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Time as an explicit value. `core` and `planner` never read a clock: callers pass a [`SimTime`].
 
 use std::fmt;
-use std::ops::{Add, Sub};
+use std::ops::Add;
 
 use serde::{Deserialize, Serialize};
 
@@ -38,19 +38,18 @@ impl SimTime {
     pub const fn saturating_since(self, earlier: SimTime) -> u64 {
         self.0.saturating_sub(earlier.0)
     }
+
+    /// Milliseconds from `earlier` to `self`, `None` if `earlier` is later. (There is deliberately no `-`: a
+    /// negative duration is a bug to handle, not to hide.)
+    pub const fn checked_since(self, earlier: SimTime) -> Option<u64> {
+        self.0.checked_sub(earlier.0)
+    }
 }
 
 impl Add<u64> for SimTime {
     type Output = SimTime;
     fn add(self, ms: u64) -> SimTime {
         SimTime(self.0 + ms)
-    }
-}
-
-impl Sub for SimTime {
-    type Output = u64;
-    fn sub(self, rhs: SimTime) -> u64 {
-        self.saturating_since(rhs)
     }
 }
 
