@@ -123,6 +123,9 @@ fn read(path: &Path) -> Result<String, ConfigError> {
 pub fn parse_duration_ms(field: &str, text: &str) -> Result<u64, FieldError> {
     let d = humantime::parse_duration(text.trim())
         .map_err(|e| FieldError::new(field, format!("`{text}` is not a duration like \"50ms\" or \"200s\" ({e})")))?;
+    if !d.is_zero() && d.as_millis() == 0 {
+        return Err(FieldError::new(field, format!("`{text}` is shorter than the 1 ms resolution")));
+    }
     u64::try_from(d.as_millis()).map_err(|_| FieldError::new(field, format!("`{text}` is too long")))
 }
 
@@ -199,6 +202,14 @@ impl RawModel {
             (Some(base_ms), Some(alpha), Some(beta), None) => LatencyModel::Parametric { base_ms, alpha, beta },
             (None, None, None, Some(points)) => {
                 let mut table: BTreeMap<u8, Vec<(u32, f64)>> = BTreeMap::new();
+                for (i, p) in points.iter().enumerate() {
+                    let at = |f: &str| format!("latency.point[{i}].{f}");
+                    check(&at("g"), INSTANCE_SIZES.contains(&p.g), || {
+                        format!("{} is not an instance size (1, 2, 3, 4 or 7)", p.g)
+                    })?;
+                    check(&at("batch"), p.batch >= 1, || "must be at least 1".into())?;
+                    positive(&at("ms"), p.ms)?;
+                }
                 for p in points {
                     table.entry(p.g).or_default().push((p.batch, p.ms));
                 }
@@ -216,7 +227,14 @@ impl RawModel {
         };
         let training = match (self.training.speed_exponent, self.training.point) {
             (Some(e), None) => TrainingSpeed::Exponent(e),
-            (None, Some(points)) => TrainingSpeed::Table(points.into_iter().map(|p| (p.g, p.speed)).collect()),
+            (None, Some(points)) => {
+                for (i, p) in points.iter().enumerate() {
+                    check(&format!("training.point[{i}].g"), INSTANCE_SIZES.contains(&p.g), || {
+                        format!("{} is not an instance size (1, 2, 3, 4 or 7)", p.g)
+                    })?;
+                }
+                TrainingSpeed::Table(points.into_iter().map(|p| (p.g, p.speed)).collect())
+            }
             _ => {
                 return Err(FieldError::new(
                     "training",
@@ -275,6 +293,19 @@ pub fn validate_model_profile(p: &ModelProfile) -> Result<(), FieldError> {
             }
         }
     }
+    if let LatencyModel::Table { points } = &p.latency {
+        // A bigger instance is never slower at the same batch.
+        for w in INSTANCE_SIZES.windows(2) {
+            let (small, big) = (&points[&w[0]], &points[&w[1]]);
+            for (b, ms_big) in big {
+                if let Some((_, ms_small)) = small.iter().find(|(bs, _)| bs == b) {
+                    check("latency.point.ms", ms_small >= ms_big, || {
+                        format!("batch {b}: {}g ({ms_big} ms) is slower than {}g ({ms_small} ms)", w[1], w[0])
+                    })?;
+                }
+            }
+        }
+    }
     match &p.training {
         TrainingSpeed::Exponent(e) => in_range("training.speed_exponent", *e, 0.0, 1.5, true)?,
         TrainingSpeed::Table(t) => {
@@ -282,6 +313,9 @@ pub fn validate_model_profile(p: &ModelProfile) -> Result<(), FieldError> {
                 let s = t.get(&g).ok_or_else(|| FieldError::new("training.point", format!("no point for g = {g}")))?;
                 positive("training.point.speed", *s)?;
             }
+            check("training.point.speed", (t[&7] - 1.0).abs() < 1e-9, || {
+                format!("speeds are relative to a full 7g instance, so g = 7 must be 1, got {}", t[&7])
+            })?;
             for g in t.keys() {
                 check("training.point.g", INSTANCE_SIZES.contains(g), || {
                     format!("{g} is not an instance size (1, 2, 3, 4 or 7)")
@@ -382,7 +416,7 @@ struct RawCurve {
 
 impl RawTenant {
     fn validate(self) -> Result<TenantSpec, FieldError> {
-        let id = TenantId::new(&self.id).map_err(|e| FieldError::new("id", e.reason))?;
+        let id = TenantId::new(&self.id).map_err(|e| FieldError::new("id", e.to_string()))?;
         let demand = match (self.demand.poisson_rps, self.demand.trace) {
             (Some(rate_rps), None) => {
                 check("demand.scale", self.demand.scale.is_none(), || "only applies to `trace` demand".into())?;
@@ -650,6 +684,15 @@ speed_exponent = 0.9
         assert_eq!(e.to_string(), "configs/models/resnet50.toml: field `latency.point`: no point for g = 7");
         text.push_str("[[latency.point]]\ng = 7\nbatch = 1\nms = 1.0\n");
         assert!(parse_model_profile(&text, f()).is_ok());
+        let bad_g = text.replace("g = 4\n", "g = 5\n");
+        let e = parse_model_profile(&bad_g, f()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "configs/models/resnet50.toml: field `latency.point[3].g`: 5 is not an instance size (1, 2, 3, 4 or 7)"
+        );
+        let slower_7g = text.replace("g = 7\nbatch = 1\nms = 1.0", "g = 7\nbatch = 1\nms = 4.0");
+        let e = parse_model_profile(&slower_7g, f()).unwrap_err();
+        assert!(e.message.contains("batch 1: 7g (4 ms) is slower than 4g (2 ms)"), "{e}");
         text.push_str("[[latency.point]]\ng = 7\nbatch = 8\nms = 0.5\n");
         let e = parse_model_profile(&text, f()).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("latency.point.ms"), "{e}");
@@ -696,6 +739,10 @@ demand = { trace = "rank:1", scale = 0.5 }
         assert_eq!(e.to_string(), "t.toml: field `tenant[0].retraining.initial_accuracy`: 0.7 is below the floor 0.9");
         let e = parse_tenants(&TENANTS.replace("slo = \"2s\"", "slo = \"soon\""), Path::new("t.toml")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("tenant[1].slo"), "{e}");
+        let e = parse_tenants(&TENANTS.replace("slo = \"2s\"", "slo = \"500us\""), Path::new("t.toml")).unwrap_err();
+        assert_eq!(e.message, "`500us` is shorter than the 1 ms resolution");
+        let e = parse_tenants(&TENANTS.replace("\"chat\"", "\"chat room\""), Path::new("t.toml")).unwrap_err();
+        assert!(e.message.contains("`chat room`"), "{e}");
         let e = parse_tenants(&TENANTS.replace("\"chat\"", "\"cam-1\""), Path::new("t.toml")).unwrap_err();
         assert_eq!(e.to_string(), "t.toml: field `tenant[1].id`: `cam-1` is used twice");
         let e = parse_tenants(&TENANTS.replace("{ poisson_rps = 200.0 }", "{ }"), Path::new("t.toml")).unwrap_err();

@@ -13,6 +13,14 @@
 //! `b / (lat(g, b) * slowdown)` over admissible batches. The planner's estimates and the simulator's measurement of
 //! the same instance agree on this definition.
 //!
+//! ## Other GPU models
+//! Profiles are measured on [`REFERENCE_GPU`] (A100-40GB, whose slices have 14 SMs). On another model an instance
+//! of the same profile has another SM count (H100 1g: 16, H100 1g.20gb: 26, B200 1g: 20), so
+//! [`ModelProfile::latency_on`] divides the reference latency by `(sms / reference_sms)^alpha`, with `alpha` the
+//! model's size sensitivity (the parametric `alpha`, or for a table the batch-1 slope between 1g and 7g). Memory
+//! bandwidth differences between generations are not modelled [I]: a profile measured on the GPU model itself is
+//! the better input where one exists.
+//!
 //! ## Retraining speed
 //! Work is counted in GPU-seconds on a full 7g instance; a `g`-slice instance does `speed(g)` of it per second,
 //! `speed(g) = (g/7)^speed_exponent` (or a table), so `speed(7) = 1`.
@@ -22,6 +30,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{GpuModel, Profile, ProfileSpec};
+
+/// The GPU model profiles' latency and training numbers refer to.
+pub const REFERENCE_GPU: GpuModel = GpuModel::A100_40GB;
 
 /// Compute-slice sizes of GPU instances, the points a latency table must cover.
 pub const INSTANCE_SIZES: [u8; 5] = [1, 2, 3, 4, 7];
@@ -155,12 +166,53 @@ impl ModelProfile {
         fitting.first().map(|p| p.profile)
     }
 
-    /// Throughput within `slo_ms` on a `g`-slice instance whose latency is multiplied by `slowdown` (>= 1 under
-    /// interference); `None` when even a batch of one misses the SLO. See the module doc for the rule.
+    /// How strongly latency depends on instance size: the parametric `alpha`, or for a table the batch-1 slope
+    /// `ln(lat(1,1) / lat(7,1)) / ln 7`.
+    pub fn size_sensitivity(&self) -> f64 {
+        match &self.latency {
+            LatencyModel::Parametric { alpha, .. } => *alpha,
+            LatencyModel::Table { .. } => (self.latency_ms(1, 1) / self.latency_ms(7, 1)).ln() / 7f64.ln(),
+        }
+    }
+
+    /// `(sms on gpu / sms on the reference)` for `profile`, the compute ratio of the same profile across models.
+    fn sm_ratio(gpu: GpuModel, profile: Profile) -> f64 {
+        match (gpu.profile(profile), REFERENCE_GPU.profile(profile)) {
+            (Some(p), Some(r)) => f64::from(p.sms) / f64::from(r.sms),
+            _ => 1.0,
+        }
+    }
+
+    /// Batch latency on a `profile` instance of a `gpu`, ms (see "Other GPU models" in the module doc).
+    pub fn latency_on(&self, gpu: GpuModel, profile: Profile, batch: u32) -> f64 {
+        self.latency_ms(profile.compute_slices(), batch) / Self::sm_ratio(gpu, profile).powf(self.size_sensitivity())
+    }
+
+    /// Retraining work (7g GPU-seconds of the reference GPU) a `profile` instance of a `gpu` does per second.
+    pub fn training_speed_on(&self, gpu: GpuModel, profile: Profile) -> f64 {
+        let g = profile.compute_slices();
+        let exponent = match &self.training {
+            TrainingSpeed::Exponent(e) => *e,
+            TrainingSpeed::Table(_) => 1.0,
+        };
+        self.training_speed(g) * Self::sm_ratio(gpu, profile).powf(exponent)
+    }
+
+    /// Throughput within `slo_ms` on a `profile` instance of a `gpu` whose latency is multiplied by `slowdown`
+    /// (>= 1 under interference); `None` when even a batch of one misses the SLO. See the module doc for the rule.
+    pub fn slo_capacity_on(&self, gpu: GpuModel, profile: Profile, slo_ms: f64, slowdown: f64) -> Option<SloCapacity> {
+        self.best_batch(slo_ms, |b| self.latency_on(gpu, profile, b) * slowdown)
+    }
+
+    /// [`ModelProfile::slo_capacity_on`] for a `g`-slice instance of the reference GPU.
     pub fn slo_capacity(&self, g: u8, slo_ms: f64, slowdown: f64) -> Option<SloCapacity> {
+        self.best_batch(slo_ms, |b| self.latency_ms(g, b) * slowdown)
+    }
+
+    fn best_batch(&self, slo_ms: f64, latency: impl Fn(u32) -> f64) -> Option<SloCapacity> {
         let mut best: Option<SloCapacity> = None;
         for batch in 1..=self.max_batch.max(1) {
-            let latency_ms = self.latency_ms(g, batch) * slowdown;
+            let latency_ms = latency(batch);
             if 2.0 * latency_ms > slo_ms {
                 break; // latency grows with batch in every shipped profile
             }
@@ -226,6 +278,24 @@ mod tests {
         assert_eq!(m.slo_capacity(1, 10.0, 1.0), None);
         // Interference lowers capacity.
         assert!(m.slo_capacity(7, 10.0, 1.3).unwrap().rps < c.rps);
+    }
+
+    #[test]
+    fn other_gpu_models_scale_by_their_sm_counts() {
+        let m = resnet(); // alpha = 1
+        assert_eq!(m.latency_on(GpuModel::A100_40GB, Profile::G1, 1), m.latency_ms(1, 1));
+        // H100 1g has 16 SMs against A100's 14; its 1g.20gb has 26.
+        assert!((m.latency_on(GpuModel::H100_80GB, Profile::G1, 1) - 14.0 * 14.0 / 16.0).abs() < 1e-9);
+        assert!((m.latency_on(GpuModel::H100_80GB, Profile::G1Double, 1) - 14.0 * 14.0 / 26.0).abs() < 1e-9);
+        let a100 = m.slo_capacity_on(GpuModel::A100_40GB, Profile::G3, 20.0, 1.0).unwrap();
+        let h100 = m.slo_capacity_on(GpuModel::H100_80GB, Profile::G3, 20.0, 1.0).unwrap();
+        assert!(h100.rps > a100.rps);
+        assert_eq!(Some(a100), m.slo_capacity(3, 20.0, 1.0));
+        assert!(m.training_speed_on(GpuModel::B200_180GB, Profile::G7) > 1.0);
+        // A table's sensitivity is its batch-1 slope: 10 ms at 1g, 10/7 ms at 7g gives 1.
+        let points = INSTANCE_SIZES.iter().map(|&g| (g, vec![(1, 10.0 / f64::from(g))])).collect();
+        let t = ModelProfile { latency: LatencyModel::Table { points }, ..resnet() };
+        assert!((t.size_sensitivity() - 1.0).abs() < 1e-9);
     }
 
     #[test]
