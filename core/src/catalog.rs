@@ -158,11 +158,18 @@ impl fmt::Display for Profile {
     }
 }
 
+/// An unknown profile short name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown MIG profile `{name}` (expected one of 1g, 1g+me, 1g.2x, 2g, 3g, 4g, 7g)")]
+pub struct UnknownProfile {
+    /// The name that was not found.
+    pub name: String,
+}
+
 impl FromStr for Profile {
-    type Err = String;
+    type Err = UnknownProfile;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Profile::from_short_name(s)
-            .ok_or_else(|| format!("unknown MIG profile `{s}` (expected one of 1g, 1g+me, 1g.2x, 2g, 3g, 4g, 7g)"))
+        Profile::from_short_name(s).ok_or_else(|| UnknownProfile { name: s.to_string() })
     }
 }
 
