@@ -733,11 +733,6 @@ impl FleetState {
     pub fn active_tenants(&self) -> impl Iterator<Item = &TenantSpec> {
         self.tenants.values().filter(|t| !self.retiring.contains(&t.id))
     }
-
-    /// GPUs that can take work (healthy), in id order.
-    pub fn schedulable_gpus(&self) -> impl Iterator<Item = (&GpuId, &GpuState)> {
-        self.gpus.iter().filter(|(_, g)| g.health == GpuHealth::Healthy)
-    }
 }
 
 /// Whether the model of `a`'s tenant fits its instance on a GPU of `gpu_model`, for its role.

@@ -67,13 +67,6 @@ pub struct GpuPlan {
     pub explanation: String,
 }
 
-impl GpuPlan {
-    /// The assignments of `placement`.
-    pub fn assignments_of(&self, placement: Placement) -> impl Iterator<Item = &Assignment> {
-        self.assignments.iter().filter(move |a| a.placement == placement)
-    }
-}
-
 /// A committed decision for the fleet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {

@@ -361,6 +361,11 @@ mod tests {
         TenantId::new(s).unwrap()
     }
 
+    /// `placement` serving `t` as `role`.
+    fn job(placement: &str, t: &str, role: Role) -> Assignment {
+        Assignment { placement: placement.parse().unwrap(), tenant: tenant(t), role, preinit: false }
+    }
+
     #[test]
     fn unchanged_placements_are_untouched_and_free_slices_are_used_first() {
         let m = GpuModel::A100_40GB;
@@ -384,12 +389,7 @@ mod tests {
     #[test]
     fn disruptions_name_only_the_tenants_whose_instances_change() {
         let m = GpuModel::A100_40GB;
-        let a = |p: &str, t: &str| Assignment {
-            placement: p.parse().unwrap(),
-            tenant: tenant(t),
-            role: Role::Inference,
-            preinit: false,
-        };
+        let a = |p: &str, t: &str| job(p, t, Role::Inference);
         let current = [a("3g@0", "alice"), a("3g@4", "bob")];
         let target = [a("3g@0", "alice"), a("2g@4", "bob"), a("1g@6", "carol")];
         let plan =
@@ -408,12 +408,7 @@ mod tests {
     #[test]
     fn make_before_break_hides_the_warm_up() {
         let m = GpuModel::A100_40GB;
-        let a = |p: &str| Assignment {
-            placement: p.parse().unwrap(),
-            tenant: tenant("t"),
-            role: Role::Inference,
-            preinit: false,
-        };
+        let a = |p: &str| job(p, "t", Role::Inference);
         // The new 3g@4 is on free slices: created and warmed while 3g@0 still serves; then 3g@0 goes away.
         let plan =
             diff_assigned(m, &l("3g@0"), &[a("3g@0")], &l("3g@4"), &[a("3g@4")], &ReconfigLatency::default()).unwrap();
@@ -427,12 +422,7 @@ mod tests {
     #[test]
     fn a_reassignment_waits_for_the_displaced_work_to_move() {
         let m = GpuModel::A100_40GB;
-        let a = |p: &str, t: &str| Assignment {
-            placement: p.parse().unwrap(),
-            tenant: tenant(t),
-            role: Role::Inference,
-            preinit: false,
-        };
+        let a = |p: &str, t: &str| job(p, t, Role::Inference);
         // x moves from 3g@0 to the new 3g@4; y takes over 3g@0.
         let plan = diff_assigned(
             m,
@@ -452,12 +442,7 @@ mod tests {
     #[test]
     fn a_tenant_without_a_new_instance_loses_it_for_good() {
         let m = GpuModel::A100_40GB;
-        let a = Assignment {
-            placement: "3g@4".parse().unwrap(),
-            tenant: tenant("gone"),
-            role: Role::Inference,
-            preinit: false,
-        };
+        let a = job("3g@4", "gone", Role::Inference);
         let plan = diff_assigned(m, &l("3g@0 3g@4"), &[a], &l("3g@0"), &[], &ReconfigLatency::default()).unwrap();
         let d = plan.disruption(&tenant("gone"), Role::Inference).unwrap();
         assert_eq!((d.from_ms, d.until_ms, d.duration_ms()), (0, None, None));
@@ -466,8 +451,7 @@ mod tests {
     #[test]
     fn reassignment_keeps_the_instance() {
         let m = GpuModel::H100_80GB;
-        let a =
-            |t: &str, r| Assignment { placement: "7g@0".parse().unwrap(), tenant: tenant(t), role: r, preinit: false };
+        let a = |t: &str, r| job("7g@0", t, r);
         let plan = diff_assigned(
             m,
             &l("7g@0"),
@@ -487,12 +471,7 @@ mod tests {
         let m = GpuModel::A100_40GB;
         let e = diff(m, &l("3g@0"), &l("3g@0 2g@2"), &ReconfigLatency::default()).unwrap_err();
         assert_eq!(e.to_string(), "target layout is invalid: 3g@0 and 2g@2 both use memory slice 2");
-        let stray = Assignment {
-            placement: "1g@0".parse().unwrap(),
-            tenant: tenant("t"),
-            role: Role::Inference,
-            preinit: false,
-        };
+        let stray = job("1g@0", "t", Role::Inference);
         let e = diff_assigned(m, &l("7g@0"), &[stray], &l("7g@0"), &[], &ReconfigLatency::default()).unwrap_err();
         assert!(matches!(e, DiffError::StrayAssignment { which: "current", .. }));
         assert_eq!(

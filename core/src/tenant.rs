@@ -82,3 +82,24 @@ impl TenantSpec {
         self.retraining.as_ref().map_or(1.0, |r| r.initial_accuracy)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retraining_work_and_accuracy_scale_with_epochs() {
+        let r = RetrainingSpec {
+            window_ms: 200_000,
+            work_gpu_s: 60.0,
+            epochs: 5.0,
+            curve: OptimusCurve { b0: 2.0, b1: 1.5, b2: 0.08 },
+            initial_accuracy: 0.7,
+            drift: Drift { per_window: 0.02, floor: 0.5 },
+        };
+        assert!((r.work_for_epochs(5.0) - 60.0).abs() < 1e-12);
+        assert!((r.work_for_epochs(2.0) - 24.0).abs() < 1e-12);
+        assert!(r.accuracy_after(5.0) > r.accuracy_after(2.0));
+        assert!((r.accuracy_after(5.0) - (1.0 - (1.0 / 11.5 + 0.08))).abs() < 1e-12);
+    }
+}

@@ -58,3 +58,18 @@ impl fmt::Display for SimTime {
         write!(f, "{:.3}s", self.as_secs_f64())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_between_times_never_hide_a_negative() {
+        let (a, b) = (SimTime::from_secs(2), SimTime::from_ms(2500));
+        assert_eq!(b.checked_since(a), Some(500));
+        assert_eq!(a.checked_since(b), None);
+        assert_eq!(a.saturating_since(b), 0);
+        assert_eq!((a + 250).as_ms(), 2250);
+        assert_eq!(b.to_string(), "2.500s");
+    }
+}
