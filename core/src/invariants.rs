@@ -197,6 +197,7 @@ mod tests {
                 .collect(),
             expected_goodput: 0.0,
             explanation: String::new(),
+            upcoming: Vec::new(),
         }
     }
 

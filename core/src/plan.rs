@@ -65,6 +65,20 @@ pub struct GpuPlan {
     pub expected_goodput: f64,
     /// Why the policy chose this layout, for operators.
     pub explanation: String,
+    /// Later changes the policy expects within its horizon (informational: the next plan decides).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upcoming: Vec<PlannedChange>,
+}
+
+/// A layout change a plan expects later in its horizon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedChange {
+    /// Workload time of the change.
+    pub at: SimTime,
+    /// The layout from then on.
+    pub layout: Layout,
+    /// The assignments from then on.
+    pub assignments: Vec<Assignment>,
 }
 
 /// A committed decision for the fleet.

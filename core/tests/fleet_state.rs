@@ -86,6 +86,7 @@ fn plan(epoch: u64, gpus: &[(&str, &str, Vec<Assignment>)]) -> Command {
                             assignments: a.clone(),
                             expected_goodput: 1.0,
                             explanation: "test".into(),
+                            upcoming: Vec::new(),
                         },
                     )
                 })

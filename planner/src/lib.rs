@@ -10,3 +10,23 @@
 //!
 //! Deliberately not here: clocks, I/O, global randomness (seeds are passed in), and anything about how a plan is
 //! carried out (that is the coordinator's and the agents' job).
+
+pub mod assign;
+pub mod build;
+pub mod cg;
+pub mod evaluate;
+pub mod exhaustive;
+pub mod forecast;
+pub mod ilp;
+pub mod input;
+pub mod migrator;
+pub mod oracle;
+pub mod policy;
+pub mod problem;
+pub mod realize;
+pub mod solver;
+pub mod synthetic;
+pub mod tessera;
+
+pub use input::{PlannerConfig, PlannerInput};
+pub use policy::{PlanOutcome, PlanReport, Policy, by_name};

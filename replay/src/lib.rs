@@ -4,4 +4,6 @@
 //! through the planner and a simulated fleet, in process or against a running cluster, and reports goodput, SLO
 //! attainment and accuracy per policy (DESIGN.md section 7). It never links the coordinator.
 //!
-//! Built by the planner (`replay plan`) and replay issues.
+//! Built so far: `replay plan` ([`plan_cmd`]), the planner sizing tool. Trace replay comes with the replay issue.
+
+pub mod plan_cmd;

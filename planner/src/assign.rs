@@ -1,0 +1,208 @@
+//! Level 1: which tenants share which GPU.
+//!
+//! Each tenant's **need** is estimated in compute slices: the slices its peak forecast (the band's high side)
+//! needs at its best requests-per-slice profile, at least its smallest fitting instance, plus the share of a
+//! retraining instance its due work needs over the horizon. A GPU offers 7 compute slices and at most 7 instances.
+//!
+//! [`balanced`] (Tessera's level 1):
+//! 1. **Sticky**: a tenant stays on the GPU that serves it now when that GPU is healthy or draining, unless the
+//!    GPU is over-committed, in which case the tenants with the smallest need move first (cheapest to re-home).
+//! 2. **Memory-aware**: a tenant only goes where its model fits an instance (and its retraining fits, when due).
+//! 3. **Load-balanced and interference-aware**: the rest, largest need first, go to the healthy GPU that minimises
+//!    `load after placing + 7 x (sum of pairwise slowdowns - 1 with the tenants already there)`.
+//!
+//! [`given`] is the assignment MIGRator assumes (it plans one GPU with a given set of tenants): tenants stay where
+//! they are, and new ones are dealt round-robin over the healthy GPUs they fit, by tenant count only.
+
+use std::collections::BTreeMap;
+
+use tessera_core::fleet::GpuHealth;
+use tessera_core::ids::{GpuId, TenantId};
+use tessera_core::{GpuModel, Profile};
+
+use crate::input::PlannerInput;
+
+/// The outcome of level 1.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct L1 {
+    /// Tenants per GPU (every planned GPU appears, possibly with none).
+    pub per_gpu: BTreeMap<GpuId, Vec<TenantId>>,
+    /// Tenants that could not be placed, with the reason.
+    pub unplaced: Vec<(TenantId, String)>,
+    /// Tenants moved off the GPU that served them.
+    pub moved: usize,
+}
+
+/// Compute slices `tenant` needs on a `gpu` (`None` when its model fits no instance there).
+pub fn need(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) -> Option<f64> {
+    let t = &input.tenants[tenant];
+    let model = &input.models[&t.spec.model];
+    let smallest = model.smallest_inference_profile(gpu)?;
+    let per_slice = gpu
+        .spec()
+        .profiles
+        .iter()
+        .filter(|p| p.profile != Profile::G1Me && model.fits_inference(p))
+        .filter_map(|p| {
+            model.slo_capacity_on(gpu, p.profile, t.spec.slo_ms, 1.0).map(|c| c.rps / f64::from(p.profile.compute_slices()))
+        })
+        .fold(0.0, f64::max);
+    if per_slice <= 0.0 {
+        return None;
+    }
+    let peak = t.forecast.high.iter().copied().fold(0.0, f64::max);
+    let mut slices = (peak / per_slice).max(f64::from(smallest.compute_slices()));
+    let left = t.retraining_left_s();
+    if left > 0.0 {
+        let fits = gpu.spec().profiles.iter().any(|p| model.fits_training(p));
+        if !fits {
+            return None;
+        }
+        let horizon_s = input.config.slot_s * input.config.horizon_slots as f64;
+        slices += (7.0 * left / horizon_s.max(1.0)).clamp(1.0, 7.0);
+    }
+    Some(slices.min(7.0))
+}
+
+fn takes_new_work(health: GpuHealth) -> bool {
+    health == GpuHealth::Healthy
+}
+
+fn keeps_work(health: GpuHealth) -> bool {
+    matches!(health, GpuHealth::Healthy | GpuHealth::Draining)
+}
+
+fn instances(input: &PlannerInput, tenant: &TenantId) -> usize {
+    1 + usize::from(input.tenants[tenant].retraining_left_s() > 0.0)
+}
+
+/// Tessera's level 1 (see the module doc).
+pub fn balanced(input: &PlannerInput) -> L1 {
+    let mut out = L1::default();
+    let mut load: BTreeMap<GpuId, (f64, usize)> = BTreeMap::new();
+    for (id, g) in &input.gpus {
+        if keeps_work(g.health) {
+            out.per_gpu.insert(id.clone(), Vec::new());
+            load.insert(id.clone(), (0.0, 0));
+        }
+    }
+    let mut homeless: Vec<(TenantId, f64)> = Vec::new();
+    // 1. Sticky.
+    let mut by_gpu: BTreeMap<GpuId, Vec<(TenantId, f64)>> = BTreeMap::new();
+    for id in input.tenants.keys() {
+        match input.current_gpu(id).filter(|g| load.contains_key(*g)) {
+            Some(g) => match need(input, id, input.gpus[g].model) {
+                Some(n) => by_gpu.entry(g.clone()).or_default().push((id.clone(), n)),
+                None => homeless.push((id.clone(), 0.0)),
+            },
+            None => homeless.push((id.clone(), 0.0)),
+        }
+    }
+    for (g, mut ts) in by_gpu {
+        // Over-committed: the smallest needs leave first.
+        ts.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let (mut slices, mut count) = (0.0, 0);
+        for (id, n) in ts {
+            let k = instances(input, &id);
+            if slices + n <= 7.0 + 1e-9 && count + k <= 7 {
+                slices += n;
+                count += k;
+                out.per_gpu.get_mut(&g).expect("tracked").push(id);
+            } else {
+                out.moved += 1;
+                homeless.push((id, 0.0));
+            }
+        }
+        load.insert(g, (slices, count));
+    }
+    // 2-3. Place the rest, largest need first.
+    for h in &mut homeless {
+        h.1 = input.gpus.values().filter_map(|g| need(input, &h.0, g.model)).fold(0.0, f64::max);
+    }
+    homeless.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (id, _) in homeless {
+        let k = instances(input, &id);
+        let model = &input.tenants[&id].spec.model;
+        let mut best: Option<(f64, GpuId, f64)> = None;
+        for (g, (slices, count)) in &load {
+            let gpu = &input.gpus[g];
+            if !takes_new_work(gpu.health) || count + k > 7 {
+                continue;
+            }
+            let Some(n) = need(input, &id, gpu.model) else { continue };
+            let penalty: f64 = input.interference.as_ref().map_or(0.0, |x| {
+                out.per_gpu[g]
+                    .iter()
+                    .map(|o| {
+                        let other = &input.tenants[o].spec.model;
+                        (x.slowdown(model, other) - 1.0) + (x.slowdown(other, model) - 1.0)
+                    })
+                    .sum()
+            });
+            let score = (slices + n).max(0.0) + 7.0 * penalty;
+            if best.as_ref().is_none_or(|(s, _, _)| score < *s - 1e-12) {
+                best = Some((score, g.clone(), n));
+            }
+        }
+        match best {
+            Some((_, g, n)) => {
+                let l = load.get_mut(&g).expect("tracked");
+                l.0 += n;
+                l.1 += k;
+                out.per_gpu.get_mut(&g).expect("tracked").push(id);
+            }
+            None => {
+                let reason = if input.gpus.values().any(|g| need(input, &id, g.model).is_some()) {
+                    "no healthy GPU has room for another instance".to_string()
+                } else {
+                    format!("model {model} fits no instance of any GPU in the fleet (or cannot meet its SLO)")
+                };
+                out.unplaced.push((id, reason));
+            }
+        }
+    }
+    for v in out.per_gpu.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// MIGRator's given assignment (see the module doc).
+pub fn given(input: &PlannerInput) -> L1 {
+    let mut out = L1::default();
+    let mut count: BTreeMap<GpuId, usize> = BTreeMap::new();
+    for (id, g) in &input.gpus {
+        if keeps_work(g.health) {
+            out.per_gpu.insert(id.clone(), Vec::new());
+            count.insert(id.clone(), 0);
+        }
+    }
+    let mut new = Vec::new();
+    for id in input.tenants.keys() {
+        match input.current_gpu(id).filter(|g| count.contains_key(*g)) {
+            Some(g) if need(input, id, input.gpus[g].model).is_some() => {
+                *count.get_mut(g).expect("tracked") += instances(input, id);
+                out.per_gpu.get_mut(g).expect("tracked").push(id.clone());
+            }
+            _ => new.push(id.clone()),
+        }
+    }
+    for id in new {
+        let k = instances(input, &id);
+        let pick = count
+            .iter()
+            .filter(|(g, c)| {
+                takes_new_work(input.gpus[*g].health) && **c + k <= 7 && need(input, &id, input.gpus[*g].model).is_some()
+            })
+            .min_by_key(|(g, c)| (**c, (*g).clone()))
+            .map(|(g, _)| g.clone());
+        match pick {
+            Some(g) => {
+                *count.get_mut(&g).expect("tracked") += k;
+                out.per_gpu.get_mut(&g).expect("tracked").push(id);
+            }
+            None => out.unplaced.push((id, "no healthy GPU it fits has room".into())),
+        }
+    }
+    out
+}

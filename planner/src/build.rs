@@ -1,0 +1,99 @@
+//! From a [`PlannerInput`] and a level-1 assignment to the level-2 [`GpuProblem`] of one GPU.
+
+use tessera_core::ids::{GpuId, TenantId};
+use tessera_core::plan::Role;
+
+use crate::input::PlannerInput;
+use crate::problem::{GpuProblem, RetrainTask, Scenario, TenantTask};
+
+/// Which arrivals level 2 plans against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrivals {
+    /// The forecast's mean (a point forecast).
+    Point,
+    /// Three scenarios from the forecast band: low, mean and high with probabilities 1/6, 2/3, 1/6 (a three-point
+    /// approximation of the band's spread).
+    Band,
+    /// The true future arrivals (clairvoyant); falls back to the mean where the input has none.
+    Actual,
+}
+
+/// Extends or cuts `rates` to `len` slots (the last value repeats).
+fn fit(rates: &[f64], len: usize) -> Vec<f64> {
+    let last = rates.last().copied().unwrap_or(0.0);
+    (0..len).map(|i| rates.get(i).copied().unwrap_or(last)).collect()
+}
+
+/// The level-2 problem of `gpu` hosting `tenants`.
+pub fn gpu_problem(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId], arrivals: Arrivals) -> GpuProblem {
+    let g = &input.gpus[gpu];
+    let cfg = &input.config;
+    let slots = cfg.horizon_slots;
+    let profiles = GpuProblem::candidate_profiles(g.model);
+    let mut out = Vec::with_capacity(tenants.len());
+    for id in tenants {
+        let t = &input.tenants[id];
+        let model = &input.models[&t.spec.model];
+        let slowdown = tenants
+            .iter()
+            .filter(|o| *o != id)
+            .map(|o| {
+                input.interference.as_ref().map_or(1.0, |x| x.slowdown(&t.spec.model, &input.tenants[o].spec.model))
+            })
+            .fold(1.0, f64::max);
+        let cap = profiles
+            .iter()
+            .map(|p| {
+                let spec = g.model.profile(*p).expect("candidate profiles exist on the model");
+                if !model.fits_inference(spec) {
+                    return 0.0;
+                }
+                model.slo_capacity_on(g.model, *p, t.spec.slo_ms, slowdown).map_or(0.0, |c| c.rps)
+            })
+            .collect();
+        let running = g.instance_of(id, Role::Retraining).map(|a| a.placement);
+        let retrain = (t.retraining_left_s() > 0.0 || running.is_some()).then(|| RetrainTask {
+            work_s: t.retraining_left_s(),
+            speed: profiles
+                .iter()
+                .map(|p| {
+                    let spec = g.model.profile(*p).expect("candidate profiles exist on the model");
+                    if model.fits_training(spec) { model.training_speed_on(g.model, *p) } else { 0.0 }
+                })
+                .collect(),
+            running_on: running,
+        });
+        let mean = fit(&t.forecast.mean, slots);
+        let scenarios = match arrivals {
+            Arrivals::Point => vec![Scenario { prob: 1.0, rate: mean }],
+            Arrivals::Band => vec![
+                Scenario { prob: 1.0 / 6.0, rate: fit(&t.forecast.low, slots) },
+                Scenario { prob: 2.0 / 3.0, rate: mean },
+                Scenario { prob: 1.0 / 6.0, rate: fit(&t.forecast.high, slots) },
+            ],
+            Arrivals::Actual => vec![Scenario { prob: 1.0, rate: t.actual.as_deref().map_or(mean, |a| fit(a, slots)) }],
+        };
+        out.push(TenantTask {
+            id: id.clone(),
+            weight: t.spec.weight,
+            scenarios,
+            cap,
+            acc_old: t.accuracy,
+            acc_new: t.accuracy_after_retraining(),
+            retrain,
+            current_inference: g.instance_of(id, Role::Inference).map(|a| a.placement),
+        });
+    }
+    let mut pb = GpuProblem {
+        gpu: g.model,
+        slots,
+        slot_s: cfg.slot_s,
+        dead_cold_s: cfg.dead_cold_s,
+        dead_preinit_s: cfg.dead_preinit_s,
+        profiles,
+        tenants: out,
+        current: g.layout.clone(),
+    };
+    pb.prune_profiles();
+    pb
+}

@@ -1,0 +1,94 @@
+//! The expected goodput of a placed schedule: the number a plan reports and the one policies are compared by.
+//!
+//! Per tenant and slot: the inference instance serves `cap x (slot - dead)` requests within SLO at most, where
+//! `dead` is 0 for an instance kept from the previous slot, `dead_preinit_s` for a new instance on slices that were
+//! free in the previous slot (created and warmed before the switch) and `dead_cold_s` otherwise (capped at one
+//! slot). Served = `min(arrivals, capacity)` per arrival scenario, weighted by the scenario's probability, times
+//! the accuracy of the serving model: `acc_old` until the retraining has done its work, `acc_new` from the slot
+//! after. Retraining progresses by the profile's speed for each slot it holds its instance; a retraining that loses
+//! its instance starts over (non-preemptive, no checkpoint within a plan).
+
+use tessera_core::plan::Role;
+
+use crate::input::PlannerInput;
+use crate::problem::{GpuProblem, Scenario};
+use crate::realize::Placed;
+
+/// Expected goodput of `placed` on `pb`, per tenant, with each tenant's arrivals from `scenarios(i)`.
+pub fn goodput_per_tenant<'a>(pb: &'a GpuProblem, placed: &Placed, scenarios: impl Fn(usize) -> &'a [Scenario]) -> Vec<f64> {
+    let dt = pb.slot_s;
+    let mut out = vec![0.0; pb.tenants.len()];
+    for (i, t) in pb.tenants.iter().enumerate() {
+        let mut prev_inf = t.current_inference;
+        let mut prev_rt = t.retrain.as_ref().and_then(|r| r.running_on);
+        let mut progress = 0.0;
+        let work = t.retrain.as_ref().map_or(f64::INFINITY, |r| r.work_s);
+        let mut done = false;
+        let mut prev_layout = pb.current.clone();
+        for slot in 0..pb.slots {
+            let acc = if done { t.acc_new } else { t.acc_old };
+            let here = &placed.slots[slot];
+            let inf = here.iter().find(|a| a.tenant == t.id && a.role == Role::Inference).map(|a| a.placement);
+            let capacity = inf.map_or(0.0, |pl| {
+                let Some(p) = pb.profile_index(pl.profile) else { return 0.0 };
+                let dead = if prev_inf == Some(pl) {
+                    0.0
+                } else if prev_layout.memory_mask() & pl.memory_mask() == 0
+                    && prev_layout.compute_mask() & pl.compute_mask() == 0
+                {
+                    pb.dead_preinit_s
+                } else {
+                    pb.dead_cold_s
+                };
+                t.cap[p] * (dt - dead.min(dt))
+            });
+            for s in scenarios(i) {
+                let arrivals = s.rate.get(slot).copied().unwrap_or(0.0) * dt;
+                out[i] += t.weight * s.prob * acc * arrivals.min(capacity);
+            }
+            let rt = here.iter().find(|a| a.tenant == t.id && a.role == Role::Retraining).map(|a| a.placement);
+            match rt {
+                Some(pl) if !done => {
+                    if prev_rt != Some(pl) && slot > 0 {
+                        progress = 0.0;
+                    }
+                    let speed = pb
+                        .profile_index(pl.profile)
+                        .and_then(|p| t.retrain.as_ref().map(|r| r.speed[p]))
+                        .unwrap_or(0.0);
+                    progress += speed * dt;
+                    if progress >= work - 1e-9 {
+                        done = true;
+                    }
+                }
+                _ => progress = if rt.is_none() { 0.0 } else { progress },
+            }
+            prev_inf = inf;
+            prev_rt = rt;
+            prev_layout = placed.layout(slot);
+        }
+    }
+    out
+}
+
+/// Expected goodput of `placed` under the problem's own scenarios.
+pub fn goodput(pb: &GpuProblem, placed: &Placed) -> f64 {
+    goodput_per_tenant(pb, placed, |i| &pb.tenants[i].scenarios).iter().sum()
+}
+
+/// Goodput of `placed` under the true arrivals `input` records for the problem's tenants (their forecast mean
+/// where it has none).
+pub fn under_truth(input: &PlannerInput, pb: &GpuProblem, placed: &Placed) -> f64 {
+    let truth: Vec<Vec<Scenario>> = pb
+        .tenants
+        .iter()
+        .map(|t| {
+            let ti = &input.tenants[&t.id];
+            let rate = ti.actual.clone().unwrap_or_else(|| ti.forecast.mean.clone());
+            let last = rate.last().copied().unwrap_or(0.0);
+            let rate = (0..pb.slots).map(|s| rate.get(s).copied().unwrap_or(last)).collect();
+            vec![Scenario { prob: 1.0, rate }]
+        })
+        .collect();
+    goodput_per_tenant(pb, placed, |i| &truth[i]).iter().sum()
+}

@@ -1,0 +1,216 @@
+//! `PlannerInput`: the pure snapshot every policy plans from, and the configuration of a planning round.
+//!
+//! It serialises to JSON, so the coordinator can dump the input of a round and `replay plan --input FILE`
+//! re-plans it offline.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tessera_core::fleet::GpuHealth;
+use tessera_core::ids::{GpuId, TenantId};
+use tessera_core::model::ModelProfile;
+use tessera_core::plan::{Assignment, Role};
+use tessera_core::tenant::TenantSpec;
+use tessera_core::time::SimTime;
+use tessera_core::{GpuModel, Layout};
+
+use crate::forecast::Forecast;
+use crate::solver::SolverConfig;
+
+/// Settings of a planning round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlannerConfig {
+    /// Slot length, seconds.
+    pub slot_s: f64,
+    /// Slots in the horizon.
+    pub horizon_slots: usize,
+    /// Dead time of an instance created on slices that were in use (destroy, create, warm up), seconds.
+    pub dead_cold_s: f64,
+    /// Dead time of an instance pre-initialised on free slices (only the switch), seconds.
+    pub dead_preinit_s: f64,
+    /// MILP limits and backend.
+    pub solver: SolverConfig,
+    /// Seed for any randomised choice (ties are broken deterministically without it).
+    pub seed: u64,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        PlannerConfig {
+            slot_s: 10.0,
+            horizon_slots: 30,
+            dead_cold_s: 6.0,
+            dead_preinit_s: 1.0,
+            solver: SolverConfig::default(),
+            seed: 0,
+        }
+    }
+}
+
+impl PlannerConfig {
+    /// Checks the settings, naming the bad field.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.slot_s.is_finite() && self.slot_s > 0.0) {
+            return Err(format!("config.slot_s must be > 0 (got {})", self.slot_s));
+        }
+        if self.horizon_slots == 0 || self.horizon_slots > 10_000 {
+            return Err(format!("config.horizon_slots must be in 1..=10000 (got {})", self.horizon_slots));
+        }
+        for (name, v) in [("dead_cold_s", self.dead_cold_s), ("dead_preinit_s", self.dead_preinit_s)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("config.{name} must be >= 0 (got {v})"));
+            }
+        }
+        if !(self.solver.time_limit_s.is_finite() && self.solver.time_limit_s > 0.0) {
+            return Err(format!("config.solver.time_limit_s must be > 0 (got {})", self.solver.time_limit_s));
+        }
+        if !(0.0..1.0).contains(&self.solver.mip_rel_gap) {
+            return Err(format!("config.solver.mip_rel_gap must be in [0, 1) (got {})", self.solver.mip_rel_gap));
+        }
+        Ok(())
+    }
+}
+
+/// A GPU as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuInput {
+    /// Model.
+    pub model: GpuModel,
+    /// Health: only healthy GPUs take new work; draining ones keep what they have.
+    pub health: GpuHealth,
+    /// The layout applied now.
+    pub layout: Layout,
+    /// Who works on which instance now.
+    #[serde(default)]
+    pub assignments: Vec<Assignment>,
+}
+
+impl GpuInput {
+    /// The tenants with work on this GPU now.
+    pub fn tenants(&self) -> impl Iterator<Item = &TenantId> {
+        self.assignments.iter().map(|a| &a.tenant)
+    }
+
+    /// The tenant's instance in `role` here, if any.
+    pub fn instance_of(&self, tenant: &TenantId, role: Role) -> Option<&Assignment> {
+        self.assignments.iter().find(|a| &a.tenant == tenant && a.role == role)
+    }
+}
+
+/// A tenant as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantInput {
+    /// The spec.
+    pub spec: TenantSpec,
+    /// Forecast arrival rate per slot of the horizon, with its band.
+    pub forecast: Forecast,
+    /// The true future arrival rate per slot: only the clairvoyant `oracle` reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual: Option<Vec<f64>>,
+    /// Accuracy of the model serving now.
+    pub accuracy: f64,
+    /// Whether a retraining is due in this window (fresh data arrived and it has not completed yet).
+    #[serde(default)]
+    pub retraining_due: bool,
+    /// Work already done on the due retraining, 7g GPU-seconds.
+    #[serde(default)]
+    pub retraining_done_gpu_s: f64,
+}
+
+impl TenantInput {
+    /// Work left on the due retraining (0 when none is due).
+    pub fn retraining_left_s(&self) -> f64 {
+        match (&self.spec.retraining, self.retraining_due) {
+            (Some(r), true) => (r.work_gpu_s - self.retraining_done_gpu_s).max(0.0),
+            _ => 0.0,
+        }
+    }
+
+    /// Accuracy once the due retraining completes.
+    pub fn accuracy_after_retraining(&self) -> f64 {
+        self.spec.retraining.as_ref().map_or(self.accuracy, |r| r.accuracy_after(r.epochs))
+    }
+}
+
+/// Slowdown of a tenant's model when co-located with another model on one GPU (shared L3 TLB and memory
+/// system), as measured by the TLB model or on hardware. Missing pairs mean no slowdown.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Interference {
+    /// `(victim model, aggressor model, latency multiplier >= 1)`.
+    pub pairs: Vec<(String, String, f64)>,
+}
+
+impl Interference {
+    /// The multiplier on `victim`'s latency when it shares a GPU with `aggressor`.
+    pub fn slowdown(&self, victim: &str, aggressor: &str) -> f64 {
+        self.pairs.iter().find(|(v, a, _)| v == victim && a == aggressor).map_or(1.0, |(_, _, s)| s.max(1.0))
+    }
+}
+
+/// Everything a policy may look at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannerInput {
+    /// The epoch the plan will carry.
+    pub epoch: u64,
+    /// Workload time of the round.
+    pub now: SimTime,
+    /// Round settings.
+    #[serde(default)]
+    pub config: PlannerConfig,
+    /// Model profiles by name.
+    pub models: BTreeMap<String, ModelProfile>,
+    /// The fleet.
+    pub gpus: BTreeMap<GpuId, GpuInput>,
+    /// Active tenants.
+    pub tenants: BTreeMap<TenantId, TenantInput>,
+    /// Pairwise interference, when known.
+    #[serde(default)]
+    pub interference: Option<Interference>,
+}
+
+impl PlannerInput {
+    /// Checks references and shapes, naming the first problem (a bad input is an error, not an infeasible plan).
+    pub fn validate(&self) -> Result<(), String> {
+        self.config.validate()?;
+        for (id, t) in &self.tenants {
+            if !self.models.contains_key(&t.spec.model) {
+                return Err(format!("tenants.{id}.spec.model: unknown model {:?}", t.spec.model));
+            }
+            if &t.spec.id != id {
+                return Err(format!("tenants.{id}.spec.id: {} does not match its key", t.spec.id));
+            }
+            let f = &t.forecast;
+            if f.mean.len() != f.low.len() || f.mean.len() != f.high.len() {
+                return Err(format!("tenants.{id}.forecast: mean, low and high differ in length"));
+            }
+            let bad = |v: &[f64]| v.iter().any(|x| !x.is_finite() || *x < 0.0);
+            if bad(&f.mean) || bad(&f.low) || bad(&f.high) {
+                return Err(format!("tenants.{id}.forecast: rates must be finite and >= 0"));
+            }
+            if let Some(a) = &t.actual
+                && bad(a)
+            {
+                return Err(format!("tenants.{id}.actual: rates must be finite and >= 0"));
+            }
+            if !(0.0..=1.0).contains(&t.accuracy) {
+                return Err(format!("tenants.{id}.accuracy must be in [0, 1] (got {})", t.accuracy));
+            }
+        }
+        for (gpu, g) in &self.gpus {
+            g.layout.validate(g.model).map_err(|e| format!("gpus.{gpu}.layout: {e}"))?;
+            for a in &g.assignments {
+                if !g.layout.contains(a.placement) {
+                    return Err(format!("gpus.{gpu}.assignments: {a} is not in the layout"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tenant `id`'s current GPU: where its inference (else its retraining) instance is.
+    pub fn current_gpu(&self, id: &TenantId) -> Option<&GpuId> {
+        let find = |role| self.gpus.iter().find(|(_, g)| g.instance_of(id, role).is_some()).map(|(k, _)| k);
+        find(Role::Inference).or_else(|| find(Role::Retraining))
+    }
+}

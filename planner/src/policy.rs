@@ -1,0 +1,228 @@
+//! The `Policy` trait, the registry of policies by name, and the fleet driver they share: level 1 decides who
+//! shares which GPU, then level 2 solves every GPU in parallel (rayon) and the results become a [`Plan`].
+
+use std::collections::BTreeMap;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use tessera_core::ids::{GpuId, TenantId};
+use tessera_core::plan::{GpuPlan, Plan, PlannedChange};
+use tessera_core::time::SimTime;
+
+use crate::assign::L1;
+use crate::evaluate;
+use crate::input::PlannerInput;
+use crate::problem::GpuProblem;
+use crate::realize::Placed;
+use crate::solver::{SolveError, SolveStatus, relative_gap};
+
+/// What a planning round produced.
+#[derive(Debug, Clone)]
+pub enum PlanOutcome {
+    /// A plan.
+    Planned(Box<PlanReport>),
+    /// Nothing can be planned; the reason says why (an outcome, not an error).
+    Infeasible {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl PlanOutcome {
+    /// The report, if planned.
+    pub fn report(&self) -> Option<&PlanReport> {
+        match self {
+            PlanOutcome::Planned(r) => Some(r),
+            PlanOutcome::Infeasible { .. } => None,
+        }
+    }
+}
+
+/// A plan with the figures behind it.
+#[derive(Debug, Clone)]
+pub struct PlanReport {
+    /// The plan.
+    pub plan: Plan,
+    /// Solver figures.
+    pub stats: PlanStats,
+    /// Each GPU's level-2 problem and placed schedule over the whole horizon.
+    pub outcomes: BTreeMap<GpuId, GpuOutcome>,
+}
+
+impl PlanReport {
+    /// The plan's goodput over the horizon under the true arrivals of `input` (the forecast mean where the input
+    /// has no truth): how replay and the tests compare policies on the same input.
+    pub fn goodput_under_truth(&self, input: &PlannerInput) -> f64 {
+        self.outcomes.values().map(|o| evaluate::under_truth(input, &o.problem, &o.placed)).sum()
+    }
+}
+
+/// Figures of one GPU's level-2 solve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuStats {
+    /// The GPU.
+    pub gpu: GpuId,
+    /// Tenants planned on it.
+    pub tenants: usize,
+    /// How the solve ended.
+    pub status: SolveStatus,
+    /// Expected goodput of the placed plan.
+    pub objective: f64,
+    /// Proven upper bound on the expected goodput of any plan for these tenants on this GPU.
+    pub bound: f64,
+}
+
+/// Figures of a planning round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanStats {
+    /// Expected goodput of the plan (sum over GPUs).
+    pub objective: f64,
+    /// Sum of the per-GPU bounds.
+    pub bound: f64,
+    /// Relative gap between the two.
+    pub gap: f64,
+    /// Per GPU.
+    pub gpus: Vec<GpuStats>,
+    /// Tenants level 1 could not place, with the reason.
+    pub unplaced: Vec<(TenantId, String)>,
+    /// Tenants level 1 moved.
+    pub moved: usize,
+}
+
+/// A bug or bad input (an infeasible plan is a [`PlanOutcome`], not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The input is inconsistent.
+    #[error("bad planner input: {0}")]
+    BadInput(String),
+    /// A solver failed on a GPU.
+    #[error("GPU {gpu}: {source}")]
+    Solver {
+        /// The GPU.
+        gpu: GpuId,
+        /// The failure.
+        source: SolveError,
+    },
+}
+
+/// A placement policy.
+pub trait Policy: Send + Sync {
+    /// Its name (`--policy NAME`).
+    fn name(&self) -> &'static str;
+    /// Plans a round.
+    fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError>;
+}
+
+/// Names of every policy [`by_name`] knows.
+pub const POLICY_NAMES: &[&str] = &["tessera", "migrator", "oracle"];
+
+/// The policy called `name`.
+pub fn by_name(name: &str) -> Result<Box<dyn Policy>, String> {
+    match name {
+        "tessera" => Ok(Box::new(crate::tessera::Tessera)),
+        "migrator" => Ok(Box::new(crate::migrator::Migrator)),
+        "oracle" => Ok(Box::new(crate::oracle::Oracle)),
+        other => Err(format!("unknown policy {other:?} (known: {})", POLICY_NAMES.join(", "))),
+    }
+}
+
+/// One GPU's level-2 result.
+#[derive(Debug, Clone)]
+pub struct GpuOutcome {
+    /// The problem solved.
+    pub problem: GpuProblem,
+    /// Its placed schedule.
+    pub placed: Placed,
+    /// Proven bound on the goodput of any plan (`f64::INFINITY` when unknown).
+    pub bound: f64,
+    /// Solver status.
+    pub status: SolveStatus,
+    /// What the policy wants an operator to read first.
+    pub note: String,
+}
+
+/// Runs `level2` on every GPU of `l1` in parallel and assembles the plan.
+pub fn plan_fleet(
+    policy: &str,
+    input: &PlannerInput,
+    l1: L1,
+    level2: impl Fn(&GpuId, &[TenantId]) -> Result<Option<GpuOutcome>, SolveError> + Sync,
+) -> Result<PlanOutcome, PlanError> {
+    input.validate().map_err(PlanError::BadInput)?;
+    if !input.tenants.is_empty() && l1.unplaced.len() == input.tenants.len() {
+        let reasons: Vec<String> = l1.unplaced.iter().take(5).map(|(t, r)| format!("{t}: {r}")).collect();
+        return Ok(PlanOutcome::Infeasible {
+            reason: format!("no tenant can be placed ({}{})", reasons.join("; "), if l1.unplaced.len() > 5 { "; ..." } else { "" }),
+        });
+    }
+    let work: Vec<(&GpuId, &Vec<TenantId>)> = l1.per_gpu.iter().collect();
+    let results: Vec<Result<(GpuId, Option<GpuOutcome>), PlanError>> = work
+        .par_iter()
+        .map(|(gpu, tenants)| {
+            level2(gpu, tenants)
+                .map(|o| ((*gpu).clone(), o))
+                .map_err(|source| PlanError::Solver { gpu: (*gpu).clone(), source })
+        })
+        .collect();
+    let mut gpus = BTreeMap::new();
+    let mut outcomes = BTreeMap::new();
+    let mut stats = Vec::new();
+    let slot_ms = (input.config.slot_s * 1000.0).round() as u64;
+    for r in results {
+        let (gpu, outcome) = r?;
+        let Some(o) = outcome else {
+            gpus.insert(
+                gpu.clone(),
+                GpuPlan {
+                    layout: Default::default(),
+                    assignments: vec![],
+                    expected_goodput: 0.0,
+                    explanation: format!("{policy}: no tenants"),
+                    upcoming: vec![],
+                },
+            );
+            continue;
+        };
+        let objective = evaluate::goodput(&o.problem, &o.placed);
+        let bound = o.bound.max(objective);
+        let upcoming: Vec<PlannedChange> = (1..o.placed.slots.len())
+            .filter(|t| o.placed.slots[*t] != o.placed.slots[*t - 1])
+            .map(|t| PlannedChange {
+                at: SimTime::from_ms(input.now.as_ms() + t as u64 * slot_ms),
+                layout: o.placed.layout(t),
+                assignments: o.placed.slots[t].clone(),
+            })
+            .collect();
+        let first = o.placed.slots.first().cloned().unwrap_or_default();
+        let layout = o.placed.layout(0);
+        let explanation = format!(
+            "{policy}: {} tenant(s); layout {}; {}; expected goodput {:.1} (bound {:.1}, gap {:.2}%, {:?}){}",
+            o.problem.tenants.len(),
+            layout.display_for(o.problem.gpu),
+            o.note,
+            objective,
+            bound,
+            100.0 * relative_gap(objective, bound),
+            o.status,
+            if upcoming.is_empty() { String::new() } else { format!("; {} later change(s) expected", upcoming.len()) },
+        );
+        stats.push(GpuStats { gpu: gpu.clone(), tenants: o.problem.tenants.len(), status: o.status, objective, bound });
+        gpus.insert(gpu.clone(), GpuPlan { layout, assignments: first, expected_goodput: objective, explanation, upcoming });
+        outcomes.insert(gpu, o);
+    }
+    let objective: f64 = stats.iter().map(|s| s.objective).sum();
+    let bound: f64 = stats.iter().map(|s| s.bound).sum();
+    let plan = Plan { epoch: input.epoch, made_at: input.now, policy: policy.to_string(), gpus };
+    Ok(PlanOutcome::Planned(Box::new(PlanReport {
+        plan,
+        stats: PlanStats {
+            objective,
+            bound,
+            gap: relative_gap(objective, bound),
+            gpus: stats,
+            unplaced: l1.unplaced,
+            moved: l1.moved,
+        },
+        outcomes,
+    })))
+}

@@ -1,0 +1,140 @@
+//! Seeded synthetic planner inputs, for sizing the planner (`replay plan --synthetic`), benchmarks and tests.
+//!
+//! Each tenant draws a model from the given profiles (among those that fit the GPU), an SLO of four times its
+//! batch-1 latency on a 2g instance, a mean load of 0.3 to 1.2 times what its fair share of compute slices
+//! (`7 x gpus / tenants`, at most 7) serves at the model's best requests per slice, a weight that makes each
+//! tenant's whole demand worth the same (1000 / mean load: otherwise the cheapest model's requests dominate
+//! goodput and the planner starves everything else), a
+//! diurnal-looking rate curve over the horizon with noise, a forecast band of +-25 %, and (for 70 % of tenants) a
+//! retraining due now of 10 to 60 7g-seconds with an Optimus curve whose new accuracy is 5 to 15 points above the
+//! drifted one. The true arrivals deviate from the forecast mean by a seeded factor inside the band most of the
+//! time. GPUs start empty unless `warm` asks for a previous plan, which the caller applies.
+
+use std::collections::BTreeMap;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tessera_core::accuracy::{Drift, OptimusCurve};
+use tessera_core::fleet::GpuHealth;
+use tessera_core::ids::{GpuId, NodeId, TenantId};
+use tessera_core::model::ModelProfile;
+use tessera_core::tenant::{DemandSource, RetrainingSpec, TenantSpec};
+use tessera_core::time::SimTime;
+use tessera_core::{GpuModel, Layout, Profile};
+
+use crate::forecast::Forecast;
+use crate::input::{GpuInput, PlannerConfig, PlannerInput, TenantInput};
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct SyntheticSpec {
+    /// GPUs (8 per node).
+    pub gpus: usize,
+    /// Tenants.
+    pub tenants: usize,
+    /// Slots in the horizon.
+    pub slots: usize,
+    /// GPU model of every GPU.
+    pub gpu_model: GpuModel,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// A synthetic input over `models` (at least one must fit a 1g or 2g instance of the GPU).
+pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, config: PlannerConfig) -> PlannerInput {
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let usable: Vec<&ModelProfile> = models
+        .values()
+        .filter(|m| {
+            m.smallest_inference_profile(spec.gpu_model).is_some_and(|p| p.compute_slices() <= 2)
+        })
+        .collect();
+    assert!(!usable.is_empty(), "no model fits a small instance of {}", spec.gpu_model);
+    let mut gpus = BTreeMap::new();
+    for g in 0..spec.gpus {
+        let node = NodeId::new(format!("node-{:04}", g / 8)).expect("valid node id");
+        gpus.insert(
+            GpuId::new(node, (g % 8) as u32),
+            GpuInput { model: spec.gpu_model, health: GpuHealth::Healthy, layout: Layout::empty(), assignments: vec![] },
+        );
+    }
+    let slots = spec.slots.max(1);
+    let mut tenants = BTreeMap::new();
+    for i in 0..spec.tenants {
+        let model = usable[rng.random_range(0..usable.len())];
+        let id = TenantId::new(format!("t{i:05}")).expect("valid tenant id");
+        let slo_ms = 4.0 * model.latency_on(spec.gpu_model, Profile::G2, 1);
+        // Requests per second one compute slice serves at best, over the profiles the model fits.
+        let unit = spec
+            .gpu_model
+            .spec()
+            .profiles
+            .iter()
+            .filter(|p| p.profile != Profile::G1Me && model.fits_inference(p))
+            .filter_map(|p| {
+                model
+                    .slo_capacity_on(spec.gpu_model, p.profile, slo_ms, 1.0)
+                    .map(|c| c.rps / f64::from(p.profile.compute_slices()))
+            })
+            .fold(0.0, f64::max)
+            .max(1e-3);
+        let share = 7.0 * spec.gpus as f64 / spec.tenants.max(1) as f64;
+        let load = rng.random_range(0.3..1.2) * share.min(7.0) * unit;
+        let phase = rng.random_range(0.0..std::f64::consts::TAU);
+        let period = rng.random_range(0.5..2.0) * slots as f64;
+        let mean: Vec<f64> = (0..slots)
+            .map(|s| load * (1.0 + 0.4 * (phase + std::f64::consts::TAU * s as f64 / period).sin()))
+            .collect();
+        let actual: Vec<f64> = mean.iter().map(|m| m * rng.random_range(0.75..1.3)).collect();
+        let forecast = Forecast {
+            low: mean.iter().map(|m| m * 0.75).collect(),
+            high: mean.iter().map(|m| m * 1.25).collect(),
+            mean,
+        };
+        let retrains = rng.random_bool(0.7);
+        let initial: f64 = rng.random_range(0.6..0.75);
+        let gain: f64 = rng.random_range(0.05..0.15);
+        // acc(5) = 1 - (1/(5 b0 + b1) + b2) = initial + gain with b1 = 2, b2 = 0.08.
+        let target = (initial + gain).min(0.91);
+        let b0 = ((1.0 / (1.0 - 0.08 - target)) - 2.0) / 5.0;
+        let retraining = RetrainingSpec {
+            window_ms: 200_000,
+            work_gpu_s: rng.random_range(10.0..60.0),
+            epochs: 5.0,
+            curve: OptimusCurve { b0: b0.max(0.01), b1: 2.0, b2: 0.08 },
+            initial_accuracy: initial,
+            drift: Drift { per_window: 0.03, floor: 0.5 },
+        };
+        let spec_t = TenantSpec {
+            id: id.clone(),
+            name: format!("synthetic {i}"),
+            model: model.name.clone(),
+            slo_ms,
+            slo_percentile: 99.0,
+            weight: 1000.0 / load,
+            demand: DemandSource::Poisson { rate_rps: load },
+            retraining: Some(retraining),
+        };
+        tenants.insert(
+            id,
+            TenantInput {
+                spec: spec_t,
+                forecast,
+                actual: Some(actual),
+                accuracy: initial,
+                retraining_due: retrains,
+                retraining_done_gpu_s: 0.0,
+            },
+        );
+    }
+    let config = PlannerConfig { horizon_slots: slots, seed: spec.seed, ..config };
+    PlannerInput {
+        epoch: 1,
+        now: SimTime::ZERO,
+        config,
+        models: models.clone(),
+        gpus,
+        tenants,
+        interference: None,
+    }
+}

@@ -1,0 +1,149 @@
+//! `replay`: Tessera's replay and planning tool. Thin: parses arguments and calls the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tessera_core::GpuModel;
+use tessera_planner::PlannerConfig;
+use tessera_planner::solver::Backend;
+use tessera_planner::synthetic::SyntheticSpec;
+use tessera_replay::plan_cmd;
+
+#[derive(Parser)]
+#[command(name = "replay", version, about = "Tessera replay: traces through planner and simulated fleet; planner sizing")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run planning rounds on a generated (`--synthetic`) or dumped (`--input`) planner input and print solve
+    /// time (median over `--repeat` rounds, level 1 and every level-2 solve), objective, bound and gap.
+    Plan(PlanArgs),
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    /// Generate the input (see --gpus, --tenants, --slots, --gpu-model, --seed).
+    #[arg(long, conflicts_with = "input", required_unless_present = "input")]
+    synthetic: bool,
+    /// Re-plan a dumped PlannerInput (JSON, as the coordinator dumps it).
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
+    /// GPUs of the synthetic fleet.
+    #[arg(long, default_value_t = 1)]
+    gpus: usize,
+    /// Tenants of the synthetic fleet.
+    #[arg(long, default_value_t = 3)]
+    tenants: usize,
+    /// Slots in the horizon.
+    #[arg(long, default_value_t = 30)]
+    slots: usize,
+    /// Slot length, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    slot_s: f64,
+    /// GPU model of the synthetic fleet.
+    #[arg(long, default_value = "A100-40GB")]
+    gpu_model: String,
+    /// Policy, or several separated by commas.
+    #[arg(long, default_value = "tessera")]
+    policy: String,
+    /// Seed of the synthetic input.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Rounds to time.
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// MILP backend: highs or microlp.
+    #[arg(long, default_value = "highs")]
+    solver: String,
+    /// Time limit per level-2 solve, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    time_limit: f64,
+    /// Relative gap at which a level-2 solve may stop.
+    #[arg(long, default_value_t = 0.005)]
+    gap: f64,
+    /// Model profiles for the synthetic input.
+    #[arg(long, default_value = "configs/models", value_name = "DIR")]
+    models: PathBuf,
+    /// Write the planner input used to FILE (JSON), for `--input` later.
+    #[arg(long, value_name = "FILE")]
+    dump: Option<PathBuf>,
+    /// Print JSON: one object for one policy, `{"runs": [...]}` for several.
+    #[arg(long)]
+    json: bool,
+}
+
+fn plan(a: PlanArgs) -> anyhow::Result<String> {
+    let backend: Backend = a.solver.parse().map_err(|e: String| anyhow::anyhow!("--solver: {e}"))?;
+    let mut input = match &a.input {
+        Some(path) => plan_cmd::read_input(path)?,
+        None => {
+            let gpu_model = GpuModel::lookup(&a.gpu_model)
+                .ok_or_else(|| anyhow::anyhow!("--gpu-model: unknown GPU model {:?}", a.gpu_model))?;
+            let models = plan_cmd::read_models(&a.models)?;
+            let spec = SyntheticSpec { gpus: a.gpus, tenants: a.tenants, slots: a.slots, gpu_model, seed: a.seed };
+            plan_cmd::synthetic(&spec, &models, PlannerConfig { slot_s: a.slot_s, ..PlannerConfig::default() })
+        }
+    };
+    if a.input.is_none() || a.solver != "highs" || a.time_limit != 2.0 || a.gap != 0.005 {
+        input.config.solver.backend = backend;
+        input.config.solver.time_limit_s = a.time_limit;
+        input.config.solver.mip_rel_gap = a.gap;
+    }
+    input.config.validate().map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(path) = &a.dump {
+        let text = serde_json::to_string_pretty(&input)?;
+        std::fs::write(path, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    let mut runs = Vec::new();
+    for policy in a.policy.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        runs.push(plan_cmd::run(policy, &input, a.repeat)?);
+    }
+    if a.json {
+        let value = if runs.len() == 1 { serde_json::to_value(&runs[0])? } else { serde_json::json!({ "runs": runs }) };
+        Ok(format!("{value}\n"))
+    } else {
+        Ok(plan_cmd::table(&runs))
+    }
+}
+
+fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.join(" ").trim_start_matches("error: ").to_string()
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            print!("{e}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Plan(a) => plan(a),
+    };
+    match result {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

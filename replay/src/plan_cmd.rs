@@ -1,0 +1,157 @@
+//! `replay plan`: planning rounds on generated or dumped inputs, timed, for sizing the planner.
+//!
+//! Each round runs the whole policy (level 1 and every level-2 solve, in parallel) on the same input; the median
+//! wall time over `repeat` rounds is reported with the plan's expected goodput (objective), the sum of the per-GPU
+//! bounds and the relative gap between them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use serde::Serialize;
+use tessera_core::model::ModelProfile;
+use tessera_planner::policy::{PlanOutcome, by_name};
+use tessera_planner::solver::SolveStatus;
+use tessera_planner::synthetic::{SyntheticSpec, input as synthetic_input};
+use tessera_planner::{PlannerConfig, PlannerInput};
+
+/// The figures of one policy over `repeat` rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanRun {
+    /// Policy name.
+    pub policy: String,
+    /// GPUs in the input.
+    pub gpus: usize,
+    /// Tenants in the input.
+    pub tenants: usize,
+    /// Slots in the horizon.
+    pub slots: usize,
+    /// Rounds run.
+    pub rounds: usize,
+    /// Median wall time of a round, ms (level 1 and all level-2 solves).
+    pub solve_ms: f64,
+    /// Every round's wall time, ms.
+    pub solve_ms_all: Vec<f64>,
+    /// Expected goodput of the plan (requests within SLO x accuracy over the horizon).
+    pub objective: f64,
+    /// Sum of the per-GPU upper bounds.
+    pub bound: f64,
+    /// Relative gap `(bound - objective) / bound`.
+    pub gap: f64,
+    /// Per-GPU solve outcomes, counted.
+    pub statuses: BTreeMap<String, usize>,
+    /// Tenants level 1 could not place.
+    pub unplaced: usize,
+    /// Set when the policy found the input infeasible.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub infeasible: Option<String>,
+}
+
+/// Reads a dumped `PlannerInput` (JSON), naming the file, line, column and field of a problem.
+pub fn read_input(path: &Path) -> anyhow::Result<PlannerInput> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    let input: PlannerInput = serde_path_to_error::deserialize(de).map_err(|e| {
+        let inner = e.inner();
+        anyhow::anyhow!(
+            "{}:{}:{}: field `{}`: {}",
+            path.display(),
+            inner.line(),
+            inner.column(),
+            e.path(),
+            inner
+        )
+    })?;
+    input.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(input)
+}
+
+/// Loads the model profiles of `dir`.
+pub fn read_models(dir: &Path) -> anyhow::Result<BTreeMap<String, ModelProfile>> {
+    tessera_core::config::load_model_dir(dir).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// A synthetic input.
+pub fn synthetic(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, config: PlannerConfig) -> PlannerInput {
+    synthetic_input(spec, models, config)
+}
+
+/// Runs `policy` `repeat` times on `input`.
+pub fn run(policy: &str, input: &PlannerInput, repeat: usize) -> anyhow::Result<PlanRun> {
+    let p = by_name(policy).map_err(|e| anyhow::anyhow!(e))?;
+    let mut times = Vec::with_capacity(repeat.max(1));
+    let mut last = None;
+    for _ in 0..repeat.max(1) {
+        let started = Instant::now();
+        let outcome = p.plan(input)?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        last = Some(outcome);
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let mut run = PlanRun {
+        policy: policy.to_string(),
+        gpus: input.gpus.len(),
+        tenants: input.tenants.len(),
+        slots: input.config.horizon_slots,
+        rounds: times.len(),
+        solve_ms: median,
+        solve_ms_all: times,
+        objective: 0.0,
+        bound: 0.0,
+        gap: 0.0,
+        statuses: BTreeMap::new(),
+        unplaced: 0,
+        infeasible: None,
+    };
+    match last.expect("at least one round") {
+        PlanOutcome::Planned(report) => {
+            run.objective = report.stats.objective;
+            run.bound = report.stats.bound;
+            run.gap = report.stats.gap;
+            run.unplaced = report.stats.unplaced.len();
+            for g in &report.stats.gpus {
+                *run.statuses.entry(status_name(g.status).into()).or_default() += 1;
+            }
+        }
+        PlanOutcome::Infeasible { reason } => run.infeasible = Some(reason),
+    }
+    Ok(run)
+}
+
+fn status_name(s: SolveStatus) -> &'static str {
+    match s {
+        SolveStatus::Optimal => "optimal",
+        SolveStatus::GapLimit => "gap_limit",
+        SolveStatus::TimeLimit => "time_limit",
+        SolveStatus::Trivial => "trivial",
+    }
+}
+
+/// A fixed-width table of runs.
+pub fn table(runs: &[PlanRun]) -> String {
+    let mut out = format!(
+        "{:<9} {:>6} {:>8} {:>6} {:>8} {:>12} {:>14} {:>14} {:>8}  {}\n",
+        "policy", "gpus", "tenants", "slots", "rounds", "solve_ms", "objective", "bound", "gap", "solves"
+    );
+    for r in runs {
+        let statuses: Vec<String> = r.statuses.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out.push_str(&format!(
+            "{:<9} {:>6} {:>8} {:>6} {:>8} {:>12.1} {:>14.1} {:>14.1} {:>7.3}%  {}{}\n",
+            r.policy,
+            r.gpus,
+            r.tenants,
+            r.slots,
+            r.rounds,
+            r.solve_ms,
+            r.objective,
+            r.bound,
+            100.0 * r.gap,
+            statuses.join(" "),
+            r.infeasible.as_ref().map(|i| format!(" infeasible: {i}")).unwrap_or_default(),
+        ));
+    }
+    out
+}
