@@ -5,8 +5,9 @@
 //! retraining instance its due work needs over the horizon. A GPU offers 7 compute slices and at most 7 instances.
 //!
 //! [`balanced`] (Tessera's level 1):
-//! 1. **Sticky**: a tenant stays on the GPU that serves it now when that GPU is healthy or draining, unless the
-//!    GPU is over-committed, in which case the tenants with the smallest need move first (cheapest to re-home).
+//! 1. **Sticky**: a tenant stays on the GPU that serves it now when that GPU is healthy or draining. An
+//!    over-committed GPU (needs above 7 slices) sheds its smallest tenants, but only to GPUs with spare slices for
+//!    them: moving costs a cold start, so it is done only where it relieves a GPU without overloading another.
 //! 2. **Memory-aware**: a tenant only goes where its model fits an instance (and its retraining fits, when due).
 //! 3. **Load-balanced and interference-aware**: the rest, largest need first, go to the healthy GPU that minimises
 //!    `load after placing + 7 x (sum of pairwise slowdowns - 1 with the tenants already there)`.
@@ -99,12 +100,12 @@ pub fn balanced(input: &PlannerInput) -> L1 {
         }
     }
     for (g, mut ts) in by_gpu {
-        // Over-committed: the smallest needs leave first.
+        // Keep everyone the GPU can hold by instance count; the smallest needs leave first when it cannot.
         ts.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let (mut slices, mut count) = (0.0, 0);
         for (id, n) in ts {
             let k = instances(input, &id);
-            if slices + n <= 7.0 + 1e-9 && count + k <= 7 {
+            if count + k <= 7 {
                 slices += n;
                 count += k;
                 out.per_gpu.get_mut(&g).expect("tracked").push(id);
@@ -114,6 +115,46 @@ pub fn balanced(input: &PlannerInput) -> L1 {
             }
         }
         load.insert(g, (slices, count));
+    }
+    // Relieve over-committed GPUs: move their smallest tenants to GPUs with spare slices, only where they fit.
+    let gpus: Vec<GpuId> = load.keys().cloned().collect();
+    for g in &gpus {
+        loop {
+            let (slices, _) = load[g];
+            if slices <= 7.0 + 1e-9 {
+                break;
+            }
+            let mut tenants: Vec<(TenantId, f64)> = out.per_gpu[g]
+                .iter()
+                .filter_map(|t| need(input, t, input.gpus[g].model).map(|n| (t.clone(), n)))
+                .collect();
+            tenants.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+            let mut moved = false;
+            for (t, n_here) in tenants {
+                let k = instances(input, &t);
+                let target = gpus.iter().filter(|o| *o != g && takes_new_work(input.gpus[*o].health)).find(|o| {
+                    let (s, c) = load[*o];
+                    c + k <= 7 && need(input, &t, input.gpus[*o].model).is_some_and(|n| s + n <= 7.0 + 1e-9)
+                });
+                if let Some(o) = target.cloned() {
+                    let n = need(input, &t, input.gpus[&o].model).expect("checked");
+                    out.per_gpu.get_mut(g).expect("tracked").retain(|x| x != &t);
+                    out.per_gpu.get_mut(&o).expect("tracked").push(t);
+                    let l = load.get_mut(g).expect("tracked");
+                    l.0 -= n_here;
+                    l.1 -= k;
+                    let l = load.get_mut(&o).expect("tracked");
+                    l.0 += n;
+                    l.1 += k;
+                    out.moved += 1;
+                    moved = true;
+                    break;
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
     }
     // 2-3. Place the rest, largest need first.
     for h in &mut homeless {

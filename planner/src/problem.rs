@@ -11,7 +11,7 @@
 //!
 //! Retraining choices are enumerated as **options** `(profile, start slot)` whose end follows from the remaining work
 //! and the profile's speed: non-preemption holds by construction, and the solvers never need a big-M progress
-//! constraint. Only options that finish within the horizon earn anything, so only those are offered; a retraining
+//! constraint. Horizons longer than 30 slots offer starts every [`GpuProblem::start_step`] slots. Only options that finish within the horizon earn anything, so only those are offered; a retraining
 //! already running continues on its instance (it is a fixed option starting at slot 0).
 //!
 //! The dead time of a new instance is `dead_preinit_s` when it can be created and warmed on free slices before the
@@ -278,15 +278,22 @@ impl GpuProblem {
             return Vec::new();
         }
         let mut out = Vec::new();
+        let step = self.start_step();
         for p in 0..self.profiles.len() {
             let Some(d) = self.slots_needed(r, p) else { continue };
-            for start in 0..self.slots {
+            for start in (0..self.slots).step_by(step) {
                 if start + d < self.slots {
                     out.push(RetrainOption { profile: p, start, end: start + d });
                 }
             }
         }
         out
+    }
+
+    /// Retraining may start every this many slots: every slot up to 30 slots, then spaced so that about 30 start
+    /// times cover the horizon (a 200-slot horizon starts retraining every 7 slots).
+    pub fn start_step(&self) -> usize {
+        self.slots.div_ceil(30).max(1)
     }
 
     /// Slots a retraining needs on profile index `p` (at least one), `None` where it cannot run.

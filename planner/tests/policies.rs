@@ -1,0 +1,270 @@
+//! Planner correctness: the count rule, the solvers against exhaustive search, the policies against each other and
+//! the invariants, on seeded synthetic inputs over the shipped model profiles.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use proptest::prelude::*;
+use tessera_core::enumerate::{ProfileSet, all_layouts};
+use tessera_core::fleet::GpuHealth;
+use tessera_core::ids::TenantId;
+use tessera_core::invariants::check_gpu_plan;
+use tessera_core::model::ModelProfile;
+use tessera_core::plan::Role;
+use tessera_core::{GpuModel, Layout, Placement, Profile};
+use tessera_planner::build::{Arrivals, gpu_problem};
+use tessera_planner::input::Interference;
+use tessera_planner::policy::{PlanOutcome, PlanReport, by_name};
+use tessera_planner::problem::GpuProblem;
+use tessera_planner::solver::SolverConfig;
+use tessera_planner::synthetic::{SyntheticSpec, input as synthetic};
+use tessera_planner::{PlannerConfig, PlannerInput, assign, cg, exhaustive, migrator};
+
+fn models() -> BTreeMap<String, ModelProfile> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
+    tessera_core::config::load_model_dir(&dir).expect("shipped model profiles load")
+}
+
+fn exact() -> SolverConfig {
+    SolverConfig { mip_rel_gap: 0.0, time_limit_s: 60.0, ..SolverConfig::default() }
+}
+
+fn tiny(tenants: usize, slots: usize, seed: u64, retraining: usize) -> PlannerInput {
+    let spec = SyntheticSpec { gpus: 1, tenants, slots, gpu_model: GpuModel::A100_40GB, seed };
+    let mut input = synthetic(&spec, &models(), PlannerConfig { solver: exact(), ..PlannerConfig::default() });
+    for (k, t) in input.tenants.values_mut().enumerate() {
+        t.retraining_due = k < retraining;
+    }
+    input
+}
+
+fn problem(input: &PlannerInput, arrivals: Arrivals) -> GpuProblem {
+    let gpu = input.gpus.keys().next().unwrap().clone();
+    let tenants: Vec<TenantId> = input.tenants.keys().cloned().collect();
+    gpu_problem(input, &gpu, &tenants, arrivals)
+}
+
+fn planned(policy: &str, input: &PlannerInput) -> Box<PlanReport> {
+    match by_name(policy).unwrap().plan(input).unwrap() {
+        PlanOutcome::Planned(r) => r,
+        PlanOutcome::Infeasible { reason } => panic!("{policy}: infeasible: {reason}"),
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * (1.0 + a.abs().max(b.abs()))
+}
+
+#[test]
+fn count_rule_matches_the_enumerated_layouts_on_every_gpu() {
+    for gpu in GpuModel::ALL {
+        let profiles = GpuProblem::candidate_profiles(gpu);
+        let feasible: std::collections::BTreeSet<Vec<u8>> = all_layouts(gpu, ProfileSet::WithDoubleMemory)
+            .iter()
+            .map(|l| profiles.iter().map(|p| l.count(*p) as u8).collect())
+            .chain(std::iter::once(vec![0; profiles.len()]))
+            .collect();
+        let mut v = vec![0u8; profiles.len()];
+        let mut checked = 0;
+        loop {
+            assert_eq!(GpuProblem::fits(gpu, &profiles, &v), feasible.contains(&v), "{gpu}: counts {v:?}");
+            checked += 1;
+            let mut k = 0;
+            while k < v.len() {
+                v[k] += 1;
+                if v[k] <= 7 {
+                    break;
+                }
+                v[k] = 0;
+                k += 1;
+            }
+            if k == v.len() {
+                break;
+            }
+        }
+        assert!(checked > 1000);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Tessera's level 2 reaches the optimum of the count-level model found by exhaustive search.
+    #[test]
+    fn tessera_level2_is_optimal_on_tiny_problems(
+        tenants in 1usize..=3, slots in 2usize..=6, seed in 0u64..1000, retraining in 0usize..=2, band in any::<bool>(),
+    ) {
+        let input = tiny(tenants, slots, seed, retraining.min(tenants));
+        let pb = problem(&input, if band { Arrivals::Band } else { Arrivals::Point });
+        let solved = cg::solve(&pb, &exact()).unwrap();
+        let (best, optimum) = exhaustive::solve(&pb);
+        prop_assert!(solved.schedule.feasible(&pb));
+        prop_assert!(close(solved.objective, optimum), "solver {} vs exhaustive {} ({best:?})", solved.objective, optimum);
+        prop_assert!(solved.bound >= optimum * (1.0 - 1e-6));
+    }
+
+    /// The MIGRator placement ILP reaches the optimum of its model found by exhaustive search.
+    #[test]
+    fn migrator_ilp_is_optimal_on_tiny_problems(
+        tenants in 1usize..=2, slots in 2usize..=4, seed in 0u64..1000, retraining in 0usize..=1,
+    ) {
+        let input = tiny(tenants, slots, seed, retraining);
+        let pb = problem(&input, Arrivals::Point);
+        let solved = migrator::solve(&pb, &exact()).unwrap();
+        let (_, optimum) = exhaustive::solve_placed(&pb);
+        prop_assert!(close(solved.objective, optimum), "ILP {} vs exhaustive {}", solved.objective, optimum);
+    }
+}
+
+#[test]
+fn the_oracle_is_never_beaten_and_tessera_beats_migrator() {
+    let mut totals: BTreeMap<&str, f64> = BTreeMap::new();
+    for seed in 1..=4 {
+        let spec = SyntheticSpec { gpus: 2, tenants: 6, slots: 8, gpu_model: GpuModel::A100_40GB, seed };
+        let input = synthetic(&spec, &models(), PlannerConfig::default());
+        let mut truth = BTreeMap::new();
+        for policy in ["tessera", "migrator", "oracle"] {
+            let g = planned(policy, &input).goodput_under_truth(&input);
+            truth.insert(policy, g);
+            *totals.entry(policy).or_default() += g;
+        }
+        for policy in ["tessera", "migrator"] {
+            assert!(
+                truth[policy] <= truth["oracle"] * (1.0 + 1e-9),
+                "seed {seed}: {policy} {} beats the oracle {}",
+                truth[policy],
+                truth["oracle"]
+            );
+        }
+    }
+    assert!(totals["tessera"] > totals["migrator"], "{totals:?}");
+}
+
+#[test]
+fn plans_are_deterministic_and_keep_the_invariants() {
+    let spec = SyntheticSpec { gpus: 3, tenants: 9, slots: 10, gpu_model: GpuModel::A100_40GB, seed: 7 };
+    let input = synthetic(&spec, &models(), PlannerConfig::default());
+    for policy in ["tessera", "migrator", "oracle"] {
+        let a = planned(policy, &input);
+        let b = planned(policy, &input);
+        assert_eq!(serde_json::to_string(&a.plan).unwrap(), serde_json::to_string(&b.plan).unwrap(), "{policy}");
+        for (gpu, plan) in &a.plan.gpus {
+            let model = input.gpus[gpu].model;
+            check_gpu_plan(gpu, model, plan).unwrap();
+            for change in &plan.upcoming {
+                let later = tessera_core::plan::GpuPlan { layout: change.layout.clone(), assignments: change.assignments.clone(), ..plan.clone() };
+                check_gpu_plan(gpu, model, &later).unwrap();
+            }
+            for a in &plan.assignments {
+                let t = &input.tenants[&a.tenant];
+                let m = &input.models[&t.spec.model];
+                let spec = model.profile(a.placement.profile).unwrap();
+                match a.role {
+                    Role::Inference => assert!(m.fits_inference(spec), "{policy}: {a} does not fit"),
+                    Role::Retraining => assert!(m.fits_training(spec), "{policy}: {a} does not fit"),
+                }
+            }
+            assert!(plan.expected_goodput >= 0.0);
+            assert!(plan.explanation.starts_with(policy));
+        }
+        assert!(a.stats.bound + 1e-6 >= a.stats.objective);
+    }
+}
+
+#[test]
+fn a_tenant_that_fits_nowhere_makes_the_round_infeasible_with_the_reason() {
+    let mut input = tiny(1, 4, 3, 0);
+    let id = input.tenants.keys().next().unwrap().clone();
+    let model = input.tenants[&id].spec.model.clone();
+    input.models.get_mut(&model).unwrap().inference_memory_gib = 500.0;
+    match by_name("tessera").unwrap().plan(&input).unwrap() {
+        PlanOutcome::Infeasible { reason } => assert!(reason.contains(&model), "{reason}"),
+        PlanOutcome::Planned(_) => panic!("planned a tenant that fits nowhere"),
+    }
+    assert!(by_name("nonsense").is_err());
+}
+
+#[test]
+fn level1_is_sticky_memory_aware_and_spreads_interfering_tenants() {
+    let spec = SyntheticSpec { gpus: 4, tenants: 8, slots: 6, gpu_model: GpuModel::A100_40GB, seed: 11 };
+    let mut input = synthetic(&spec, &models(), PlannerConfig::default());
+    // Apply a first plan, then plan again: nobody moves.
+    let first = planned("tessera", &input);
+    for (gpu, plan) in &first.plan.gpus {
+        let g = input.gpus.get_mut(gpu).unwrap();
+        g.layout = plan.layout.clone();
+        g.assignments = plan.assignments.clone();
+    }
+    let again = assign::balanced(&input);
+    assert_eq!(again.moved, 0);
+    for (gpu, tenants) in &again.per_gpu {
+        for t in tenants {
+            assert_eq!(input.current_gpu(t), Some(gpu).filter(|_| true).or(input.current_gpu(t)));
+        }
+    }
+    for (gpu, tenants) in &first.outcomes {
+        for t in &tenants.problem.tenants {
+            if input.gpus[gpu].instance_of(&t.id, Role::Inference).is_some() {
+                assert!(again.per_gpu[gpu].contains(&t.id), "{} left {gpu}", t.id);
+            }
+        }
+    }
+    // A failed GPU's tenants move; a draining GPU keeps its tenants but takes no new ones.
+    let failed = input.gpus.keys().next().unwrap().clone();
+    input.gpus.get_mut(&failed).unwrap().health = GpuHealth::Failed;
+    let after = assign::balanced(&input);
+    assert!(!after.per_gpu.contains_key(&failed));
+    assert_eq!(after.per_gpu.values().map(Vec::len).sum::<usize>() + after.unplaced.len(), input.tenants.len());
+
+    // Memory: a model too large for A100-40GB goes to the H100 of a mixed fleet.
+    let mut mixed = tiny(2, 4, 5, 0);
+    let big = mixed.tenants.keys().next().unwrap().clone();
+    let model = mixed.tenants[&big].spec.model.clone();
+    mixed.models.get_mut(&model).unwrap().inference_memory_gib = 60.0;
+    let h100 = tessera_core::ids::GpuId::new(tessera_core::ids::NodeId::new("h100-node").unwrap(), 0);
+    mixed.gpus.insert(
+        h100.clone(),
+        tessera_planner::input::GpuInput {
+            model: GpuModel::H100_80GB,
+            health: GpuHealth::Healthy,
+            layout: Layout::empty(),
+            assignments: vec![],
+        },
+    );
+    let l1 = assign::balanced(&mixed);
+    assert!(l1.per_gpu[&h100].contains(&big), "{l1:?}");
+
+    // Interference: two tenants that slow each other down by 2x land on different GPUs.
+    let mut pair = tiny(2, 4, 9, 0);
+    let node = tessera_core::ids::NodeId::new("node-0000").unwrap();
+    pair.gpus.insert(
+        tessera_core::ids::GpuId::new(node, 1),
+        tessera_planner::input::GpuInput {
+            model: GpuModel::A100_40GB,
+            health: GpuHealth::Healthy,
+            layout: Layout::empty(),
+            assignments: vec![],
+        },
+    );
+    let ms: Vec<String> = pair.tenants.values().map(|t| t.spec.model.clone()).collect();
+    pair.interference = Some(Interference {
+        pairs: vec![(ms[0].clone(), ms[1].clone(), 2.0), (ms[1].clone(), ms[0].clone(), 2.0)],
+    });
+    let l1 = assign::balanced(&pair);
+    assert!(l1.per_gpu.values().all(|ts| ts.len() <= 1), "{l1:?}");
+}
+
+#[test]
+fn planner_input_round_trips_through_json_and_bad_input_names_the_field() {
+    let input = tiny(2, 4, 1, 1);
+    let text = serde_json::to_string(&input).unwrap();
+    let back: PlannerInput = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, input);
+    let mut bad = input.clone();
+    bad.tenants.values_mut().next().unwrap().forecast.mean[0] = -1.0;
+    let err = bad.validate().unwrap_err();
+    assert!(err.contains("forecast"), "{err}");
+    let mut bad = input;
+    bad.gpus.values_mut().next().unwrap().layout = Layout::new([Placement::new(Profile::G4, 0), Placement::new(Profile::G4, 0)]);
+    assert!(bad.validate().unwrap_err().contains("layout"));
+}
