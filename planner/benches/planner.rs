@@ -1,1 +1,114 @@
-fn main() {}
+//! Planner benchmarks: per-GPU level-2 solves (1, 3, 7 tenants x 10, 30, 200 slots), the backends on the compact
+//! MILP, and whole fleet rounds (10, 100 GPUs; 1,000 GPUs with `TESSERA_BENCH_FLEET_1000=1`, minutes per sample).
+//!
+//! Run: `cargo bench -p tessera-planner --bench planner`. Besides criterion's timings, each case prints one line
+//! with its objective, bound and relative gap (gap = (bound - objective) / bound, the bound from column
+//! generation's Lagrangian or the solver's dual bound).
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use tessera_core::GpuModel;
+use tessera_core::ids::TenantId;
+use tessera_core::model::ModelProfile;
+use tessera_planner::build::{Arrivals, gpu_problem};
+use tessera_planner::policy::{PlanOutcome, by_name};
+use tessera_planner::problem::GpuProblem;
+use tessera_planner::solver::{Backend, SolverConfig, relative_gap};
+use tessera_planner::synthetic::{SyntheticSpec, input as synthetic};
+use tessera_planner::{PlannerConfig, PlannerInput, cg, ilp};
+
+fn models() -> BTreeMap<String, ModelProfile> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
+    tessera_core::config::load_model_dir(&dir).expect("shipped model profiles load")
+}
+
+fn fleet(gpus: usize, tenants: usize, slots: usize, seed: u64) -> PlannerInput {
+    let spec = SyntheticSpec { gpus, tenants, slots, gpu_model: GpuModel::A100_40GB, seed };
+    synthetic(&spec, &models(), PlannerConfig::default())
+}
+
+fn one_gpu(tenants: usize, slots: usize, seed: u64) -> GpuProblem {
+    let input = fleet(1, tenants, slots, seed);
+    let gpu = input.gpus.keys().next().expect("one GPU").clone();
+    let ids: Vec<TenantId> = input.tenants.keys().cloned().collect();
+    gpu_problem(&input, &gpu, &ids, Arrivals::Band)
+}
+
+fn level2(c: &mut Criterion) {
+    let mut group = c.benchmark_group("level2");
+    group.sample_size(10);
+    let config = SolverConfig::default();
+    for tenants in [1, 3, 7] {
+        for slots in [10, 30, 200] {
+            let pb = one_gpu(tenants, slots, 1);
+            let s = cg::solve(&pb, &config).expect("solves");
+            println!(
+                "level2 tenants={tenants} slots={slots}: objective {:.1} bound {:.1} gap {:.3}% ({:?})",
+                s.objective,
+                s.bound,
+                100.0 * relative_gap(s.objective, s.bound),
+                s.status
+            );
+            group.bench_with_input(BenchmarkId::new(format!("{tenants}t"), slots), &pb, |b, pb| {
+                b.iter(|| cg::solve(black_box(pb), &config).expect("solves"))
+            });
+        }
+    }
+    group.finish();
+}
+
+fn backends(c: &mut Criterion) {
+    let mut group = c.benchmark_group("compact_milp");
+    group.sample_size(10);
+    for (tenants, slots) in [(2, 4), (3, 6)] {
+        let pb = one_gpu(tenants, slots, 2);
+        for backend in [Backend::Highs, Backend::Microlp] {
+            let config = SolverConfig { backend, mip_rel_gap: 0.0, time_limit_s: 30.0 };
+            let s = ilp::solve(&pb, &config).expect("solves");
+            println!(
+                "compact {backend:?} tenants={tenants} slots={slots}: objective {:.1} bound {:.1} ({:?})",
+                s.objective, s.bound, s.status
+            );
+            group.bench_with_input(
+                BenchmarkId::new(format!("{backend:?}"), format!("{tenants}t{slots}s")),
+                &pb,
+                |b, pb| b.iter(|| ilp::solve(black_box(pb), &config).expect("solves")),
+            );
+        }
+    }
+    group.finish();
+}
+
+fn fleets(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fleet");
+    group.sample_size(10);
+    let mut sizes = vec![10, 100];
+    if std::env::var_os("TESSERA_BENCH_FLEET_1000").is_some() {
+        sizes.push(1000);
+    } else {
+        println!("fleet 1000 GPUs skipped (set TESSERA_BENCH_FLEET_1000=1; or `replay plan --synthetic --gpus 1000`)");
+    }
+    for gpus in sizes {
+        let input = fleet(gpus, 4 * gpus, 30, 3);
+        let policy = by_name("tessera").expect("known");
+        if let PlanOutcome::Planned(r) = policy.plan(&input).expect("plans") {
+            println!(
+                "fleet gpus={gpus} tenants={}: objective {:.1} bound {:.1} gap {:.3}%",
+                4 * gpus,
+                r.stats.objective,
+                r.stats.bound,
+                100.0 * r.stats.gap
+            );
+        }
+        group.bench_with_input(BenchmarkId::new("tessera", gpus), &input, |b, input| {
+            b.iter(|| policy.plan(black_box(input)).expect("plans"))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, level2, backends, fleets);
+criterion_main!(benches);

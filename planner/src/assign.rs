@@ -45,7 +45,9 @@ pub fn need(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) -> Option<f6
         .iter()
         .filter(|p| p.profile != Profile::G1Me && model.fits_inference(p))
         .filter_map(|p| {
-            model.slo_capacity_on(gpu, p.profile, t.spec.slo_ms, 1.0).map(|c| c.rps / f64::from(p.profile.compute_slices()))
+            model
+                .slo_capacity_on(gpu, p.profile, t.spec.slo_ms, 1.0)
+                .map(|c| c.rps / f64::from(p.profile.compute_slices()))
         })
         .fold(0.0, f64::max);
     if per_slice <= 0.0 {
@@ -233,7 +235,9 @@ pub fn given(input: &PlannerInput) -> L1 {
         let pick = count
             .iter()
             .filter(|(g, c)| {
-                takes_new_work(input.gpus[*g].health) && **c + k <= 7 && need(input, &id, input.gpus[*g].model).is_some()
+                takes_new_work(input.gpus[*g].health)
+                    && **c + k <= 7
+                    && need(input, &id, input.gpus[*g].model).is_some()
             })
             .min_by_key(|(g, c)| (**c, (*g).clone()))
             .map(|(g, _)| g.clone());

@@ -8,6 +8,9 @@
 //! after. Retraining progresses by the profile's speed for each slot it holds its instance; a retraining that loses
 //! its instance starts over (non-preemptive, no checkpoint within a plan).
 
+// Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
+#![allow(clippy::needless_range_loop)]
+
 use tessera_core::plan::Role;
 
 use crate::input::PlannerInput;
@@ -15,7 +18,11 @@ use crate::problem::{GpuProblem, Scenario};
 use crate::realize::Placed;
 
 /// Expected goodput of `placed` on `pb`, per tenant, with each tenant's arrivals from `scenarios(i)`.
-pub fn goodput_per_tenant<'a>(pb: &'a GpuProblem, placed: &Placed, scenarios: impl Fn(usize) -> &'a [Scenario]) -> Vec<f64> {
+pub fn goodput_per_tenant<'a>(
+    pb: &'a GpuProblem,
+    placed: &Placed,
+    scenarios: impl Fn(usize) -> &'a [Scenario],
+) -> Vec<f64> {
     let dt = pb.slot_s;
     let mut out = vec![0.0; pb.tenants.len()];
     for (i, t) in pb.tenants.iter().enumerate() {

@@ -7,6 +7,9 @@
 //! [`solve_placed`] does the same over placements instead of profiles (the MIGRator model: a task that moves to
 //! another placement of the same profile is charged the dead time too, and a running retraining cannot move).
 
+// Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
+#![allow(clippy::needless_range_loop)]
+
 use tessera_core::{Layout, Placement};
 
 use crate::problem::{GpuProblem, RetrainOption, Schedule};
@@ -28,7 +31,8 @@ pub fn solve_placed(pb: &GpuProblem) -> (Vec<Vec<Option<Placement>>>, f64) {
     for (i, t) in unit.tenants.iter_mut().enumerate() {
         t.cap = (0..placements.len()).map(|q| pb.tenants[i].cap[of(q)]).collect();
         if let Some(r) = &mut t.retrain {
-            r.speed = (0..placements.len()).map(|q| pb.tenants[i].retrain.as_ref().expect("same").speed[of(q)]).collect();
+            r.speed =
+                (0..placements.len()).map(|q| pb.tenants[i].retrain.as_ref().expect("same").speed[of(q)]).collect();
         }
     }
     let feasible = |counts: &[u8]| {
@@ -43,17 +47,22 @@ pub fn solve_placed(pb: &GpuProblem) -> (Vec<Vec<Option<Placement>>>, f64) {
         true
     };
     let index = |pl: Option<Placement>| pl.and_then(|pl| placements.iter().position(|p| *p == pl));
-    let (schedule, value) = search_units(&unit, &feasible, Charge::Fixed(pb.dead_preinit_s), &|t| index(t.current_inference), &|t| {
-        index(t.retrain.as_ref().and_then(|r| r.running_on))
-    });
+    let (schedule, value) =
+        search_units(&unit, &feasible, Charge::Fixed(pb.dead_preinit_s), &|t| index(t.current_inference), &|t| {
+            index(t.retrain.as_ref().and_then(|r| r.running_on))
+        });
     let placed = schedule.inference.iter().map(|row| row.iter().map(|u| u.map(|q| placements[q])).collect()).collect();
     (placed, value)
 }
 
 fn search(pb: &GpuProblem, feasible: &dyn Fn(&[u8]) -> bool) -> (Schedule, f64) {
-    search_units(pb, feasible, Charge::Room, &|t| t.current_inference.and_then(|pl| pb.profile_index(pl.profile)), &|t| {
-        t.retrain.as_ref().and_then(|r| r.running_on).and_then(|pl| pb.profile_index(pl.profile))
-    })
+    search_units(
+        pb,
+        feasible,
+        Charge::Room,
+        &|t| t.current_inference.and_then(|pl| pb.profile_index(pl.profile)),
+        &|t| t.retrain.as_ref().and_then(|r| r.running_on).and_then(|pl| pb.profile_index(pl.profile)),
+    )
 }
 
 type UnitOf<'a> = dyn Fn(&crate::problem::TenantTask) -> Option<usize> + 'a;

@@ -24,6 +24,9 @@
 //!
 //! The objective is exactly [`Schedule::objective`]: the solvers' value and the schedule's evaluation agree.
 
+// Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
+#![allow(clippy::needless_range_loop)]
+
 use good_lp::{Constraint, Expression, ProblemVariables, Variable, variable};
 
 use crate::problem::{GpuProblem, RetrainOption, Schedule, Usage};

@@ -13,10 +13,13 @@
 //! mean (MIGRator predicts arrivals about 200 s ahead; it has no band). The solve runs under the same time limit
 //! and gap as every policy; a time-limited solve uses its incumbent, as MIGRator would have to.
 
+// Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
+#![allow(clippy::needless_range_loop)]
+
 use good_lp::{Constraint, Expression, ProblemVariables, Variable, variable};
+use tessera_core::Placement;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{Assignment, Role};
-use tessera_core::Placement;
 
 use crate::assign;
 use crate::build::{Arrivals, gpu_problem};
@@ -47,7 +50,13 @@ fn level2(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId]) -> Result<Opt
     }
     let problem = gpu_problem(input, gpu, tenants, Arrivals::Point);
     let s = solve(&problem, &input.config.solver)?;
-    Ok(Some(GpuOutcome { problem, placed: s.placed, bound: s.bound, status: s.status, note: "MIGRator placement ILP".into() }))
+    Ok(Some(GpuOutcome {
+        problem,
+        placed: s.placed,
+        bound: s.bound,
+        status: s.status,
+        note: "MIGRator placement ILP".into(),
+    }))
 }
 
 /// A solved MIGRator ILP.
@@ -150,10 +159,8 @@ pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<MigratorSolution,
                     rows.push((before - d).leq(v));
                 }
                 if let Some(d) = done[i][slot] {
-                    let progress: Expression = (0..slot)
-                        .flat_map(|s| each(&xr, i, s))
-                        .map(|(q, v)| v * (r.speed[placements[q].1] * dt))
-                        .sum();
+                    let progress: Expression =
+                        (0..slot).flat_map(|s| each(&xr, i, s)).map(|(q, v)| v * (r.speed[placements[q].1] * dt)).sum();
                     rows.push((Expression::from(d) * r.work_s.max(1e-9)).leq(progress));
                 }
             }
@@ -203,11 +210,21 @@ pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<MigratorSolution,
         for (slot, row) in slots.iter_mut().enumerate() {
             for (q, (pl, p)) in placements.iter().enumerate() {
                 if on(xi[i][q][slot]) {
-                    row.push(Assignment { placement: *pl, tenant: t.id.clone(), role: Role::Inference, preinit: false });
+                    row.push(Assignment {
+                        placement: *pl,
+                        tenant: t.id.clone(),
+                        role: Role::Inference,
+                        preinit: false,
+                    });
                 }
                 if on(xr[i][q][slot]) && progress < work - 1e-9 {
                     progress += t.retrain.as_ref().map_or(0.0, |r| r.speed[*p] * dt);
-                    row.push(Assignment { placement: *pl, tenant: t.id.clone(), role: Role::Retraining, preinit: false });
+                    row.push(Assignment {
+                        placement: *pl,
+                        tenant: t.id.clone(),
+                        role: Role::Retraining,
+                        preinit: false,
+                    });
                 }
             }
         }

@@ -45,7 +45,9 @@ impl Policy for Oracle {
             mip_rel_gap: 1e-4,
             ..truth.config.solver
         };
-        let own = plan_fleet(self.name(), &truth, l1, |gpu, tenants| level2(&truth, gpu, tenants, Arrivals::Actual, &solver))?;
+        let own = plan_fleet(self.name(), &truth, l1, |gpu, tenants| {
+            level2(&truth, gpu, tenants, Arrivals::Actual, &solver)
+        })?;
         let PlanOutcome::Planned(mut best) = own else { return Ok(own) };
         let mut best_value = best.goodput_under_truth(input);
         for name in POLICY_NAMES.iter().filter(|n| **n != self.name()) {

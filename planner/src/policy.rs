@@ -152,7 +152,11 @@ pub fn plan_fleet(
     if !input.tenants.is_empty() && l1.unplaced.len() == input.tenants.len() {
         let reasons: Vec<String> = l1.unplaced.iter().take(5).map(|(t, r)| format!("{t}: {r}")).collect();
         return Ok(PlanOutcome::Infeasible {
-            reason: format!("no tenant can be placed ({}{})", reasons.join("; "), if l1.unplaced.len() > 5 { "; ..." } else { "" }),
+            reason: format!(
+                "no tenant can be placed ({}{})",
+                reasons.join("; "),
+                if l1.unplaced.len() > 5 { "; ..." } else { "" }
+            ),
         });
     }
     let work: Vec<(&GpuId, &Vec<TenantId>)> = l1.per_gpu.iter().collect();
@@ -207,7 +211,10 @@ pub fn plan_fleet(
             if upcoming.is_empty() { String::new() } else { format!("; {} later change(s) expected", upcoming.len()) },
         );
         stats.push(GpuStats { gpu: gpu.clone(), tenants: o.problem.tenants.len(), status: o.status, objective, bound });
-        gpus.insert(gpu.clone(), GpuPlan { layout, assignments: first, expected_goodput: objective, explanation, upcoming });
+        gpus.insert(
+            gpu.clone(),
+            GpuPlan { layout, assignments: first, expected_goodput: objective, explanation, upcoming },
+        );
         outcomes.insert(gpu, o);
     }
     let objective: f64 = stats.iter().map(|s| s.objective).sum();

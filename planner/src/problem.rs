@@ -21,6 +21,9 @@
 //! objective picks the best such set ([`GpuProblem::slot_value`]), [`crate::evaluate`] charges placed schedules
 //! by their actual slices.
 
+// Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
+#![allow(clippy::needless_range_loop)]
+
 use serde::{Deserialize, Serialize};
 use tessera_core::enumerate::ProfileSet;
 use tessera_core::ids::TenantId;
@@ -380,6 +383,9 @@ impl Schedule {
     /// Whether every slot's counts fit a valid layout and every tenant uses only profiles it can use.
     pub fn feasible(&self, pb: &GpuProblem) -> bool {
         (0..pb.slots).all(|t| pb.counts_feasible(&self.counts(t, pb.profiles.len())))
-            && self.inference.iter().all(|row| row.iter().enumerate().all(|(i, p)| p.is_none_or(|p| pb.tenants[i].cap[p] > 0.0)))
+            && self
+                .inference
+                .iter()
+                .all(|row| row.iter().enumerate().all(|(i, p)| p.is_none_or(|p| pb.tenants[i].cap[p] > 0.0)))
     }
 }

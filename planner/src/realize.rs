@@ -9,6 +9,9 @@
 //! inference instance with the least capacity is left out and the search repeats; [`crate::evaluate`] then charges
 //! what that costs, so a plan's expected goodput is always that of what it actually places.
 
+// Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
+#![allow(clippy::needless_range_loop)]
+
 use tessera_core::plan::{Assignment, Role};
 use tessera_core::{GpuModel, Layout, Placement};
 
@@ -51,9 +54,12 @@ pub fn realize(pb: &GpuProblem, schedule: &Schedule) -> Placed {
         .flat_map(|t| {
             let inf = t.current_inference.map(|p| (p, Role::Inference));
             let rt = t.retrain.as_ref().and_then(|r| r.running_on).map(|p| (p, Role::Retraining));
-            inf.into_iter()
-                .chain(rt)
-                .map(|(placement, role)| Assignment { placement, tenant: t.id.clone(), role, preinit: false })
+            inf.into_iter().chain(rt).map(|(placement, role)| Assignment {
+                placement,
+                tenant: t.id.clone(),
+                role,
+                preinit: false,
+            })
         })
         .collect();
     let mut prev_layout = pb.current.clone();
@@ -64,7 +70,8 @@ pub fn realize(pb: &GpuProblem, schedule: &Schedule) -> Placed {
             if let Some(o) = schedule.retrain[i]
                 && o.active(t)
             {
-                let continuing = t > o.start || (t == 0 && tenant.retrain.as_ref().is_some_and(|r| r.running_on.is_some()));
+                let continuing =
+                    t > o.start || (t == 0 && tenant.retrain.as_ref().is_some_and(|r| r.running_on.is_some()));
                 let fixed = if continuing { had(Role::Retraining) } else { None };
                 demands.push(Demand { tenant: i, role: Role::Retraining, profile: o.profile, fixed, previous: None });
             }
@@ -117,10 +124,16 @@ pub fn realize(pb: &GpuProblem, schedule: &Schedule) -> Placed {
             .iter()
             .zip(&placed)
             .map(|(d, pl)| {
-                let kept = prev.iter().any(|a| a.tenant == pb.tenants[d.tenant].id && a.role == d.role && a.placement == *pl);
+                let kept =
+                    prev.iter().any(|a| a.tenant == pb.tenants[d.tenant].id && a.role == d.role && a.placement == *pl);
                 let free_before = prev_layout.memory_mask() & pl.memory_mask() == 0
                     && prev_layout.compute_mask() & pl.compute_mask() == 0;
-                Assignment { placement: *pl, tenant: pb.tenants[d.tenant].id.clone(), role: d.role, preinit: !kept && free_before }
+                Assignment {
+                    placement: *pl,
+                    tenant: pb.tenants[d.tenant].id.clone(),
+                    role: d.role,
+                    preinit: !kept && free_before,
+                }
             })
             .collect();
         prev_layout = Layout::new(assignments.iter().map(|a| a.placement));
@@ -188,7 +201,9 @@ fn search(
         if d.fixed.is_none() {
             if d.previous == Some(p) {
                 gain += 1000;
-            } else if prev_layout.memory_mask() & p.memory_mask() == 0 && prev_layout.compute_mask() & p.compute_mask() == 0 {
+            } else if prev_layout.memory_mask() & p.memory_mask() == 0
+                && prev_layout.compute_mask() & p.compute_mask() == 0
+            {
                 gain += 100;
             }
             if d.role == Role::Retraining {
@@ -241,9 +256,12 @@ pub fn from_assignments(pb: &GpuProblem, mut slots: Vec<Vec<Assignment>>) -> Pla
         .flat_map(|t| {
             let inf = t.current_inference.map(|p| (p, Role::Inference));
             let rt = t.retrain.as_ref().and_then(|r| r.running_on).map(|p| (p, Role::Retraining));
-            inf.into_iter()
-                .chain(rt)
-                .map(|(placement, role)| Assignment { placement, tenant: t.id.clone(), role, preinit: false })
+            inf.into_iter().chain(rt).map(|(placement, role)| Assignment {
+                placement,
+                tenant: t.id.clone(),
+                role,
+                preinit: false,
+            })
         })
         .collect();
     let mut prev_layout = pb.current.clone();

@@ -45,9 +45,7 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let usable: Vec<&ModelProfile> = models
         .values()
-        .filter(|m| {
-            m.smallest_inference_profile(spec.gpu_model).is_some_and(|p| p.compute_slices() <= 2)
-        })
+        .filter(|m| m.smallest_inference_profile(spec.gpu_model).is_some_and(|p| p.compute_slices() <= 2))
         .collect();
     assert!(!usable.is_empty(), "no model fits a small instance of {}", spec.gpu_model);
     let mut gpus = BTreeMap::new();
@@ -55,7 +53,12 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
         let node = NodeId::new(format!("node-{:04}", g / 8)).expect("valid node id");
         gpus.insert(
             GpuId::new(node, (g % 8) as u32),
-            GpuInput { model: spec.gpu_model, health: GpuHealth::Healthy, layout: Layout::empty(), assignments: vec![] },
+            GpuInput {
+                model: spec.gpu_model,
+                health: GpuHealth::Healthy,
+                layout: Layout::empty(),
+                assignments: vec![],
+            },
         );
     }
     let slots = spec.slots.max(1);
@@ -128,13 +131,5 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
         );
     }
     let config = PlannerConfig { horizon_slots: slots, seed: spec.seed, ..config };
-    PlannerInput {
-        epoch: 1,
-        now: SimTime::ZERO,
-        config,
-        models: models.clone(),
-        gpus,
-        tenants,
-        interference: None,
-    }
+    PlannerInput { epoch: 1, now: SimTime::ZERO, config, models: models.clone(), gpus, tenants, interference: None }
 }

@@ -66,7 +66,13 @@ pub fn describe_retraining(pb: &GpuProblem, schedule: &crate::problem::Schedule)
         .enumerate()
         .filter_map(|(i, o)| {
             o.map(|o| {
-                format!("retrain {} on {} (slots {}-{})", pb.tenants[i].id, pb.profiles[o.profile], o.start, o.end.saturating_sub(1))
+                format!(
+                    "retrain {} on {} (slots {}-{})",
+                    pb.tenants[i].id,
+                    pb.profiles[o.profile],
+                    o.start,
+                    o.end.saturating_sub(1)
+                )
             })
         })
         .collect();

@@ -152,7 +152,11 @@ fn plans_are_deterministic_and_keep_the_invariants() {
             let model = input.gpus[gpu].model;
             check_gpu_plan(gpu, model, plan).unwrap();
             for change in &plan.upcoming {
-                let later = tessera_core::plan::GpuPlan { layout: change.layout.clone(), assignments: change.assignments.clone(), ..plan.clone() };
+                let later = tessera_core::plan::GpuPlan {
+                    layout: change.layout.clone(),
+                    assignments: change.assignments.clone(),
+                    ..plan.clone()
+                };
                 check_gpu_plan(gpu, model, &later).unwrap();
             }
             for a in &plan.assignments {
@@ -247,9 +251,8 @@ fn level1_is_sticky_memory_aware_and_spreads_interfering_tenants() {
         },
     );
     let ms: Vec<String> = pair.tenants.values().map(|t| t.spec.model.clone()).collect();
-    pair.interference = Some(Interference {
-        pairs: vec![(ms[0].clone(), ms[1].clone(), 2.0), (ms[1].clone(), ms[0].clone(), 2.0)],
-    });
+    pair.interference =
+        Some(Interference { pairs: vec![(ms[0].clone(), ms[1].clone(), 2.0), (ms[1].clone(), ms[0].clone(), 2.0)] });
     let l1 = assign::balanced(&pair);
     assert!(l1.per_gpu.values().all(|ts| ts.len() <= 1), "{l1:?}");
 }
@@ -265,6 +268,7 @@ fn planner_input_round_trips_through_json_and_bad_input_names_the_field() {
     let err = bad.validate().unwrap_err();
     assert!(err.contains("forecast"), "{err}");
     let mut bad = input;
-    bad.gpus.values_mut().next().unwrap().layout = Layout::new([Placement::new(Profile::G4, 0), Placement::new(Profile::G4, 0)]);
+    bad.gpus.values_mut().next().unwrap().layout =
+        Layout::new([Placement::new(Profile::G4, 0), Placement::new(Profile::G4, 0)]);
     assert!(bad.validate().unwrap_err().contains("layout"));
 }

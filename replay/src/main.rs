@@ -11,7 +11,11 @@ use tessera_planner::synthetic::SyntheticSpec;
 use tessera_replay::plan_cmd;
 
 #[derive(Parser)]
-#[command(name = "replay", version, about = "Tessera replay: traces through planner and simulated fleet; planner sizing")]
+#[command(
+    name = "replay",
+    version,
+    about = "Tessera replay: traces through planner and simulated fleet; planner sizing"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

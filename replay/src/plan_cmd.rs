@@ -49,19 +49,11 @@ pub struct PlanRun {
 
 /// Reads a dumped `PlannerInput` (JSON), naming the file, line, column and field of a problem.
 pub fn read_input(path: &Path) -> anyhow::Result<PlannerInput> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let de = &mut serde_json::Deserializer::from_str(&text);
     let input: PlannerInput = serde_path_to_error::deserialize(de).map_err(|e| {
         let inner = e.inner();
-        anyhow::anyhow!(
-            "{}:{}:{}: field `{}`: {}",
-            path.display(),
-            inner.line(),
-            inner.column(),
-            e.path(),
-            inner
-        )
+        anyhow::anyhow!("{}:{}:{}: field `{}`: {}", path.display(), inner.line(), inner.column(), e.path(), inner)
     })?;
     input.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(input)
