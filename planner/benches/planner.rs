@@ -66,7 +66,7 @@ fn backends(c: &mut Criterion) {
     for (tenants, slots) in [(2, 4), (3, 6)] {
         let pb = one_gpu(tenants, slots, 2);
         for backend in [Backend::Highs, Backend::Microlp] {
-            let config = SolverConfig { backend, mip_rel_gap: 0.0, time_limit_s: 30.0 };
+            let config = SolverConfig { backend, mip_rel_gap: 0.0, time_limit_s: 30.0, max_nodes: 1_000_000 };
             let s = ilp::solve(&pb, &config).expect("solves");
             println!(
                 "compact {backend:?} tenants={tenants} slots={slots}: objective {:.1} bound {:.1} ({:?})",

@@ -379,6 +379,7 @@ fn quiet(model: &mut Model, config: &SolverConfig, time_s: f64) {
     model.set_option("random_seed", 0);
     model.set_option("time_limit", time_s.max(0.001));
     model.set_option("mip_rel_gap", config.mip_rel_gap.max(0.0));
+    model.set_option("mip_max_nodes", i32::try_from(config.max_nodes).unwrap_or(i32::MAX));
 }
 
 /// Column-generation rounds at the root: enough for the bound to settle on the benchmark's GPUs (measured), and a
@@ -457,12 +458,18 @@ pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Res
                         bound: &mut f64|
      -> Result<(f64, Vec<f64>, Vec<f64>), SolveError> {
         let mut rounds = 0;
+        let mut last: Option<(f64, Vec<f64>, Vec<f64>)> = None;
         loop {
             rounds += 1;
             let solved = std::mem::replace(model, ColProblem::new().optimise(Sense::Maximise))
                 .try_solve()
                 .map_err(|e| SolveError(format!("HiGHS master LP: {e:?}")))?;
             if solved.status() != HighsModelStatus::Optimal {
+                // HiGHS's time limit counts across the warm-started rounds: stop at the last complete round.
+                if let Some(last) = last.take() {
+                    *model = Model::from(solved);
+                    return Ok(last);
+                }
                 return Err(SolveError(format!("HiGHS master LP ended with {:?}", solved.status())));
             }
             let lp = solved.objective_value();
@@ -523,6 +530,7 @@ pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Res
             if added == 0 || close || rounds >= max_rounds {
                 return Ok((lp, x, duals));
             }
+            last = Some((lp, x, duals));
         }
     };
 

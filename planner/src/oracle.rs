@@ -43,6 +43,7 @@ impl Policy for Oracle {
         let solver = SolverConfig {
             time_limit_s: truth.config.solver.time_limit_s * 5.0,
             mip_rel_gap: 1e-4,
+            max_nodes: truth.config.solver.max_nodes.saturating_mul(5),
             ..truth.config.solver
         };
         let own = plan_fleet(self.name(), &truth, l1, |gpu, tenants| {

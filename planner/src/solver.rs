@@ -7,7 +7,9 @@
 //! - **microlp** (pure Rust fallback): proves optimality on small models only; its bound is known only when it
 //!   reports an optimum.
 //!
-//! A solve that stops on its time limit still returns its incumbent; the status says so, and callers decide.
+//! A solve that stops on its budget (nodes, the deterministic limit, or the wall-clock safety net) still returns its
+//! incumbent; the status says so (`TimeLimit`), and callers decide. HiGHS runs on one thread with a fixed random
+//! seed, so a node-limited solve is reproducible.
 
 use good_lp::solvers::microlp::microlp;
 use std::collections::HashMap;
@@ -51,11 +53,14 @@ pub struct SolverConfig {
     pub time_limit_s: f64,
     /// Relative optimality gap at which the solver may stop.
     pub mip_rel_gap: f64,
+    /// Branch-and-bound nodes per MILP solve: the budget that binds in practice. Unlike the time limit it does not
+    /// depend on the machine's speed or load, so a budget-limited solve still gives the same plan every time.
+    pub max_nodes: u64,
 }
 
 impl Default for SolverConfig {
     fn default() -> Self {
-        SolverConfig { backend: Backend::Highs, time_limit_s: 2.0, mip_rel_gap: 0.005 }
+        SolverConfig { backend: Backend::Highs, time_limit_s: 10.0, mip_rel_gap: 0.005, max_nodes: 500 }
     }
 }
 
@@ -111,6 +116,7 @@ pub fn maximise(
             model.set_option("mip_rel_gap", config.mip_rel_gap.max(0.0));
             model.set_option("threads", 1);
             model.set_option("random_seed", 0);
+            model.set_option("mip_max_nodes", i32::try_from(config.max_nodes).unwrap_or(i32::MAX));
             let solved = model.try_solve().map_err(|e| SolveError(format!("{e:?}")))?;
             let status = match solved.status() {
                 HighsModelStatus::Optimal => {

@@ -26,7 +26,7 @@ fn models() -> BTreeMap<String, ModelProfile> {
 }
 
 fn exact() -> SolverConfig {
-    SolverConfig { mip_rel_gap: 0.0, time_limit_s: 60.0, ..SolverConfig::default() }
+    SolverConfig { mip_rel_gap: 0.0, time_limit_s: 60.0, max_nodes: 10_000_000, ..SolverConfig::default() }
 }
 
 fn tiny(tenants: usize, slots: usize, seed: u64, retraining: usize) -> PlannerInput {
@@ -142,7 +142,9 @@ fn the_oracle_is_never_beaten_and_tessera_beats_migrator() {
 
 #[test]
 fn plans_are_deterministic_and_keep_the_invariants() {
-    let spec = SyntheticSpec { gpus: 3, tenants: 9, slots: 10, gpu_model: GpuModel::A100_40GB, seed: 7 };
+    // Small enough that every MILP (the MIGRator ILP included) finishes within its budget: a solve stopped by the
+    // wall clock is the one thing that is not reproducible.
+    let spec = SyntheticSpec { gpus: 3, tenants: 6, slots: 6, gpu_model: GpuModel::A100_40GB, seed: 7 };
     let input = synthetic(&spec, &models(), PlannerConfig::default());
     for policy in ["tessera", "migrator", "oracle"] {
         let a = planned(policy, &input);

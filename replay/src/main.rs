@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use tessera_core::GpuModel;
 use tessera_planner::PlannerConfig;
-use tessera_planner::solver::Backend;
 use tessera_planner::synthetic::SyntheticSpec;
 use tessera_replay::plan_cmd;
 
@@ -60,15 +59,18 @@ struct PlanArgs {
     /// Rounds to time.
     #[arg(long, default_value_t = 5)]
     repeat: usize,
-    /// MILP backend: highs or microlp.
-    #[arg(long, default_value = "highs")]
-    solver: String,
-    /// Time limit per level-2 solve, seconds.
-    #[arg(long, default_value_t = 2.0)]
-    time_limit: f64,
-    /// Relative gap at which a level-2 solve may stop.
-    #[arg(long, default_value_t = 0.005)]
-    gap: f64,
+    /// MILP backend: highs or microlp [default: highs, or the input's].
+    #[arg(long)]
+    solver: Option<String>,
+    /// Wall-clock safety limit per MILP solve, seconds [default: 10, or the input's].
+    #[arg(long)]
+    time_limit: Option<f64>,
+    /// Relative gap at which a MILP solve may stop [default: 0.005, or the input's].
+    #[arg(long)]
+    gap: Option<f64>,
+    /// Branch-and-bound nodes per MILP solve, the deterministic budget [default: 500, or the input's].
+    #[arg(long)]
+    max_nodes: Option<u64>,
     /// Model profiles for the synthetic input.
     #[arg(long, default_value = "configs/models", value_name = "DIR")]
     models: PathBuf,
@@ -81,7 +83,6 @@ struct PlanArgs {
 }
 
 fn plan(a: PlanArgs) -> anyhow::Result<String> {
-    let backend: Backend = a.solver.parse().map_err(|e: String| anyhow::anyhow!("--solver: {e}"))?;
     let mut input = match &a.input {
         Some(path) => plan_cmd::read_input(path)?,
         None => {
@@ -92,10 +93,17 @@ fn plan(a: PlanArgs) -> anyhow::Result<String> {
             plan_cmd::synthetic(&spec, &models, PlannerConfig { slot_s: a.slot_s, ..PlannerConfig::default() })
         }
     };
-    if a.input.is_none() || a.solver != "highs" || a.time_limit != 2.0 || a.gap != 0.005 {
-        input.config.solver.backend = backend;
-        input.config.solver.time_limit_s = a.time_limit;
-        input.config.solver.mip_rel_gap = a.gap;
+    if let Some(s) = &a.solver {
+        input.config.solver.backend = s.parse().map_err(|e: String| anyhow::anyhow!("--solver: {e}"))?;
+    }
+    if let Some(t) = a.time_limit {
+        input.config.solver.time_limit_s = t;
+    }
+    if let Some(g) = a.gap {
+        input.config.solver.mip_rel_gap = g;
+    }
+    if let Some(n) = a.max_nodes {
+        input.config.solver.max_nodes = n;
     }
     input.config.validate().map_err(|e| anyhow::anyhow!(e))?;
     if let Some(path) = &a.dump {
