@@ -4,9 +4,12 @@
 //! layouts and health, tenants with forecasts, accuracy and retraining progress, time, config), a `Policy` returns
 //! a `Plan` or `Infeasible { reason }`.
 //!
-//! Planned layout (filled by the planner and baselines issues): `policy` (the trait and the registry by name),
-//! `forecast` (EWMA, seasonal), `assign` (level 1: tenants to GPUs), `ilp` (level 2: the per-GPU goodput ILP),
-//! one file per policy (`tessera`, `migrator`, `oracle`, `static`, `paris`, `ekya`, `astraea`).
+//! Modules: [`input`] (the snapshot and round settings), [`policy`] (the trait, the registry by name, the fleet
+//! driver), [`assign`] (level 1: tenants to GPUs), [`problem`] and [`build`] (the per-GPU level-2 model),
+//! [`cg`] (column generation, Tessera's level-2 solver), [`ilp`] (the compact MILP), [`exhaustive`] (the
+//! cross-check), [`realize`] and [`evaluate`] (placements and their exact goodput), [`solver`] (MILP backends and
+//! budgets), [`forecast`] (last value, EWMA, seasonal), [`synthetic`] (seeded inputs), and one file per policy
+//! ([`tessera`], [`migrator`], [`oracle`]; the baselines `static`, `paris`, `ekya`, `astraea` come with their issue).
 //!
 //! Deliberately not here: clocks, I/O, global randomness (seeds are passed in), and anything about how a plan is
 //! carried out (that is the coordinator's and the agents' job).
