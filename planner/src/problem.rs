@@ -310,7 +310,7 @@ impl GpuProblem {
     }
 
     /// Drops profiles no tenant can use (smaller models, same optimum). Instances of dropped profiles in the
-    /// current layout still count against pre-initialisation room through [`GpuProblem::current_slices`].
+    /// current layout still count against pre-initialisation room through [`GpuProblem::current_usage`].
     pub fn prune_profiles(&mut self) {
         let used: Vec<bool> = (0..self.profiles.len())
             .map(|p| {
