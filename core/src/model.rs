@@ -204,6 +204,19 @@ impl ModelProfile {
         self.best_batch(slo_ms, |b| self.latency_on(gpu, profile, b) * slowdown)
     }
 
+    /// The most requests per second one compute slice of a `gpu` serves within `slo_ms`, over the profiles an
+    /// inference instance fits (`1g+me` aside); 0 when none meets the SLO.
+    pub fn best_rps_per_slice_on(&self, gpu: GpuModel, slo_ms: f64) -> f64 {
+        gpu.spec()
+            .profiles
+            .iter()
+            .filter(|p| p.profile != Profile::G1Me && self.fits_inference(p))
+            .filter_map(|p| {
+                self.slo_capacity_on(gpu, p.profile, slo_ms, 1.0).map(|c| c.rps / f64::from(p.profile.compute_slices()))
+            })
+            .fold(0.0, f64::max)
+    }
+
     /// [`ModelProfile::slo_capacity_on`] for a `g`-slice instance of the reference GPU.
     pub fn slo_capacity(&self, g: u8, slo_ms: f64, slowdown: f64) -> Option<SloCapacity> {
         self.best_batch(slo_ms, |b| self.latency_ms(g, b) * slowdown)
@@ -296,6 +309,19 @@ mod tests {
         let points = INSTANCE_SIZES.iter().map(|&g| (g, vec![(1, 10.0 / f64::from(g))])).collect();
         let t = ModelProfile { latency: LatencyModel::Table { points }, ..resnet() };
         assert!((t.size_sensitivity() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn best_rps_per_slice_is_the_best_profile_per_compute_slice() {
+        let m = resnet();
+        let best = m.best_rps_per_slice_on(GpuModel::A100_40GB, 30.0);
+        for g in [1u8, 2, 3, 4, 7] {
+            let per = m.slo_capacity(g, 30.0, 1.0).map_or(0.0, |c| c.rps / f64::from(g));
+            assert!(per <= best + 1e-9);
+        }
+        assert!(best > 0.0);
+        // No instance meets a 1 ms SLO.
+        assert_eq!(m.best_rps_per_slice_on(GpuModel::A100_40GB, 1.0), 0.0);
     }
 
     #[test]

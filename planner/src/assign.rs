@@ -17,9 +17,9 @@
 
 use std::collections::BTreeMap;
 
+use tessera_core::GpuModel;
 use tessera_core::fleet::GpuHealth;
 use tessera_core::ids::{GpuId, TenantId};
-use tessera_core::{GpuModel, Profile};
 
 use crate::input::PlannerInput;
 
@@ -39,17 +39,7 @@ pub fn need(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) -> Option<f6
     let t = &input.tenants[tenant];
     let model = &input.models[&t.spec.model];
     let smallest = model.smallest_inference_profile(gpu)?;
-    let per_slice = gpu
-        .spec()
-        .profiles
-        .iter()
-        .filter(|p| p.profile != Profile::G1Me && model.fits_inference(p))
-        .filter_map(|p| {
-            model
-                .slo_capacity_on(gpu, p.profile, t.spec.slo_ms, 1.0)
-                .map(|c| c.rps / f64::from(p.profile.compute_slices()))
-        })
-        .fold(0.0, f64::max);
+    let per_slice = model.best_rps_per_slice_on(gpu, t.spec.slo_ms);
     if per_slice <= 0.0 {
         return None;
     }

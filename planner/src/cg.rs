@@ -52,12 +52,12 @@ struct Column {
 }
 
 /// Row layout: per slot `K = 3 + profiles` usage rows then `K` room rows; then one convexity row per tenant.
-struct Layout {
+struct RowIndex {
     k: usize,
     slots: usize,
 }
 
-impl Layout {
+impl RowIndex {
     fn usage(&self, t: usize) -> usize {
         t * 2 * self.k
     }
@@ -91,7 +91,7 @@ impl Column {
         self.inference[t].into_iter().chain(self.retrain.filter(|o| o.active(t)).map(|o| o.profile))
     }
 
-    fn rows(&self, pb: &GpuProblem, l: &Layout) -> Vec<(usize, f64)> {
+    fn rows(&self, pb: &GpuProblem, l: &RowIndex) -> Vec<(usize, f64)> {
         let mut out = Vec::new();
         for t in 0..pb.slots {
             for p in self.held(t) {
@@ -231,11 +231,11 @@ impl Pricer {
 
     /// The best column under capacity duals `y` (convexity duals excluded) and its value `c - y.a`. With `rem`
     /// (the room the other tenants leave in every row), only columns that fit it are considered.
-    fn price(&self, pb: &GpuProblem, l: &Layout, y: &[f64]) -> (Column, f64) {
+    fn price(&self, pb: &GpuProblem, l: &RowIndex, y: &[f64]) -> (Column, f64) {
         self.price_within(pb, l, y, None).expect("without limits a tenant can always do nothing")
     }
 
-    fn price_within(&self, pb: &GpuProblem, l: &Layout, y: &[f64], rem: Option<&[f64]>) -> Option<(Column, f64)> {
+    fn price_within(&self, pb: &GpuProblem, l: &RowIndex, y: &[f64], rem: Option<&[f64]>) -> Option<(Column, f64)> {
         let np = self.np;
         let none = np;
         // hold[t][p]: usage rows at t and room rows at t+1; room[t][p]: room rows at t.
@@ -353,7 +353,7 @@ impl Pricer {
     }
 }
 
-fn row_limits(pb: &GpuProblem, l: &Layout, base: &Usage) -> Vec<f64> {
+fn row_limits(pb: &GpuProblem, l: &RowIndex, base: &Usage) -> Vec<f64> {
     let mut limits = Vec::with_capacity(pb.slots * 2 * l.k + pb.tenants.len());
     for t in 0..pb.slots {
         for room in [false, true] {
@@ -390,15 +390,11 @@ pub const MAX_ROUNDS: usize = 40;
 /// HiGHS proves optimality in milliseconds; beyond it the compact MILP is slower than its time limit is useful.
 pub const COMPACT_LIMIT: usize = 18;
 
-/// Solves `pb` by column generation and price-and-branch, falling back to the compact MILP (see the module doc).
+/// Solves `pb` by column generation and a Lagrangian heuristic, with the compact MILP for small problems (see the
+/// module doc).
 pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<Solved, SolveError> {
-    solve_with(pb, config, true)
-}
-
-/// [`solve`], with the compact-MILP fallback optional (the benchmark measures both ways).
-pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Result<Solved, SolveError> {
     let n = pb.tenants.len();
-    let l = Layout { k: 3 + pb.profiles.len(), slots: pb.slots };
+    let l = RowIndex { k: 3 + pb.profiles.len(), slots: pb.slots };
     let limits = row_limits(pb, &l, &pb.current_usage());
     let pricers: Vec<Pricer> = (0..n).map(|i| Pricer::new(pb, i)).collect();
     let build_rows = |problem: &mut ColProblem| -> Vec<Row> {
@@ -442,9 +438,7 @@ pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Res
     let mut cols: Vec<Col> = columns.iter().map(|c| add(&mut model, c)).collect();
     let ncap = l.convex(0);
     let b: Vec<f64> = limits.iter().map(|v| v.max(0.0)).collect();
-    let debug = std::env::var_os("TESSERA_CG_DEBUG").is_some();
     let target = (config.mip_rel_gap * 0.5).max(1e-6);
-    let max_rounds: usize = std::env::var("TESSERA_CG_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_ROUNDS);
 
     // Column generation over the tenants in `open`; returns the LP value and the column values. Updates `bound`
     // only while nothing is fixed (`root`).
@@ -519,15 +513,8 @@ pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Res
                     break;
                 }
             }
-            if debug {
-                eprintln!(
-                    "round {rounds} (root {root}): lp {lp:.1} bound {:.1} columns {} added {added}",
-                    *bound,
-                    columns.len()
-                );
-            }
             let close = root && relative_gap(lp, *bound) <= target;
-            if added == 0 || close || rounds >= max_rounds {
+            if added == 0 || close || rounds >= MAX_ROUNDS {
                 return Ok((lp, x, duals));
             }
             last = Some((lp, x, duals));
@@ -539,7 +526,6 @@ pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Res
     bound = bound.max(lp_root);
     // Local search: each tenant in turn takes its best column in the room the others leave (exact DP), until
     // no tenant improves. Run from the dive and from a greedy start (tenants by their share of the root LP).
-    let zeros = vec![0.0; rows.len()];
     let room_left = |chosen: &[Option<Column>], skip: usize| -> Vec<f64> {
         let mut rem = b.clone();
         for (j, c) in chosen.iter().enumerate() {
@@ -559,7 +545,7 @@ pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Res
             let mut improved = false;
             for i in 0..n {
                 let rem = room_left(chosen, i);
-                if let Some((col, _)) = pricers[i].price_within(pb, &l, &zeros, Some(&rem)) {
+                if let Some((col, _)) = pricers[i].price_within(pb, &l, &zero, Some(&rem)) {
                     let now = chosen[i].as_ref().map_or(f64::NEG_INFINITY, |c| c.value);
                     if col.value > now + 1e-9 * (1.0 + now.abs()) {
                         chosen[i] = Some(col);
@@ -583,7 +569,7 @@ pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Res
     let mut starts: Vec<Vec<Option<Column>>> = Vec::new();
     let center_duals: Option<Vec<f64>> =
         center.as_ref().map(|c| c.iter().copied().chain(std::iter::repeat_n(0.0, n)).collect());
-    for prices in [Some(&duals), center_duals.as_ref(), Some(&zeros)].into_iter().flatten() {
+    for prices in [Some(&duals), center_duals.as_ref(), Some(&zero)].into_iter().flatten() {
         let mut greedy: Vec<Option<Column>> = vec![None; n];
         for &i in &order {
             let rem = room_left(&greedy, i);
@@ -603,35 +589,18 @@ pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Res
         }
         Some(schedule)
     };
-    if debug {
-        let v = |c: &[Option<Column>]| c.iter().flatten().map(|c| c.value).sum::<f64>();
-        eprintln!("heuristics {:?}, bound {bound:.1}", starts.iter().map(|s| v(s)).collect::<Vec<_>>());
-    }
     let picked = starts
         .iter()
         .filter_map(|s| to_schedule(s))
         .filter(|s| s.feasible(pb))
         .max_by(|a, b| a.objective(pb).total_cmp(&b.objective(pb)));
-    let cg = picked.filter(|s| s.feasible(pb)).map(|schedule| {
+    let heuristic = picked.map(|schedule| {
         let objective = schedule.objective(pb);
-        Solved { schedule, objective, bound: bound.max(objective), status: SolveStatus::Optimal }
+        let bound = bound.max(objective);
+        Solved { schedule, objective, bound, status: SolveStatus::from_gap(objective, bound, config.mip_rel_gap) }
     });
-    let cg = cg.map(|mut s| {
-        s.status = if relative_gap(s.objective, s.bound) <= config.mip_rel_gap + 1e-9 {
-            if relative_gap(s.objective, s.bound) <= 1e-9 { SolveStatus::Optimal } else { SolveStatus::GapLimit }
-        } else {
-            SolveStatus::TimeLimit
-        };
-        s
-    });
-    match cg {
-        Some(s)
-            if !fallback
-                || relative_gap(s.objective, s.bound) <= config.mip_rel_gap + 1e-9
-                || n * pb.slots > COMPACT_LIMIT =>
-        {
-            Ok(s)
-        }
+    match heuristic {
+        Some(s) if s.status != SolveStatus::Budget || n * pb.slots > COMPACT_LIMIT => Ok(s),
         other => {
             let compact = ilp::solve(pb, config)?;
             let bound = compact.bound.min(other.as_ref().map_or(f64::INFINITY, |s| s.bound));
@@ -639,15 +608,8 @@ pub fn solve_with(pb: &GpuProblem, config: &SolverConfig, fallback: bool) -> Res
                 Some(s) if s.objective >= compact.objective => s,
                 _ => compact,
             };
-            let gap = relative_gap(best.objective, bound);
-            let status = if gap <= 1e-9 {
-                SolveStatus::Optimal
-            } else if gap <= config.mip_rel_gap + 1e-9 {
-                SolveStatus::GapLimit
-            } else {
-                SolveStatus::TimeLimit
-            };
-            Ok(Solved { bound: bound.max(best.objective), status, ..best })
+            let bound = bound.max(best.objective);
+            Ok(Solved { bound, status: SolveStatus::from_gap(best.objective, bound, config.mip_rel_gap), ..best })
         }
     }
 }

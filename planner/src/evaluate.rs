@@ -15,7 +15,7 @@ use tessera_core::plan::Role;
 
 use crate::input::PlannerInput;
 use crate::problem::{GpuProblem, Scenario};
-use crate::realize::Placed;
+use crate::realize::{Placed, free_in};
 
 /// Expected goodput of `placed` on `pb`, per tenant, with each tenant's arrivals from `scenarios(i)`.
 pub fn goodput_per_tenant<'a>(
@@ -40,9 +40,7 @@ pub fn goodput_per_tenant<'a>(
                 let Some(p) = pb.profile_index(pl.profile) else { return 0.0 };
                 let dead = if prev_inf == Some(pl) {
                     0.0
-                } else if prev_layout.memory_mask() & pl.memory_mask() == 0
-                    && prev_layout.compute_mask() & pl.compute_mask() == 0
-                {
+                } else if free_in(&prev_layout, pl) {
                     pb.dead_preinit_s
                 } else {
                     pb.dead_cold_s
@@ -68,7 +66,8 @@ pub fn goodput_per_tenant<'a>(
                         done = true;
                     }
                 }
-                _ => progress = if rt.is_none() { 0.0 } else { progress },
+                Some(_) => {}
+                None => progress = 0.0,
             }
             prev_inf = inf;
             prev_rt = rt;

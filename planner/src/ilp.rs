@@ -29,8 +29,39 @@
 
 use good_lp::{Constraint, Expression, ProblemVariables, Variable, variable};
 
-use crate::problem::{GpuProblem, RetrainOption, Schedule, Usage};
+use crate::problem::{GpuProblem, RetrainOption, Schedule, TenantTask, Usage};
 use crate::solver::{MilpResult, SolveError, SolverConfig, maximise};
+
+/// Adds tenant `t`'s goodput in `slot` to `objective`: per arrival scenario, requests served (at most the arrivals
+/// and at most `capacity`) at the old accuracy, plus the accuracy gain on the requests served after the retraining
+/// is `done` (a 0/1 expression), linearised as `w <= served`, `w <= arrivals x done`. Shared by both MILPs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn goodput_terms(
+    vars: &mut ProblemVariables,
+    rows: &mut Vec<Constraint>,
+    objective: &mut Expression,
+    t: &TenantTask,
+    slot: usize,
+    dt: f64,
+    capacity: &Expression,
+    done: Option<Expression>,
+) {
+    for s in &t.scenarios {
+        let arrivals = s.rate.get(slot).copied().unwrap_or(0.0) * dt;
+        if arrivals <= 0.0 || s.prob <= 0.0 {
+            continue;
+        }
+        let served = vars.add(variable().min(0.0).max(arrivals));
+        rows.push(Expression::from(served).leq(capacity.clone()));
+        *objective += served * (t.weight * s.prob * t.acc_old);
+        if let Some(done) = &done {
+            let w = vars.add(variable().min(0.0));
+            rows.push(Expression::from(w).leq(served));
+            rows.push(Expression::from(w).leq(done.clone() * arrivals));
+            *objective += w * (t.weight * s.prob * (t.acc_new - t.acc_old));
+        }
+    }
+}
 
 /// A solved level-2 problem.
 #[derive(Debug, Clone)]
@@ -179,22 +210,8 @@ pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<Solved, SolveErro
                 .filter(|(_, o)| o.end <= slot)
                 .map(|(k, _)| Expression::from(r[i][k]))
                 .sum();
-            let gain = t.acc_new - t.acc_old;
-            for s in &t.scenarios {
-                let arrivals = s.rate.get(slot).copied().unwrap_or(0.0) * dt;
-                if arrivals <= 0.0 || s.prob <= 0.0 {
-                    continue;
-                }
-                let served = vars.add(variable().min(0.0).max(arrivals));
-                rows.push(Expression::from(served).leq(capacity.clone()));
-                objective += served * (t.weight * s.prob * t.acc_old);
-                if gain > 0.0 && options[i].iter().any(|o| o.end <= slot) {
-                    let w = vars.add(variable().min(0.0));
-                    rows.push(Expression::from(w).leq(served));
-                    rows.push(Expression::from(w).leq(done.clone() * arrivals));
-                    objective += w * (t.weight * s.prob * gain);
-                }
-            }
+            let retrained = (t.acc_new > t.acc_old && options[i].iter().any(|o| o.end <= slot)).then_some(done);
+            goodput_terms(&mut vars, &mut rows, &mut objective, t, slot, dt, &capacity, retrained);
         }
     }
 

@@ -87,11 +87,6 @@ pub struct GpuInput {
 }
 
 impl GpuInput {
-    /// The tenants with work on this GPU now.
-    pub fn tenants(&self) -> impl Iterator<Item = &TenantId> {
-        self.assignments.iter().map(|a| &a.tenant)
-    }
-
     /// The tenant's instance in `role` here, if any.
     pub fn instance_of(&self, tenant: &TenantId, role: Role) -> Option<&Assignment> {
         self.assignments.iter().find(|a| &a.tenant == tenant && a.role == role)

@@ -23,6 +23,7 @@ use tessera_core::plan::{Assignment, Role};
 
 use crate::assign;
 use crate::build::{Arrivals, gpu_problem};
+use crate::ilp::goodput_terms;
 use crate::input::PlannerInput;
 use crate::policy::{GpuOutcome, PlanError, PlanOutcome, Policy, plan_fleet};
 use crate::problem::GpuProblem;
@@ -184,21 +185,8 @@ pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<MigratorSolution,
                     capacity -= y * (cap * r_dead);
                 }
             }
-            for s in &t.scenarios {
-                let arrivals = s.rate.get(slot).copied().unwrap_or(0.0) * dt;
-                if arrivals <= 0.0 || s.prob <= 0.0 {
-                    continue;
-                }
-                let served = vars.add(variable().min(0.0).max(arrivals));
-                rows.push(Expression::from(served).leq(capacity.clone()));
-                objective += served * (t.weight * s.prob * t.acc_old);
-                if let Some(d) = done[i][slot] {
-                    let z = vars.add(variable().min(0.0));
-                    rows.push(Expression::from(z).leq(served));
-                    rows.push(Expression::from(z).leq(Expression::from(d) * arrivals));
-                    objective += z * (t.weight * s.prob * (t.acc_new - t.acc_old));
-                }
-            }
+            let retrained = done[i][slot].map(Expression::from);
+            goodput_terms(&mut vars, &mut rows, &mut objective, t, slot, dt, &capacity, retrained);
         }
     }
     let result = maximise(vars, objective, rows, config)?;

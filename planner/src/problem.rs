@@ -71,13 +71,6 @@ pub struct TenantTask {
     pub current_inference: Option<Placement>,
 }
 
-impl TenantTask {
-    /// Expected arrivals in `slot` (requests), over the scenarios.
-    pub fn expected_arrivals(&self, slot: usize, slot_s: f64) -> f64 {
-        self.scenarios.iter().map(|s| s.prob * s.rate.get(slot).copied().unwrap_or(0.0) * slot_s).sum()
-    }
-}
-
 /// A retraining option: run on `profile` (index into [`GpuProblem::profiles`]) from slot `start` (inclusive) to
 /// `end` (exclusive); the new model serves from slot `end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

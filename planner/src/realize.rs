@@ -44,12 +44,9 @@ struct Demand {
     previous: Option<Placement>,
 }
 
-/// Places `schedule` slot by slot.
-pub fn realize(pb: &GpuProblem, schedule: &Schedule) -> Placed {
-    let mut slots: Vec<Vec<Assignment>> = Vec::with_capacity(pb.slots);
-    let mut dropped = Vec::new();
-    let mut prev: Vec<Assignment> = pb
-        .tenants
+/// The problem's tenants' instances on the GPU now.
+fn current_assignments(pb: &GpuProblem) -> Vec<Assignment> {
+    pb.tenants
         .iter()
         .flat_map(|t| {
             let inf = t.current_inference.map(|p| (p, Role::Inference));
@@ -61,7 +58,19 @@ pub fn realize(pb: &GpuProblem, schedule: &Schedule) -> Placed {
                 preinit: false,
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Whether `p` uses only slices that `layout` leaves free.
+pub(crate) fn free_in(layout: &Layout, p: Placement) -> bool {
+    layout.memory_mask() & p.memory_mask() == 0 && layout.compute_mask() & p.compute_mask() == 0
+}
+
+/// Places `schedule` slot by slot.
+pub fn realize(pb: &GpuProblem, schedule: &Schedule) -> Placed {
+    let mut slots: Vec<Vec<Assignment>> = Vec::with_capacity(pb.slots);
+    let mut dropped = Vec::new();
+    let mut prev = current_assignments(pb);
     let mut prev_layout = pb.current.clone();
     for t in 0..pb.slots {
         let mut demands = Vec::new();
@@ -126,8 +135,7 @@ pub fn realize(pb: &GpuProblem, schedule: &Schedule) -> Placed {
             .map(|(d, pl)| {
                 let kept =
                     prev.iter().any(|a| a.tenant == pb.tenants[d.tenant].id && a.role == d.role && a.placement == *pl);
-                let free_before = prev_layout.memory_mask() & pl.memory_mask() == 0
-                    && prev_layout.compute_mask() & pl.compute_mask() == 0;
+                let free_before = free_in(&prev_layout, *pl);
                 Assignment {
                     placement: *pl,
                     tenant: pb.tenants[d.tenant].id.clone(),
@@ -201,9 +209,7 @@ fn search(
         if d.fixed.is_none() {
             if d.previous == Some(p) {
                 gain += 1000;
-            } else if prev_layout.memory_mask() & p.memory_mask() == 0
-                && prev_layout.compute_mask() & p.compute_mask() == 0
-            {
+            } else if free_in(prev_layout, p) {
                 gain += 100;
             }
             if d.role == Role::Retraining {
@@ -250,27 +256,13 @@ fn fits_around(pb: &GpuProblem, fixed: &Layout, counts: &[u8]) -> bool {
 /// A [`Placed`] from per-slot assignments chosen elsewhere (a placement-level solver), with the pre-initialise
 /// flags set the same way as [`realize`] sets them.
 pub fn from_assignments(pb: &GpuProblem, mut slots: Vec<Vec<Assignment>>) -> Placed {
-    let mut prev: Vec<Assignment> = pb
-        .tenants
-        .iter()
-        .flat_map(|t| {
-            let inf = t.current_inference.map(|p| (p, Role::Inference));
-            let rt = t.retrain.as_ref().and_then(|r| r.running_on).map(|p| (p, Role::Retraining));
-            inf.into_iter().chain(rt).map(|(placement, role)| Assignment {
-                placement,
-                tenant: t.id.clone(),
-                role,
-                preinit: false,
-            })
-        })
-        .collect();
+    let mut prev = current_assignments(pb);
     let mut prev_layout = pb.current.clone();
     for slot in &mut slots {
         slot.sort();
         for a in slot.iter_mut() {
             let kept = prev.iter().any(|b| b.tenant == a.tenant && b.role == a.role && b.placement == a.placement);
-            let free_before = prev_layout.memory_mask() & a.placement.memory_mask() == 0
-                && prev_layout.compute_mask() & a.placement.compute_mask() == 0;
+            let free_before = free_in(&prev_layout, a.placement);
             a.preinit = !kept && free_before;
         }
         prev_layout = Layout::new(slot.iter().map(|a| a.placement));

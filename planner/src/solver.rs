@@ -8,7 +8,7 @@
 //!   reports an optimum.
 //!
 //! A solve that stops on its budget (nodes, the deterministic limit, or the wall-clock safety net) still returns its
-//! incumbent; the status says so (`TimeLimit`), and callers decide. HiGHS runs on one thread with a fixed random
+//! incumbent; the status says so (`Budget`), and callers decide. HiGHS runs on one thread with a fixed random
 //! seed, so a node-limited solve is reproducible.
 
 use good_lp::solvers::microlp::microlp;
@@ -72,10 +72,23 @@ pub enum SolveStatus {
     Optimal,
     /// Stopped at the configured gap.
     GapLimit,
-    /// Stopped at the time limit with a feasible incumbent.
-    TimeLimit,
-    /// Solved without a MILP (nothing to decide, or a closed-form/heuristic answer).
-    Trivial,
+    /// Stopped on a budget (wall clock, branch-and-bound nodes, or column-generation rounds) above the gap, with a
+    /// feasible incumbent.
+    Budget,
+}
+
+impl SolveStatus {
+    /// The status of an incumbent `objective` against a proven `bound` when the allowed gap is `gap_limit`.
+    pub fn from_gap(objective: f64, bound: f64, gap_limit: f64) -> SolveStatus {
+        let gap = relative_gap(objective, bound);
+        if gap <= 1e-9 {
+            SolveStatus::Optimal
+        } else if gap <= gap_limit + 1e-9 {
+            SolveStatus::GapLimit
+        } else {
+            SolveStatus::Budget
+        }
+    }
 }
 
 /// The result of one MILP solve.
@@ -125,7 +138,7 @@ pub fn maximise(
                 }
                 HighsModelStatus::ReachedTimeLimit
                 | HighsModelStatus::ReachedIterationLimit
-                | HighsModelStatus::ReachedSolutionLimit => SolveStatus::TimeLimit,
+                | HighsModelStatus::ReachedSolutionLimit => SolveStatus::Budget,
                 other => return Err(SolveError(format!("HiGHS ended with {other:?}"))),
             };
             if solved.primal_solution_status() != highs::HighsSolutionStatus::Feasible {
@@ -151,7 +164,7 @@ pub fn maximise(
             let status = match solution.status() {
                 SolutionStatus::Optimal => SolveStatus::Optimal,
                 SolutionStatus::GapLimit => SolveStatus::GapLimit,
-                SolutionStatus::TimeLimit => SolveStatus::TimeLimit,
+                SolutionStatus::TimeLimit => SolveStatus::Budget,
             };
             let values: HashMap<Variable, f64> = order.iter().map(|v| (*v, solution.value(*v))).collect();
             let objective_value = solution.eval(&objective);

@@ -68,19 +68,7 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
         let id = TenantId::new(format!("t{i:05}")).expect("valid tenant id");
         let slo_ms = 4.0 * model.latency_on(spec.gpu_model, Profile::G2, 1);
         // Requests per second one compute slice serves at best, over the profiles the model fits.
-        let unit = spec
-            .gpu_model
-            .spec()
-            .profiles
-            .iter()
-            .filter(|p| p.profile != Profile::G1Me && model.fits_inference(p))
-            .filter_map(|p| {
-                model
-                    .slo_capacity_on(spec.gpu_model, p.profile, slo_ms, 1.0)
-                    .map(|c| c.rps / f64::from(p.profile.compute_slices()))
-            })
-            .fold(0.0, f64::max)
-            .max(1e-3);
+        let unit = model.best_rps_per_slice_on(spec.gpu_model, slo_ms).max(1e-3);
         let share = 7.0 * spec.gpus as f64 / spec.tenants.max(1) as f64;
         let load = rng.random_range(0.3..1.2) * share.min(7.0) * unit;
         let phase = rng.random_range(0.0..std::f64::consts::TAU);

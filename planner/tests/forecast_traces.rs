@@ -1,59 +1,19 @@
 //! The forecasters on the bundled real traces (`traces/` at the repository root): the seasonal forecaster must beat
 //! EWMA on the daily pattern of Alibaba pod creations, and the EWMA band must cover a sensible share of the Azure LLM
-//! conversation arrivals. The parsing mirrors `examples/forecast_eval.rs` (kept small on purpose).
-
-use std::path::PathBuf;
+//! conversation arrivals. Parsing is shared with `examples/forecast_eval.rs` (`tests/common/bundled_traces.rs`).
 
 use tessera_planner::forecast::{ForecastError, ForecasterConfig, evaluate};
 
-fn read_trace(file: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(file);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-}
+#[allow(dead_code)]
+#[path = "common/bundled_traces.rs"]
+mod bundled_traces;
 
-/// The values of one named column (the bundled traces have no quoted fields).
-fn column<'a>(content: &'a str, name: &str) -> Vec<&'a str> {
-    let mut lines = content.lines();
-    let header = lines.next().expect("header");
-    let idx = header.split(',').position(|h| h.trim() == name).unwrap_or_else(|| panic!("no column {name}"));
-    lines.filter(|l| !l.trim().is_empty()).map(|l| l.split(',').nth(idx).expect("short row")).collect()
-}
-
-/// Counts events per slot of `width` seconds from `start`, complete slots only, divided by `per`.
-fn bin(times: &[f64], start: f64, width: f64, per: f64) -> Vec<f64> {
-    let end = times.iter().copied().fold(start, f64::max);
-    let slots = ((end - start) / width).floor() as usize;
-    let mut counts = vec![0.0; slots];
-    for &t in times {
-        let slot = ((t - start) / width).floor();
-        if slot >= 0.0 && (slot as usize) < slots {
-            counts[slot as usize] += 1.0;
-        }
-    }
-    counts.iter().map(|c| c / per).collect()
-}
-
-/// Hourly pod creations from the first day (24 h from time 0) with at least 24 of them.
 fn alibaba_hourly() -> Vec<f64> {
-    let content = read_trace("alibaba-openb-2023-pods.csv");
-    let times: Vec<f64> = column(&content, "creation_time").iter().map(|s| s.trim().parse().unwrap()).collect();
-    let hourly = bin(&times, 0.0, 3600.0, 1.0);
-    let first_busy_day = hourly.chunks(24).position(|day| day.iter().sum::<f64>() >= 24.0).unwrap();
-    hourly[first_busy_day * 24..].to_vec()
+    bundled_traces::alibaba_hourly().expect("bundled Alibaba trace parses")
 }
 
-/// Seconds since midnight of a `2023-11-16 18:17:03.9799600` timestamp.
-fn time_of_day(ts: &str) -> f64 {
-    let time = ts.split_whitespace().nth(1).expect("time of day");
-    time.split(':').map(|p| p.parse::<f64>().unwrap()).fold(0.0, |acc, v| acc * 60.0 + v)
-}
-
-/// Requests/s of the Azure LLM conversation trace in 10 s slots.
 fn azure_conv_10s() -> Vec<f64> {
-    let content = read_trace("azure-llm-2023-conv.csv");
-    let times: Vec<f64> = column(&content, "TIMESTAMP").iter().map(|s| time_of_day(s)).collect();
-    let start = times.iter().copied().fold(f64::INFINITY, f64::min);
-    bin(&times, start, 10.0, 10.0)
+    bundled_traces::azure_llm("azure-llm-2023-conv.csv").expect("bundled Azure LLM trace parses")
 }
 
 #[test]

@@ -205,7 +205,7 @@ fn level1_is_sticky_memory_aware_and_spreads_interfering_tenants() {
     assert_eq!(again.moved, 0);
     for (gpu, tenants) in &again.per_gpu {
         for t in tenants {
-            assert_eq!(input.current_gpu(t), Some(gpu).filter(|_| true).or(input.current_gpu(t)));
+            assert_eq!(input.current_gpu(t), Some(gpu), "{t} moved");
         }
     }
     for (gpu, tenants) in &first.outcomes {

@@ -90,7 +90,11 @@ fn plan(a: PlanArgs) -> anyhow::Result<String> {
                 .ok_or_else(|| anyhow::anyhow!("--gpu-model: unknown GPU model {:?}", a.gpu_model))?;
             let models = plan_cmd::read_models(&a.models)?;
             let spec = SyntheticSpec { gpus: a.gpus, tenants: a.tenants, slots: a.slots, gpu_model, seed: a.seed };
-            plan_cmd::synthetic(&spec, &models, PlannerConfig { slot_s: a.slot_s, ..PlannerConfig::default() })
+            tessera_planner::synthetic::input(
+                &spec,
+                &models,
+                PlannerConfig { slot_s: a.slot_s, ..PlannerConfig::default() },
+            )
         }
     };
     if let Some(s) = &a.solver {

@@ -10,10 +10,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 use tessera_core::model::ModelProfile;
+use tessera_planner::PlannerInput;
 use tessera_planner::policy::{PlanOutcome, by_name};
 use tessera_planner::solver::SolveStatus;
-use tessera_planner::synthetic::{SyntheticSpec, input as synthetic_input};
-use tessera_planner::{PlannerConfig, PlannerInput};
 
 /// The figures of one policy over `repeat` rounds.
 #[derive(Debug, Clone, Serialize)]
@@ -64,11 +63,6 @@ pub fn read_models(dir: &Path) -> anyhow::Result<BTreeMap<String, ModelProfile>>
     tessera_core::config::load_model_dir(dir).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// A synthetic input.
-pub fn synthetic(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, config: PlannerConfig) -> PlannerInput {
-    synthetic_input(spec, models, config)
-}
-
 /// Runs `policy` `repeat` times on `input`.
 pub fn run(policy: &str, input: &PlannerInput, repeat: usize) -> anyhow::Result<PlanRun> {
     let p = by_name(policy).map_err(|e| anyhow::anyhow!(e))?;
@@ -117,8 +111,7 @@ fn status_name(s: SolveStatus) -> &'static str {
     match s {
         SolveStatus::Optimal => "optimal",
         SolveStatus::GapLimit => "gap_limit",
-        SolveStatus::TimeLimit => "time_limit",
-        SolveStatus::Trivial => "trivial",
+        SolveStatus::Budget => "budget",
     }
 }
 
