@@ -198,6 +198,7 @@ mod tests {
             expected_goodput: 0.0,
             explanation: String::new(),
             upcoming: Vec::new(),
+            retraining_epochs: Default::default(),
         }
     }
 

@@ -68,6 +68,10 @@ pub struct GpuPlan {
     /// Later changes the policy expects within its horizon (informational: the next plan decides).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upcoming: Vec<PlannedChange>,
+    /// Retraining configurations the policy chose (epochs per tenant) where they differ from the tenant's
+    /// default (`RetrainingSpec::epochs`); Ekya picks them from the Optimus-curve estimate.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub retraining_epochs: BTreeMap<TenantId, f64>,
 }
 
 /// A layout change a plan expects later in its horizon.

@@ -87,6 +87,7 @@ fn plan(epoch: u64, gpus: &[(&str, &str, Vec<Assignment>)]) -> Command {
                             expected_goodput: 1.0,
                             explanation: "test".into(),
                             upcoming: Vec::new(),
+                            retraining_epochs: Default::default(),
                         },
                     )
                 })

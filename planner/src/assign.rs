@@ -241,3 +241,63 @@ pub fn given(input: &PlannerInput) -> L1 {
     }
     out
 }
+
+/// The level 1 of the baselines (`static`, `paris`, `ekya`, `astraea`): none of the published systems places
+/// tenants across a fleet, so each gets the plain version a fleet operator would run in front of it. Tenants stay
+/// on the healthy or draining GPU that serves them while it holds fewer than `per_gpu` of them; the rest, largest
+/// need first, go to the healthy GPU with the least need placed so far among those with room that their model
+/// fits. No interference awareness and no shedding of over-committed GPUs (those are Tessera's).
+pub fn spread(input: &PlannerInput, per_gpu: usize) -> L1 {
+    let mut out = L1::default();
+    let mut load: BTreeMap<GpuId, f64> = BTreeMap::new();
+    for (id, g) in &input.gpus {
+        if keeps_work(g.health) {
+            out.per_gpu.insert(id.clone(), Vec::new());
+            load.insert(id.clone(), 0.0);
+        }
+    }
+    let mut rest: Vec<(TenantId, f64)> = Vec::new();
+    for id in input.tenants.keys() {
+        let here = input.current_gpu(id).filter(|g| load.contains_key(*g)).cloned();
+        match here.and_then(|g| need(input, id, input.gpus[&g].model).map(|n| (g, n))) {
+            Some((g, n)) if out.per_gpu[&g].len() < per_gpu => {
+                *load.get_mut(&g).expect("tracked") += n;
+                out.per_gpu.get_mut(&g).expect("tracked").push(id.clone());
+            }
+            Some(_) => {
+                out.moved += 1;
+                rest.push((id.clone(), 0.0));
+            }
+            None => rest.push((id.clone(), 0.0)),
+        }
+    }
+    for r in &mut rest {
+        r.1 = input.gpus.values().filter_map(|g| need(input, &r.0, g.model)).fold(0.0, f64::max);
+    }
+    rest.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (id, _) in rest {
+        let pick = load
+            .iter()
+            .filter(|(g, _)| takes_new_work(input.gpus[*g].health) && out.per_gpu[*g].len() < per_gpu)
+            .filter_map(|(g, l)| need(input, &id, input.gpus[g].model).map(|n| (g.clone(), *l, n)))
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        match pick {
+            Some((g, _, n)) => {
+                *load.get_mut(&g).expect("tracked") += n;
+                out.per_gpu.get_mut(&g).expect("tracked").push(id);
+            }
+            None => {
+                let reason = if input.gpus.values().any(|g| need(input, &id, g.model).is_some()) {
+                    format!("every healthy GPU it fits already hosts {per_gpu} tenants")
+                } else {
+                    format!("model {} fits no instance of any GPU in the fleet", input.tenants[&id].spec.model)
+                };
+                out.unplaced.push((id, reason));
+            }
+        }
+    }
+    for v in out.per_gpu.values_mut() {
+        v.sort();
+    }
+    out
+}

@@ -393,6 +393,12 @@ pub const COMPACT_LIMIT: usize = 18;
 /// Solves `pb` by column generation and a Lagrangian heuristic, with the compact MILP for small problems (see the
 /// module doc).
 pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<Solved, SolveError> {
+    solve_seeded(pb, config, &[])
+}
+
+/// [`solve`], with feasible schedules from elsewhere (rule-based allocations) as further starts for the local
+/// search: the result is never worse, on the count-level objective, than the best seed improved by ascent.
+pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) -> Result<Solved, SolveError> {
     let n = pb.tenants.len();
     let l = RowIndex { k: 3 + pb.profiles.len(), slots: pb.slots };
     let limits = row_limits(pb, &l, &pb.current_usage());
@@ -577,6 +583,24 @@ pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<Solved, SolveErro
         }
         ascend(&mut greedy);
         starts.push(greedy);
+    }
+    // Seeds: each tenant's row of a feasible schedule is a column (cold starts, which the rows always admit).
+    for seed in seeds.iter().filter(|s| s.feasible(pb) && s.inference.len() == pb.slots) {
+        let mut chosen: Vec<Option<Column>> = (0..n)
+            .map(|i| {
+                let mut c = Column {
+                    tenant: i,
+                    inference: (0..pb.slots).map(|t| seed.inference[t][i]).collect(),
+                    pre: vec![false; pb.slots],
+                    retrain: seed.retrain[i],
+                    value: 0.0,
+                };
+                c.value = column_value(pb, &c);
+                Some(c)
+            })
+            .collect();
+        ascend(&mut chosen);
+        starts.push(chosen);
     }
     let to_schedule = |chosen: &[Option<Column>]| -> Option<Schedule> {
         let mut schedule = Schedule::empty(pb.slots, n);

@@ -1,9 +1,9 @@
 //! The expected goodput of a placed schedule: the number a plan reports and the one policies are compared by.
 //!
-//! Per tenant and slot: the inference instance serves `cap x (slot - dead)` requests within SLO at most, where
+//! Per tenant and slot: each inference instance serves `cap x (slot - dead)` requests within SLO at most, where
 //! `dead` is 0 for an instance kept from the previous slot, `dead_preinit_s` for a new instance on slices that were
 //! free in the previous slot (created and warmed before the switch) and `dead_cold_s` otherwise (capped at one
-//! slot). Served = `min(arrivals, capacity)` per arrival scenario, weighted by the scenario's probability, times
+//! slot); a tenant's instances add up. Served = `min(arrivals, capacity)` per arrival scenario, weighted by the scenario's probability, times
 //! the accuracy of the serving model: `acc_old` until the retraining has done its work, `acc_new` from the slot
 //! after. Retraining progresses by the profile's speed for each slot it holds its instance; a retraining that loses
 //! its instance starts over (non-preemptive, no checkpoint within a plan).
@@ -26,7 +26,7 @@ pub fn goodput_per_tenant<'a>(
     let dt = pb.slot_s;
     let mut out = vec![0.0; pb.tenants.len()];
     for (i, t) in pb.tenants.iter().enumerate() {
-        let mut prev_inf = t.current_inference;
+        let mut prev_inf: Vec<tessera_core::Placement> = t.current_inference.into_iter().collect();
         let mut prev_rt = t.retrain.as_ref().and_then(|r| r.running_on);
         let mut progress = 0.0;
         let work = t.retrain.as_ref().map_or(f64::INFINITY, |r| r.work_s);
@@ -35,18 +35,23 @@ pub fn goodput_per_tenant<'a>(
         for slot in 0..pb.slots {
             let acc = if done { t.acc_new } else { t.acc_old };
             let here = &placed.slots[slot];
-            let inf = here.iter().find(|a| a.tenant == t.id && a.role == Role::Inference).map(|a| a.placement);
-            let capacity = inf.map_or(0.0, |pl| {
-                let Some(p) = pb.profile_index(pl.profile) else { return 0.0 };
-                let dead = if prev_inf == Some(pl) {
-                    0.0
-                } else if free_in(&prev_layout, pl) {
-                    pb.dead_preinit_s
-                } else {
-                    pb.dead_cold_s
-                };
-                t.cap[p] * (dt - dead.min(dt))
-            });
+            // A tenant may hold several inference instances (PARIS's heterogeneous partitions): their capacities add.
+            let inf: Vec<tessera_core::Placement> =
+                here.iter().filter(|a| a.tenant == t.id && a.role == Role::Inference).map(|a| a.placement).collect();
+            let capacity: f64 = inf
+                .iter()
+                .map(|pl| {
+                    let Some(p) = pb.profile_index(pl.profile) else { return 0.0 };
+                    let dead = if prev_inf.contains(pl) {
+                        0.0
+                    } else if free_in(&prev_layout, *pl) {
+                        pb.dead_preinit_s
+                    } else {
+                        pb.dead_cold_s
+                    };
+                    t.cap[p] * (dt - dead.min(dt))
+                })
+                .sum();
             for s in scenarios(i) {
                 let arrivals = s.rate.get(slot).copied().unwrap_or(0.0) * dt;
                 out[i] += t.weight * s.prob * acc * arrivals.min(capacity);

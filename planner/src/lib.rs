@@ -9,25 +9,31 @@
 //! [`cg`] (column generation, Tessera's level-2 solver), [`ilp`] (the compact MILP), [`exhaustive`] (the
 //! cross-check), [`realize`] and [`evaluate`] (placements and their exact goodput), [`solver`] (MILP backends and
 //! budgets), [`forecast`] (last value, EWMA, seasonal), [`synthetic`] (seeded inputs), and one file per policy
-//! ([`tessera`], [`migrator`], [`oracle`]; the baselines `static`, `paris`, `ekya`, `astraea` come with their issue).
+//! ([`tessera`], [`migrator`], [`oracle`], and the baselines [`static_layout`] (`static`), [`paris`], [`ekya`],
+//! [`astraea`], with [`fixed`] for the fixed-layout ones).
 //!
 //! Deliberately not here: clocks, I/O, global randomness (seeds are passed in), and anything about how a plan is
 //! carried out (that is the coordinator's and the agents' job).
 
 pub mod assign;
+pub mod astraea;
 pub mod build;
 pub mod cg;
+pub mod ekya;
 pub mod evaluate;
 pub mod exhaustive;
+pub mod fixed;
 pub mod forecast;
 pub mod ilp;
 pub mod input;
 pub mod migrator;
 pub mod oracle;
+pub mod paris;
 pub mod policy;
 pub mod problem;
 pub mod realize;
 pub mod solver;
+pub mod static_layout;
 pub mod synthetic;
 pub mod tessera;
 

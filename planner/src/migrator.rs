@@ -51,13 +51,7 @@ fn level2(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId]) -> Result<Opt
     }
     let problem = gpu_problem(input, gpu, tenants, Arrivals::Point);
     let s = solve(&problem, &input.config.solver)?;
-    Ok(Some(GpuOutcome {
-        problem,
-        placed: s.placed,
-        bound: s.bound,
-        status: s.status,
-        note: "MIGRator placement ILP".into(),
-    }))
+    Ok(Some(GpuOutcome::new(problem, s.placed, s.bound, s.status, "MIGRator placement ILP".into())))
 }
 
 /// A solved MIGRator ILP.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use tessera_core::Layout;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{GpuPlan, Plan, PlannedChange};
 use tessera_core::time::SimTime;
@@ -114,7 +115,7 @@ pub trait Policy: Send + Sync {
 }
 
 /// Names of every policy [`by_name`] knows.
-pub const POLICY_NAMES: &[&str] = &["tessera", "migrator", "oracle"];
+pub const POLICY_NAMES: &[&str] = &["tessera", "migrator", "oracle", "static", "paris", "ekya", "astraea"];
 
 /// The policy called `name`.
 pub fn by_name(name: &str) -> Result<Box<dyn Policy>, String> {
@@ -122,6 +123,10 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, String> {
         "tessera" => Ok(Box::new(crate::tessera::Tessera)),
         "migrator" => Ok(Box::new(crate::migrator::Migrator)),
         "oracle" => Ok(Box::new(crate::oracle::Oracle)),
+        "static" => Ok(Box::new(crate::static_layout::StaticLayout)),
+        "paris" => Ok(Box::new(crate::paris::Paris)),
+        "ekya" => Ok(Box::new(crate::ekya::Ekya::default())),
+        "astraea" => Ok(Box::new(crate::astraea::Astraea)),
         other => Err(format!("unknown policy {other:?} (known: {})", POLICY_NAMES.join(", "))),
     }
 }
@@ -139,6 +144,24 @@ pub struct GpuOutcome {
     pub status: SolveStatus,
     /// What the policy wants an operator to read first.
     pub note: String,
+    /// The layout the GPU keeps over the whole horizon when the policy holds instances that no assignment uses
+    /// (fixed-layout baselines keep idle instances rather than destroy them); `None`: each slot's layout is that
+    /// of its assignments.
+    pub fixed_layout: Option<Layout>,
+    /// Retraining configurations (epochs) the policy chose, where it chose other than the tenant's default.
+    pub retraining_epochs: BTreeMap<TenantId, f64>,
+}
+
+impl GpuOutcome {
+    /// An outcome whose layout follows its assignments and whose retraining uses each tenant's default epochs.
+    pub fn new(problem: GpuProblem, placed: Placed, bound: f64, status: SolveStatus, note: String) -> GpuOutcome {
+        GpuOutcome { problem, placed, bound, status, note, fixed_layout: None, retraining_epochs: BTreeMap::new() }
+    }
+
+    /// The layout of slot `t`.
+    pub fn layout(&self, t: usize) -> Layout {
+        self.fixed_layout.clone().unwrap_or_else(|| self.placed.layout(t))
+    }
 }
 
 /// Runs `level2` on every GPU of `l1` in parallel and assembles the plan.
@@ -183,6 +206,7 @@ pub fn plan_fleet(
                     expected_goodput: 0.0,
                     explanation: format!("{policy}: no tenants"),
                     upcoming: vec![],
+                    retraining_epochs: BTreeMap::new(),
                 },
             );
             continue;
@@ -193,12 +217,12 @@ pub fn plan_fleet(
             .filter(|t| o.placed.slots[*t] != o.placed.slots[*t - 1])
             .map(|t| PlannedChange {
                 at: SimTime::from_ms(input.now.as_ms() + t as u64 * slot_ms),
-                layout: o.placed.layout(t),
+                layout: o.layout(t),
                 assignments: o.placed.slots[t].clone(),
             })
             .collect();
         let first = o.placed.slots.first().cloned().unwrap_or_default();
-        let layout = o.placed.layout(0);
+        let layout = o.layout(0);
         let explanation = format!(
             "{policy}: {} tenant(s); layout {}; {}; expected goodput {:.1} (bound {:.1}, gap {:.2}%, {:?}){}",
             o.problem.tenants.len(),
@@ -213,7 +237,14 @@ pub fn plan_fleet(
         stats.push(GpuStats { gpu: gpu.clone(), tenants: o.problem.tenants.len(), status: o.status, objective, bound });
         gpus.insert(
             gpu.clone(),
-            GpuPlan { layout, assignments: first, expected_goodput: objective, explanation, upcoming },
+            GpuPlan {
+                layout,
+                assignments: first,
+                expected_goodput: objective,
+                explanation,
+                upcoming,
+                retraining_epochs: o.retraining_epochs.clone(),
+            },
         );
         outcomes.insert(gpu, o);
     }

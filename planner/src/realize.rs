@@ -45,7 +45,7 @@ struct Demand {
 }
 
 /// The problem's tenants' instances on the GPU now.
-fn current_assignments(pb: &GpuProblem) -> Vec<Assignment> {
+pub(crate) fn current_assignments(pb: &GpuProblem) -> Vec<Assignment> {
     pb.tenants
         .iter()
         .flat_map(|t| {

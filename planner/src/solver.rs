@@ -75,6 +75,8 @@ pub enum SolveStatus {
     /// Stopped on a budget (wall clock, branch-and-bound nodes, or column-generation rounds) above the gap, with a
     /// feasible incumbent.
     Budget,
+    /// A rule-based policy decided (the baselines): nothing was optimised, so there is no bound and no gap.
+    Rule,
 }
 
 impl SolveStatus {

@@ -17,6 +17,7 @@ use tessera_core::ids::{GpuId, TenantId};
 use crate::assign;
 use crate::build::{Arrivals, gpu_problem};
 use crate::cg;
+use crate::ekya;
 use crate::input::PlannerInput;
 use crate::policy::{GpuOutcome, PlanError, PlanOutcome, Policy, plan_fleet};
 use crate::problem::GpuProblem;
@@ -52,10 +53,35 @@ pub fn level2(
         return Ok(None);
     }
     let problem = gpu_problem(input, gpu, tenants, arrivals);
-    let solved = cg::solve(&problem, solver)?;
+    let solved = cg::solve_seeded(&problem, solver, &[thief_seed(input, &problem)])?;
     let placed = realize(&problem, &solved.schedule);
     let note = describe_retraining(&problem, &solved.schedule);
-    Ok(Some(GpuOutcome { problem, placed, bound: solved.bound, status: solved.status, note }))
+    Ok(Some(GpuOutcome::new(problem, placed, solved.bound, solved.status, note)))
+}
+
+/// Ekya's thief allocation of the same problem (default epochs), a start for the local search: a rule-based
+/// allocation is sometimes a better neighbourhood than the column-generation greedy finds within its budget.
+fn thief_seed(input: &PlannerInput, pb: &GpuProblem) -> crate::problem::Schedule {
+    let defaults: Vec<ekya::Config> = pb
+        .tenants
+        .iter()
+        .map(|t| ekya::Config {
+            epochs: input.tenants[&t.id].spec.retraining.as_ref().map_or(0.0, |r| r.epochs),
+            work_s: t.retrain.as_ref().map_or(0.0, |r| r.work_s),
+            accuracy: t.acc_new,
+        })
+        .collect();
+    let configs: Vec<Vec<ekya::Config>> = pb
+        .tenants
+        .iter()
+        .zip(&defaults)
+        .map(|(t, d)| match &t.retrain {
+            Some(r) if r.running_on.is_none() && t.acc_new > t.acc_old => vec![*d],
+            _ => Vec::new(),
+        })
+        .collect();
+    let now_s = input.now.as_ms() as f64 / 1000.0;
+    ekya::run_horizon(pb, now_s, ekya::Ekya::default().window_s, &configs, &defaults, None).schedule
 }
 
 /// "retrain a on 2g (slots 0-4)" for each retraining the schedule starts, or "no retraining".

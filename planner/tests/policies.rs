@@ -14,7 +14,7 @@ use tessera_core::plan::Role;
 use tessera_core::{GpuModel, Layout, Placement, Profile};
 use tessera_planner::build::{Arrivals, gpu_problem};
 use tessera_planner::input::Interference;
-use tessera_planner::policy::{PlanOutcome, PlanReport, by_name};
+use tessera_planner::policy::{POLICY_NAMES, PlanOutcome, PlanReport, by_name};
 use tessera_planner::problem::GpuProblem;
 use tessera_planner::solver::SolverConfig;
 use tessera_planner::synthetic::{SyntheticSpec, input as synthetic};
@@ -123,12 +123,12 @@ fn the_oracle_is_never_beaten_and_tessera_beats_migrator() {
         let spec = SyntheticSpec { gpus: 2, tenants: 6, slots: 8, gpu_model: GpuModel::A100_40GB, seed };
         let input = synthetic(&spec, &models(), PlannerConfig::default());
         let mut truth = BTreeMap::new();
-        for policy in ["tessera", "migrator", "oracle"] {
+        for policy in POLICY_NAMES.iter().copied() {
             let g = planned(policy, &input).goodput_under_truth(&input);
             truth.insert(policy, g);
             *totals.entry(policy).or_default() += g;
         }
-        for policy in ["tessera", "migrator"] {
+        for policy in POLICY_NAMES.iter().copied().filter(|p| *p != "oracle") {
             assert!(
                 truth[policy] <= truth["oracle"] * (1.0 + 1e-9),
                 "seed {seed}: {policy} {} beats the oracle {}",
@@ -146,7 +146,7 @@ fn plans_are_deterministic_and_keep_the_invariants() {
     // wall clock is the one thing that is not reproducible.
     let spec = SyntheticSpec { gpus: 3, tenants: 6, slots: 6, gpu_model: GpuModel::A100_40GB, seed: 7 };
     let input = synthetic(&spec, &models(), PlannerConfig::default());
-    for policy in ["tessera", "migrator", "oracle"] {
+    for policy in POLICY_NAMES.iter().copied() {
         let a = planned(policy, &input);
         let b = planned(policy, &input);
         assert_eq!(serde_json::to_string(&a.plan).unwrap(), serde_json::to_string(&b.plan).unwrap(), "{policy}");

@@ -112,6 +112,7 @@ fn status_name(s: SolveStatus) -> &'static str {
         SolveStatus::Optimal => "optimal",
         SolveStatus::GapLimit => "gap_limit",
         SolveStatus::Budget => "budget",
+        SolveStatus::Rule => "rule",
     }
 }
 
