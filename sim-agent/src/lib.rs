@@ -7,3 +7,15 @@
 //! binary, `sim-agent`, hosts many simulated nodes, each a real agent.
 //!
 //! Built by the sim-agent issue; the placement rules it must follow are `tessera_core::layout`.
+//!
+//! ## Modules
+//! - [`device`]: the simulated MIG device: [`device::SimGpu`] (state machine, time as an argument) and
+//!   [`device::SimBackend`] (the agent's `MigBackend` over simulated GPUs, with a virtual or wall clock).
+//! - [`tlb`]: the L3 TLB interference model (baseline and STAR): [`tlb::TlbModel`] caches per-mix reports of
+//!   hit rates, sub-entry utilisation and per-tenant slowdowns; [`tlb::simulate`] runs one.
+//! - [`executor`]: the workload executor under a virtual clock: [`executor::Executor`] applies plans per GPU with
+//!   the device's latencies, batches and serves inference requests, advances retraining and accounts goodput.
+
+pub mod device;
+pub mod executor;
+pub mod tlb;
