@@ -1,0 +1,303 @@
+//! The executor's internal state: instances (a slab), tenants, GPUs and the event heap entries.
+
+use std::cmp::Ordering;
+use std::collections::VecDeque;
+
+use tessera_agent::backend::InstanceId;
+use tessera_core::GpuModel;
+use tessera_core::ids::GpuId;
+use tessera_core::layout::Placement;
+use tessera_core::plan::Role;
+use tessera_core::tenant::{RetrainingSpec, TenantSpec};
+
+use super::metrics::{GpuMetrics, TenantMetrics};
+use crate::device::SimGpu;
+
+/// "No such time": a wake that is not scheduled, a switch-off that is not planned.
+pub(super) const NEVER: f64 = f64::INFINITY;
+
+/// A tenant's job on an instance (tenant index, role).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Work {
+    pub tenant: u32,
+    pub role: Role,
+}
+
+/// Where an instance is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Exists without work.
+    Idle,
+    /// Work loaded, warming up until `serve_from`.
+    Loading,
+    /// Serves its work (in its tenant's dispatch set, or retraining).
+    Serving,
+    /// Switched off: finishes its batch in service, then `after_drain`.
+    Draining,
+}
+
+/// What happens once an instance has drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AfterDrain {
+    /// Nothing planned (the instance keeps its work).
+    Keep,
+    /// Destroy it.
+    Destroy,
+    /// Load other work (a reassignment), or none.
+    Load(Option<Work>),
+}
+
+/// One live GPU instance with the work on it.
+#[derive(Debug, Clone)]
+pub(super) struct Inst {
+    pub alive: bool,
+    /// Bumped when the slot is freed, so that stale events of an earlier occupant are ignored.
+    pub generation: u32,
+    pub gpu: u32,
+    pub placement: Placement,
+    pub device_id: InstanceId,
+    /// When the create call ended, ms.
+    pub available_ms: f64,
+    pub work: Option<Work>,
+    pub phase: Phase,
+    pub after_drain: AfterDrain,
+    /// Loading: when the work serves, ms.
+    pub serve_from: f64,
+    /// Make-before-break: when the work is switched off (its replacement is warm), ms.
+    pub switch_off_at: f64,
+    /// The time of the one wake event that is valid for this instance (`NEVER` if none).
+    pub wake_at: f64,
+    /// Interference factor on its latency (and on retraining time).
+    pub slowdown: f64,
+    /// Arrival times, ms: the first `in_service` are the batch in service, the rest wait, in arrival order.
+    pub queue: VecDeque<f64>,
+    pub in_service: u32,
+    pub batch_start: f64,
+    pub batch_end: f64,
+    pub batch_accuracy: f64,
+    /// Largest batch.
+    pub cap: u32,
+    /// `lat[b - 1]`: latency of a batch of `b`, slowdown included, ms.
+    pub lat: Vec<f64>,
+    pub timeout_ms: f64,
+    /// Retraining: 7g GPU-seconds per second, slowdown included.
+    pub speed: f64,
+}
+
+impl Inst {
+    pub(super) fn new(gpu: u32, placement: Placement, device_id: InstanceId, available_ms: f64) -> Inst {
+        Inst {
+            alive: true,
+            generation: 0,
+            gpu,
+            placement,
+            device_id,
+            available_ms,
+            work: None,
+            phase: Phase::Idle,
+            after_drain: AfterDrain::Keep,
+            serve_from: NEVER,
+            switch_off_at: NEVER,
+            wake_at: NEVER,
+            slowdown: 1.0,
+            queue: VecDeque::new(),
+            in_service: 0,
+            batch_start: 0.0,
+            batch_end: 0.0,
+            batch_accuracy: 0.0,
+            cap: 1,
+            lat: Vec::new(),
+            timeout_ms: 0.0,
+            speed: 0.0,
+        }
+    }
+
+    /// Reuses a freed slot for a new instance, keeping the buffers' capacity.
+    pub(super) fn reuse(&mut self, gpu: u32, placement: Placement, device_id: InstanceId, available_ms: f64) {
+        let generation = self.generation;
+        let mut queue = std::mem::take(&mut self.queue);
+        let mut lat = std::mem::take(&mut self.lat);
+        queue.clear();
+        lat.clear();
+        *self = Inst { generation, queue, lat, ..Inst::new(gpu, placement, device_id, available_ms) };
+    }
+
+    /// Requests waiting for a batch (the batch in service excluded).
+    pub(super) fn waiting(&self) -> usize {
+        self.queue.len() - self.in_service as usize
+    }
+
+    /// For a request joining now, an upper bound on when its batch starts and on that batch's latency (ms), so
+    /// that their sum bounds its finish (service is deterministic): the full batches ahead of it run back to
+    /// back after the batch in service; its own batch then starts at once if the request fills it, else at the
+    /// latest when the batch's first request has waited the timeout; it holds at most a full batch.
+    pub(super) fn estimate(&self, now: f64) -> (f64, f64) {
+        let waiting = self.waiting();
+        let cap = self.cap as usize;
+        let free = if self.in_service > 0 { self.batch_end } else { now };
+        let (full, before) = (waiting / cap, waiting % cap);
+        let ahead_done = free + full as f64 * self.lat[cap - 1];
+        let start = if before + 1 == cap {
+            ahead_done
+        } else {
+            let head = if before == 0 { now } else { self.queue[self.in_service as usize + full * cap] };
+            ahead_done.max(head + self.timeout_ms)
+        };
+        (start, self.lat[cap - 1])
+    }
+}
+
+/// Retraining state of a tenant that retrains.
+#[derive(Debug, Clone)]
+pub(super) struct Retrain {
+    pub spec: RetrainingSpec,
+    /// Epochs of the due retraining (the plan's choice or the spec's default).
+    pub epochs: f64,
+    pub due: bool,
+    /// Work done as of `progress_at`, 7g GPU-seconds.
+    pub done_gpu_s: f64,
+    pub progress_at: f64,
+    /// Sum of the speeds of its serving retraining instances.
+    pub speed: f64,
+    pub running: u32,
+    pub completed_in_window: bool,
+    /// Bumped whenever the completion estimate changes; only the event with the current value counts.
+    pub generation: u32,
+    pub window_end: f64,
+}
+
+impl Retrain {
+    pub(super) fn work_gpu_s(&self) -> f64 {
+        self.spec.work_for_epochs(self.epochs)
+    }
+
+    /// Work done by `now`, 7g GPU-seconds.
+    pub(super) fn done_at(&self, now: f64) -> f64 {
+        if self.due { self.done_gpu_s + self.speed * (now - self.progress_at) / 1000.0 } else { self.done_gpu_s }
+    }
+}
+
+/// A tenant.
+#[derive(Debug, Clone)]
+pub(super) struct Tenant {
+    pub spec: TenantSpec,
+    /// Index of its model in the executor's model table.
+    pub model: usize,
+    pub timeout_ms: f64,
+    pub max_wait_ms: f64,
+    /// Serving inference instances, in the order they began to serve.
+    pub serving: Vec<u32>,
+    /// Requests waiting for a serving instance (arrival times, ms).
+    pub waiting: VecDeque<f64>,
+    pub wait_wake_at: f64,
+    pub accuracy: f64,
+    pub retrain: Option<Retrain>,
+    pub metrics: TenantMetrics,
+}
+
+/// A create waiting for its slices.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PendingCreate {
+    pub placement: Placement,
+    pub work: Option<Work>,
+}
+
+/// A GPU.
+#[derive(Debug, Clone)]
+pub(super) struct Gpu {
+    pub id: GpuId,
+    pub model: GpuModel,
+    pub device: SimGpu,
+    /// Live instance slots, ordered by placement.
+    pub insts: Vec<u32>,
+    /// Cold creates waiting for their slices, in plan order.
+    pub pending: Vec<PendingCreate>,
+    pub metrics: GpuMetrics,
+}
+
+/// What an event wakes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum EventKind {
+    /// An instance: batch done, batch timeout, warm, switch-off.
+    Instance,
+    /// A tenant's retraining completes.
+    Retrain,
+    /// A tenant's retraining window ends.
+    Window,
+    /// The head of a tenant's waiting queue reaches its longest wait.
+    WaitExpiry,
+}
+
+/// A heap entry. Ordered so that `BinaryHeap` pops the earliest first, then by kind, id and generation: ties are
+/// broken deterministically.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Event {
+    pub at: f64,
+    pub kind: EventKind,
+    pub id: u32,
+    pub generation: u32,
+}
+
+impl Event {
+    fn key(&self) -> (EventKind, u32, u32) {
+        (self.kind, self.id, self.generation)
+    }
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Event {}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Reversed: the smallest time is the greatest entry.
+        other.at.total_cmp(&self.at).then_with(|| other.key().cmp(&self.key()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BinaryHeap;
+
+    use super::*;
+
+    #[test]
+    fn the_heap_pops_the_earliest_event_and_breaks_ties_by_kind_then_id() {
+        let ev = |at, kind, id| Event { at, kind, id, generation: 0 };
+        let mut heap: BinaryHeap<Event> = [
+            ev(2.0, EventKind::Instance, 0),
+            ev(1.0, EventKind::WaitExpiry, 0),
+            ev(1.0, EventKind::Instance, 3),
+            ev(1.0, EventKind::Instance, 1),
+            ev(1.0, EventKind::Retrain, 0),
+            ev(0.5, EventKind::Window, 9),
+        ]
+        .into_iter()
+        .collect();
+        let mut order = Vec::new();
+        while let Some(e) = heap.pop() {
+            order.push((e.at, e.kind, e.id));
+        }
+        assert_eq!(
+            order,
+            vec![
+                (0.5, EventKind::Window, 9),
+                (1.0, EventKind::Instance, 1),
+                (1.0, EventKind::Instance, 3),
+                (1.0, EventKind::Retrain, 0),
+                (1.0, EventKind::WaitExpiry, 0),
+                (2.0, EventKind::Instance, 0),
+            ]
+        );
+    }
+}

@@ -1,0 +1,724 @@
+//! Workload executor tests, grouped by area and numbered:
+//! 1. queueing (M/D/1 closed form), 2. batching, 3. reconfiguration, 4. requests without an instance,
+//! 5. retraining and accuracy, 6. dispatch (ELSA), 7. determinism, 8. accounting, 9. interference.
+//!
+//! Every run is seeded; a failing assertion prints the seed where one is used. No test reads a clock.
+
+use std::collections::BTreeMap;
+
+use tessera_core::GpuModel;
+use tessera_core::accuracy::{Drift, OptimusCurve};
+use tessera_core::goodput::GoodputLedger;
+use tessera_core::ids::{GpuId, TenantId};
+use tessera_core::model::{LatencyModel, ModelProfile, TrainingSpeed};
+use tessera_core::plan::{Assignment, GpuPlan, Plan, Role};
+use tessera_core::tenant::{DemandSource, RetrainingSpec, TenantSpec};
+use tessera_sim::executor::{
+    Arrival, BatchCap, BatchRecord, Dispatch, ExecError, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference,
+    InterferenceError, NoInstance, NoInterference, Resident, TenantIndex, TlbInterference,
+};
+use tessera_sim::tlb::{TenantStreamSpec, TlbMode, TlbModel, TlbParams};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Helpers
+
+/// A parametric model: `lat(g, b) = base_ms (7/g)^alpha (1 + beta (b - 1))`, training speed `(g/7)^1`.
+fn model(name: &str, base_ms: f64, alpha: f64, beta: f64, max_batch: u32) -> ModelProfile {
+    ModelProfile {
+        name: name.into(),
+        description: String::new(),
+        inference_memory_gib: 1.0,
+        training_memory_gib: 4.0,
+        max_batch,
+        latency: LatencyModel::Parametric { base_ms, alpha, beta },
+        training: TrainingSpeed::Exponent(1.0),
+    }
+}
+
+fn tenant(id: &str, model: &str, slo_ms: f64) -> TenantSpec {
+    TenantSpec {
+        id: TenantId::new(id).unwrap(),
+        name: id.into(),
+        model: model.into(),
+        slo_ms,
+        slo_percentile: 99.0,
+        weight: 1.0,
+        demand: DemandSource::Poisson { rate_rps: 0.0 },
+        retraining: None,
+    }
+}
+
+fn retraining() -> RetrainingSpec {
+    RetrainingSpec {
+        window_ms: 200_000,
+        work_gpu_s: 60.0,
+        epochs: 5.0,
+        curve: OptimusCurve { b0: 2.0, b1: 1.5, b2: 0.08 },
+        initial_accuracy: 0.72,
+        drift: Drift { per_window: 0.03, floor: 0.6 },
+    }
+}
+
+fn gpu(s: &str) -> GpuId {
+    s.parse().unwrap()
+}
+
+/// A GPU plan from a layout and `(placement, tenant, role, preinit)` assignments.
+fn plan(layout: &str, assignments: &[(&str, &str, Role, bool)]) -> GpuPlan {
+    GpuPlan {
+        layout: layout.parse().unwrap(),
+        assignments: assignments
+            .iter()
+            .map(|(p, t, role, preinit)| Assignment {
+                placement: p.parse().unwrap(),
+                tenant: TenantId::new(*t).unwrap(),
+                role: *role,
+                preinit: *preinit,
+            })
+            .collect(),
+        expected_goodput: 0.0,
+        explanation: String::new(),
+        upcoming: Vec::new(),
+        retraining_epochs: BTreeMap::new(),
+    }
+}
+
+fn executor(config: ExecutorConfig, models: Vec<ModelProfile>, tenants: Vec<TenantSpec>, gpus: &[&str]) -> Executor {
+    executor_with(config, models, tenants, gpus, Box::new(NoInterference))
+}
+
+fn executor_with(
+    config: ExecutorConfig,
+    models: Vec<ModelProfile>,
+    tenants: Vec<TenantSpec>,
+    gpus: &[&str],
+    interference: Box<dyn Interference>,
+) -> Executor {
+    let fleet = FleetSpec {
+        models: models.into_iter().map(|m| (m.name.clone(), m)).collect(),
+        tenants,
+        gpus: gpus.iter().map(|g| (gpu(g), GpuModel::A100_40GB)).collect(),
+    };
+    Executor::new(config, fleet, interference).unwrap()
+}
+
+fn ix(ex: &Executor, id: &str) -> TenantIndex {
+    ex.tenant_index(&TenantId::new(id).unwrap()).unwrap()
+}
+
+fn gix(ex: &Executor, id: &str) -> GpuIndex {
+    ex.gpu_index(&gpu(id)).unwrap()
+}
+
+/// Arrivals every `period_ms` from `from_ms` (inclusive) to `to_ms` (exclusive).
+fn periodic(tenant: TenantIndex, from_ms: f64, to_ms: f64, period_ms: f64) -> Vec<Arrival> {
+    let n = ((to_ms - from_ms) / period_ms).ceil() as usize;
+    (0..n).map(|k| Arrival { at_ms: from_ms + k as f64 * period_ms, tenant }).filter(|a| a.at_ms < to_ms).collect()
+}
+
+fn recording() -> ExecutorConfig {
+    ExecutorConfig { record_batches: true, ..ExecutorConfig::default() }
+}
+
+/// The batches of `tenant`, by completion time.
+fn batches_of(ex: &Executor, tenant: TenantIndex) -> Vec<BatchRecord> {
+    let mut v: Vec<BatchRecord> = ex.batches().iter().copied().filter(|b| b.tenant == tenant).collect();
+    v.sort_by(|a, b| a.completed_ms.total_cmp(&b.completed_ms));
+    v
+}
+
+/// The longest time between consecutive batch starts of `batches` within `[from, to]`.
+fn longest_gap(batches: &[BatchRecord], from: f64, to: f64) -> f64 {
+    let mut starts: Vec<f64> = batches.iter().map(|b| b.started_ms).filter(|&t| (from..=to).contains(&t)).collect();
+    starts.sort_by(f64::total_cmp);
+    starts.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 1. Queueing
+
+/// 1.1 One instance, batches of one, deterministic service D, Poisson arrivals at rate lambda: an M/D/1 queue,
+/// whose mean waiting time is rho D / (2 (1 - rho)) (Pollaczek-Khinchine with zero service variance).
+#[test]
+fn t1_1_single_instance_without_batching_is_an_md1_queue() {
+    let d_ms = 2.0;
+    for (seed, rho) in [(11u64, 0.5), (12, 0.7)] {
+        let config = ExecutorConfig { seed, ..ExecutorConfig::default() };
+        let mut ex =
+            executor(config, vec![model("md1", d_ms, 0.0, 0.0, 1)], vec![tenant("a", "md1", 1_000.0)], &["n/0"]);
+        ex.install_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Inference, false)])).unwrap();
+        let a = ix(&ex, "a");
+        let rate_rps = rho / d_ms * 1000.0;
+        let n = 200_000.0;
+        let end_ms = n / rate_rps * 1000.0;
+        let arrivals = ex.poisson_arrivals(&[(a, rate_rps)], 0.0, end_ms);
+        ex.arrive_all(&arrivals).unwrap();
+        ex.advance_to(end_ms + 1_000.0).unwrap();
+        let m = ex.tenant_metrics(a);
+        assert_eq!(m.ledger.completed, arrivals.len() as u64, "seed {seed}");
+        assert_eq!(m.batches, m.ledger.completed, "batches of one");
+        let wait = m.mean_latency_ms() - d_ms;
+        let expected = rho * d_ms / (2.0 * (1.0 - rho));
+        assert!(
+            (wait - expected).abs() / expected < 0.04,
+            "seed {seed}, rho {rho}: mean wait {wait:.4} ms, M/D/1 says {expected:.4} ms"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 2. Batching
+
+/// `lat(b) = 4 (1 + 0.25 (b - 1))` ms on any instance (alpha 0): lat(1) = 4, lat(2) = 5, lat(4) = 7, lat(8) = 11.
+fn batchy(max_batch: u32) -> ModelProfile {
+    model("batchy", 4.0, 0.0, 0.25, max_batch)
+}
+
+fn batching_executor(config: ExecutorConfig, slo_ms: f64) -> (Executor, TenantIndex) {
+    let mut ex = executor(config, vec![batchy(8)], vec![tenant("a", "batchy", slo_ms)], &["n/0"]);
+    ex.install_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Inference, false)])).unwrap();
+    let a = ix(&ex, "a");
+    (ex, a)
+}
+
+/// 2.1 A burst of max-batch requests completes together after one batch latency; a burst larger than the batch
+/// is split at the cap, the rest waiting for its head's timeout.
+#[test]
+fn t2_1_a_full_batch_starts_at_once_and_completes_together() {
+    let (mut ex, a) = batching_executor(recording(), 100.0); // timeout 25 ms; 2 lat(8) = 22 <= 100: cap 8
+    for _ in 0..8 {
+        ex.arrive(a, 10.0).unwrap();
+    }
+    ex.advance_to(500.0).unwrap();
+    let b = batches_of(&ex, a);
+    assert_eq!(b.len(), 1);
+    assert_eq!((b[0].size, b[0].started_ms, b[0].completed_ms), (8, 10.0, 21.0));
+    let m = ex.tenant_metrics(a);
+    assert_eq!((m.ledger.completed, m.latency_max_ms, m.latency_sum_ms), (8, 11.0, 88.0));
+
+    // Twelve at once: 8 now, and 4 that wait for their head's timeout (25 ms after it arrived).
+    ex.take_batches();
+    for _ in 0..12 {
+        ex.arrive(a, 1_000.0).unwrap();
+    }
+    ex.advance_to(2_000.0).unwrap();
+    let b = batches_of(&ex, a);
+    let got: Vec<(u32, f64, f64)> = b.iter().map(|b| (b.size, b.started_ms, b.completed_ms)).collect();
+    assert_eq!(got, vec![(8, 1_000.0, 1_011.0), (4, 1_025.0, 1_032.0)]);
+}
+
+/// 2.2 The batch timeout holds a lone request exactly the timeout (and no longer); a second request joins it.
+#[test]
+fn t2_2_the_batch_timeout_bounds_the_wait_of_a_lone_request() {
+    let (mut ex, a) = batching_executor(recording(), 100.0);
+    ex.arrive(a, 1_000.0).unwrap();
+    ex.advance_to(1_024.9).unwrap();
+    assert_eq!(ex.tenant_metrics(a).ledger.completed, 0, "still waiting for its batch");
+    ex.advance_to(2_000.0).unwrap();
+    assert_eq!(ex.tenant_metrics(a).latency_max_ms, 25.0 + 4.0, "timeout + lat(1)");
+    ex.arrive(a, 3_000.0).unwrap();
+    ex.arrive(a, 3_010.0).unwrap();
+    ex.advance_to(4_000.0).unwrap();
+    let b = batches_of(&ex, a);
+    let last = b.last().unwrap();
+    assert_eq!((last.size, last.started_ms, last.completed_ms), (2, 3_025.0, 3_030.0));
+}
+
+/// 2.3 The SLO-admissible cap keeps batches whose latency fits the SLO; `MaxBatch` does not.
+#[test]
+fn t2_3_the_batch_cap_follows_the_slo_unless_told_otherwise() {
+    // SLO 20: 2 lat(b) <= 20 -> lat(b) <= 10 -> b <= 7.
+    let (mut ex, a) = batching_executor(recording(), 20.0);
+    for _ in 0..8 {
+        ex.arrive(a, 0.0).unwrap();
+    }
+    ex.advance_to(100.0).unwrap();
+    let sizes: Vec<u32> = batches_of(&ex, a).iter().map(|b| b.size).collect();
+    assert_eq!(sizes, vec![7, 1]);
+
+    let config = ExecutorConfig { batch_cap: BatchCap::MaxBatch, ..recording() };
+    let (mut ex, a) = batching_executor(config, 20.0);
+    for _ in 0..8 {
+        ex.arrive(a, 0.0).unwrap();
+    }
+    ex.advance_to(100.0).unwrap();
+    let sizes: Vec<u32> = batches_of(&ex, a).iter().map(|b| b.size).collect();
+    assert_eq!(sizes, vec![8]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 3. Reconfiguration
+
+/// `lat(b) = 1 (1 + 0.1 (b - 1))` ms, max batch 4; SLO 50 ms (timeout 12.5 ms).
+fn light() -> ModelProfile {
+    model("light", 1.0, 0.0, 0.1, 4)
+}
+
+/// 3.1 An instance the plan keeps serves through the reconfiguration without a gap; a new cold instance on free
+/// slices serves exactly create + warm-up after the plan.
+#[test]
+fn t3_1_unchanged_instances_keep_serving_and_a_cold_instance_waits_create_and_warmup() {
+    let tenants = vec![tenant("a", "light", 50.0), tenant("b", "light", 50.0)];
+    let mut ex = executor(recording(), vec![light()], tenants, &["n/0"]);
+    ex.install_plan(&gpu("n/0"), &plan("3g@4", &[("3g@4", "a", Role::Inference, false)])).unwrap();
+    let (a, b) = (ix(&ex, "a"), ix(&ex, "b"));
+    let mut arrivals = periodic(a, 0.0, 20_000.0, 2.0);
+    arrivals.extend(periodic(b, 5_005.0, 20_000.0, 10.0));
+    arrivals.sort_by(|x, y| x.at_ms.total_cmp(&y.at_ms));
+    let (before, after): (Vec<Arrival>, Vec<Arrival>) = arrivals.iter().partition(|x| x.at_ms < 5_000.0);
+    ex.arrive_all(&before).unwrap();
+    ex.advance_to(5_000.0).unwrap();
+    let target = plan("3g@0 3g@4", &[("3g@4", "a", Role::Inference, false), ("3g@0", "b", Role::Inference, false)]);
+    let summary = ex.apply_plan(&gpu("n/0"), &target).unwrap();
+    assert_eq!((summary.kept, summary.created_cold, summary.destroyed), (1, 1, 0));
+    ex.arrive_all(&after).unwrap();
+    ex.advance_to(21_000.0).unwrap();
+
+    // a: batches of 4 every 8 ms all along, through the reconfiguration.
+    let ab = batches_of(&ex, a);
+    assert!(ab.iter().all(|x| x.placement == "3g@4".parse().unwrap()));
+    let gap = longest_gap(&ab, 1_000.0, 19_000.0);
+    assert!(gap <= 10.0, "a's longest gap between batches is {gap} ms");
+    assert_eq!(ex.tenant_metrics(a).ledger.completed, 10_000);
+    // b: created at 5 s (1 s), warm 4 s later; requests that waited less than the SLO are served at once.
+    let bb = batches_of(&ex, b);
+    assert_eq!(bb[0].started_ms, 10_000.0, "cold start = plan time + create + warm-up");
+    let mb = ex.tenant_metrics(b);
+    assert_eq!(mb.waited, 500, "b's arrivals before its instance served");
+    assert_eq!(mb.dropped_wait_expired, 495, "those that waited longer than the SLO (50 ms)");
+    let g = ex.gpu_metrics(gix(&ex, "n/0"));
+    assert_eq!((g.reconfigurations, g.creates, g.destroys), (1, 2, 0));
+}
+
+/// Moves tenant `a` from 3g@4 to 3g@0 at 5 s, with or without pre-initialisation; returns a's longest gap
+/// between batches around the move and its drops.
+fn move_a(preinit: bool) -> (f64, u64) {
+    let mut ex = executor(recording(), vec![light()], vec![tenant("a", "light", 50.0)], &["n/0"]);
+    ex.install_plan(&gpu("n/0"), &plan("3g@4", &[("3g@4", "a", Role::Inference, false)])).unwrap();
+    let a = ix(&ex, "a");
+    ex.arrive_all(&periodic(a, 0.0, 5_000.0, 2.0)).unwrap();
+    ex.advance_to(5_000.0).unwrap();
+    let summary = ex.apply_plan(&gpu("n/0"), &plan("3g@0", &[("3g@0", "a", Role::Inference, preinit)])).unwrap();
+    assert_eq!(summary.destroyed, 1);
+    assert_eq!(summary.created_preinit, u32::from(preinit));
+    ex.arrive_all(&periodic(a, 5_000.0, 20_000.0, 2.0)).unwrap();
+    ex.advance_to(21_000.0).unwrap();
+    let m = ex.tenant_metrics(a);
+    assert_eq!(m.ledger.requests, m.ledger.completed + m.ledger.dropped);
+    assert_eq!(ex.gpu_layout(gix(&ex, "n/0")).to_string(), "3g@0");
+    (longest_gap(&batches_of(&ex, a), 1_000.0, 19_000.0), m.ledger.dropped)
+}
+
+/// 3.2 Moving a tenant cold leaves it without an instance for create + warm-up; pre-initialised, the old
+/// instance serves until the new one is warm and the tenant waits only the switch (1 s by default).
+#[test]
+fn t3_2_preinit_shortens_a_move_to_the_switch() {
+    let (cold_gap, cold_drops) = move_a(false);
+    let (pre_gap, pre_drops) = move_a(true);
+    // Cold: off at 5 s, the new instance (created first, on free slices) serves at 5 + 1 + 4 s.
+    assert!((5_000.0..5_015.0).contains(&cold_gap), "cold gap {cold_gap} ms");
+    // Pre-initialised: the old one serves until 10 s, the new one from 11 s.
+    assert!((1_000.0..1_015.0).contains(&pre_gap), "preinit gap {pre_gap} ms");
+    // Requests that arrive in the gap and wait longer than the SLO are dropped.
+    assert!((2_470..=2_480).contains(&cold_drops), "{cold_drops}");
+    assert!((470..=480).contains(&pre_drops), "{pre_drops}");
+}
+
+/// 3.3 A destroyed inference instance finishes its batch in service, and its queued requests move to the
+/// tenant's other instance; the GPU's MIG calls follow the device latencies.
+#[test]
+fn t3_3_a_destroyed_instance_drains_and_its_queue_moves() {
+    let slow = model("slow", 100.0, 0.0, 0.0, 1);
+    let mut ex = executor(recording(), vec![slow], vec![tenant("a", "slow", 1_000.0)], &["n/0", "n/1"]);
+    for g in ["n/0", "n/1"] {
+        ex.install_plan(&gpu(g), &plan("7g@0", &[("7g@0", "a", Role::Inference, false)])).unwrap();
+    }
+    let a = ix(&ex, "a");
+    for _ in 0..5 {
+        ex.arrive(a, 0.0).unwrap(); // earliest finish: n/0, n/1, n/0, n/1, n/0
+    }
+    ex.advance_to(50.0).unwrap();
+    let (g0, g1) = (gix(&ex, "n/0"), gix(&ex, "n/1"));
+    assert_eq!(ex.gpu_metrics(g0).ledger.requests, 3);
+    ex.apply_plan(&gpu("n/0"), &plan("", &[])).unwrap();
+    assert_eq!(ex.gpu_layout(g0).to_string(), "7g@0", "still draining its batch");
+    ex.advance_to(100.0).unwrap();
+    assert!(ex.gpu_layout(g0).is_empty(), "destroyed once its batch completed");
+    assert_eq!(ex.device(g0).calls_free_at().as_ms(), 600, "destroy call from 100 ms, 500 ms long");
+    ex.advance_to(1_000.0).unwrap();
+    let m = ex.tenant_metrics(a);
+    assert_eq!((m.ledger.completed, m.redispatched), (5, 2));
+    let (l0, l1) = (ex.gpu_metrics(g0).ledger, ex.gpu_metrics(g1).ledger);
+    assert_eq!((l0.requests, l0.completed), (1, 1), "the two queued requests count where they were served");
+    assert_eq!((l1.requests, l1.completed), (4, 4));
+    let done: Vec<f64> = batches_of(&ex, a).iter().map(|b| b.completed_ms).collect();
+    assert_eq!(done, vec![100.0, 100.0, 200.0, 300.0, 400.0]);
+}
+
+/// 3.4 A kept instance whose tenant changes drains and serves its new work a warm-up later; a plan that breaks a
+/// core invariant is refused without effect.
+#[test]
+fn t3_4_reassignment_warms_up_and_invalid_plans_are_refused() {
+    let tenants = vec![tenant("a", "light", 50.0), tenant("b", "light", 50.0)];
+    let mut ex = executor(recording(), vec![light()], tenants, &["n/0"]);
+    ex.install_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Inference, false)])).unwrap();
+    let b = ix(&ex, "b");
+    ex.advance_to(1_000.0).unwrap();
+    let summary = ex.apply_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "b", Role::Inference, false)])).unwrap();
+    assert_eq!((summary.reassigned, summary.created_cold, summary.destroyed), (1, 0, 0));
+    ex.arrive_all(&periodic(b, 1_000.0, 6_000.0, 10.0)).unwrap();
+    ex.advance_to(7_000.0).unwrap();
+    assert_eq!(batches_of(&ex, b)[0].started_ms, 5_000.0, "drained at once, then 4 s of warm-up");
+    assert_eq!(ex.gpu_metrics(gix(&ex, "n/0")).reassigns, 1);
+
+    let bad = plan("3g@0 2g@2", &[]);
+    let e = ex.apply_plan(&gpu("n/0"), &bad).unwrap_err();
+    assert!(matches!(e, ExecError::InvalidPlan(_)), "{e}");
+    let unknown = plan("7g@0", &[("7g@0", "nobody", Role::Inference, false)]);
+    assert!(matches!(ex.apply_plan(&gpu("n/0"), &unknown), Err(ExecError::InvalidPlan(_))));
+    assert_eq!(ex.gpu_assignments(gix(&ex, "n/0")), plan("7g@0", &[("7g@0", "b", Role::Inference, false)]).assignments);
+    // Committed plans: epochs must increase.
+    let mut gpus = BTreeMap::new();
+    gpus.insert(gpu("n/0"), plan("7g@0", &[("7g@0", "b", Role::Inference, false)]));
+    let p = Plan { epoch: 3, made_at: Default::default(), policy: "test".into(), gpus };
+    assert!(ex.apply(&p).unwrap()[&gpu("n/0")].is_noop());
+    assert!(matches!(ex.apply(&p), Err(ExecError::InvalidPlan(_))));
+    assert!(matches!(ex.advance_to(10.0), Err(ExecError::TimeWentBack { .. })));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 4. Requests without an instance
+
+fn without_instance(policy: NoInstance) -> (u64, u64, u64, u64, u64) {
+    let config = ExecutorConfig { no_instance: policy, ..ExecutorConfig::default() };
+    let mut ex = executor(config, vec![light()], vec![tenant("a", "light", 100.0)], &["n/0"]);
+    let a = ix(&ex, "a");
+    // Planned at 0, cold: serves from 5 s.
+    ex.apply_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Inference, false)])).unwrap();
+    ex.arrive_all(&periodic(a, 5.0, 6_000.0, 10.0)).unwrap();
+    ex.advance_to(7_000.0).unwrap();
+    let m = ex.tenant_metrics(a);
+    (m.ledger.requests, m.ledger.completed, m.dropped_no_instance, m.waited, m.dropped_wait_expired)
+}
+
+/// 4.1 Dropping at once loses every request before the instance serves; waiting saves those that can still meet
+/// the SLO when it does, and drops the rest when their SLO has passed.
+#[test]
+fn t4_1_no_instance_requests_wait_or_drop() {
+    // 600 arrivals at 5, 15, ..., 5995 ms; the instance serves from 5000 ms.
+    assert_eq!(without_instance(NoInstance::Drop), (600, 100, 500, 0, 0));
+    // Waiting at most the SLO (100 ms): those at 4905..4995 are served, the 490 before are dropped.
+    assert_eq!(without_instance(NoInstance::Wait { max_wait_of_slo: 1.0 }), (600, 110, 0, 500, 490));
+    assert_eq!(without_instance(NoInstance::Wait { max_wait_of_slo: 100.0 }), (600, 600, 0, 500, 0));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 5. Retraining and accuracy
+
+fn retraining_executor() -> (Executor, TenantIndex) {
+    let mut spec = tenant("a", "light", 50.0);
+    spec.retraining = Some(retraining());
+    let ex = executor(ExecutorConfig::default(), vec![light()], vec![spec], &["n/0"]);
+    let a = ix(&ex, "a");
+    (ex, a)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6
+}
+
+/// 5.1 Retraining takes work / speed (7g: speed 1; 3g: 3/7), then the accuracy jumps to acc(epochs); the plan's
+/// epochs change the work and the accuracy.
+#[test]
+fn t5_1_retraining_time_is_work_over_speed_and_accuracy_jumps() {
+    let r = retraining();
+    for (layout, done_ms) in [("7g@0", 60_000.0), ("3g@0", 140_000.0)] {
+        let (mut ex, a) = retraining_executor();
+        ex.install_plan(&gpu("n/0"), &plan(layout, &[(layout, "a", Role::Retraining, false)])).unwrap();
+        ex.advance_to(done_ms - 1.0).unwrap();
+        let s = ex.tenant_state(a);
+        assert!(s.retraining_due && close(s.accuracy, 0.72), "{layout}: {s:?}");
+        assert!(close(s.retraining_done_gpu_s, 60.0 * (done_ms - 1.0) / done_ms), "{layout}: {s:?}");
+        ex.advance_to(done_ms + 1e-6).unwrap();
+        let s = ex.tenant_state(a);
+        assert!(!s.retraining_due, "{layout}: {s:?}");
+        assert!(close(s.accuracy, r.accuracy_after(5.0)), "{layout}: {s:?}");
+        assert_eq!(ex.tenant_metrics(a).retrainings_completed, 1);
+    }
+    // Two epochs: 24 GPU-seconds, acc(2).
+    let (mut ex, a) = retraining_executor();
+    let mut p = plan("7g@0", &[("7g@0", "a", Role::Retraining, false)]);
+    p.retraining_epochs.insert(TenantId::new("a").unwrap(), 2.0);
+    ex.install_plan(&gpu("n/0"), &p).unwrap();
+    ex.advance_to(24_000.0 + 1e-6).unwrap();
+    let s = ex.tenant_state(a);
+    assert!(!s.retraining_due && close(s.accuracy, r.accuracy_after(2.0)), "{s:?}");
+}
+
+/// 5.2 Progress is checkpointed when the retraining instance goes, and resumes on the new one once it is warm.
+#[test]
+fn t5_2_retraining_progress_survives_a_move() {
+    let (mut ex, a) = retraining_executor();
+    ex.install_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Retraining, false)])).unwrap();
+    ex.advance_to(30_000.0).unwrap();
+    // 7g@0 overlaps 3g@4: destroy (0.5 s), create (1 s), warm-up (4 s): training resumes at 35.5 s at 3/7.
+    ex.apply_plan(&gpu("n/0"), &plan("3g@4", &[("3g@4", "a", Role::Retraining, false)])).unwrap();
+    ex.advance_to(35_000.0).unwrap();
+    assert!(close(ex.tenant_state(a).retraining_done_gpu_s, 30.0));
+    ex.advance_to(105_499.0).unwrap();
+    assert!(ex.tenant_state(a).retraining_due);
+    ex.advance_to(105_500.0 + 1e-6).unwrap();
+    let s = ex.tenant_state(a);
+    assert!(!s.retraining_due && close(s.accuracy, retraining().accuracy_after(5.0)), "{s:?}");
+}
+
+/// 5.3 A window that ends without a completed retraining drifts the accuracy once, down to the floor; a new
+/// retraining is due at every window start.
+#[test]
+fn t5_3_accuracy_drifts_per_window_without_retraining_down_to_the_floor() {
+    let r = retraining();
+    let (mut ex, a) = retraining_executor();
+    ex.install_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Retraining, false)])).unwrap();
+    ex.advance_to(199_999.0).unwrap();
+    assert!(!ex.tenant_state(a).retraining_due);
+    ex.advance_to(200_000.0).unwrap();
+    let s = ex.tenant_state(a);
+    assert!(s.retraining_due && s.retraining_done_gpu_s == 0.0, "fresh data, fresh retraining: {s:?}");
+    assert!(close(s.accuracy, r.accuracy_after(5.0)), "retrained in the window: no drift");
+    ex.advance_to(270_000.0).unwrap(); // retrained again at 260 s
+    ex.apply_plan(&gpu("n/0"), &plan("", &[])).unwrap();
+    ex.advance_to(400_000.0).unwrap();
+    assert!(close(ex.tenant_state(a).accuracy, r.accuracy_after(5.0)));
+    ex.advance_to(600_000.0).unwrap();
+    assert!(close(ex.tenant_state(a).accuracy, r.accuracy_after(5.0) - 0.03));
+    ex.advance_to(800_000.0).unwrap();
+    assert!(close(ex.tenant_state(a).accuracy, r.accuracy_after(5.0) - 0.06));
+    ex.advance_to(4_000_000.0).unwrap();
+    let s = ex.tenant_state(a);
+    assert!(close(s.accuracy, 0.6) && s.retraining_due, "{s:?}");
+    assert_eq!(ex.tenant_metrics(a).drift_windows, 18, "windows ending at 600 s, 800 s, .., 4000 s");
+
+    // Without any retraining instance the initial model drifts from the first window on.
+    let (mut ex, a) = retraining_executor();
+    ex.advance_to(400_000.0).unwrap();
+    assert!(close(ex.tenant_state(a).accuracy, 0.72 - 0.06));
+}
+
+/// 5.4 Requests are credited with the accuracy of the model that served their batch.
+#[test]
+fn t5_4_goodput_uses_the_serving_models_accuracy() {
+    let mut spec = tenant("a", "light", 50.0);
+    spec.retraining = Some(retraining());
+    let mut ex = executor(ExecutorConfig::default(), vec![light()], vec![spec], &["n/0"]);
+    let a = ix(&ex, "a");
+    let p = plan("3g@0 3g@4", &[("3g@0", "a", Role::Inference, false), ("3g@4", "a", Role::Retraining, false)]);
+    ex.install_plan(&gpu("n/0"), &p).unwrap();
+    // Retraining on 3g takes 140 s; 100 requests before, 100 after.
+    ex.arrive_all(&periodic(a, 0.0, 100_000.0, 1_000.0)).unwrap();
+    ex.arrive_all(&periodic(a, 150_000.0, 250_000.0, 1_000.0)).unwrap();
+    ex.advance_to(260_000.0).unwrap();
+    let l = ex.tenant_metrics(a).ledger;
+    assert_eq!((l.completed, l.within_slo), (200, 200));
+    let expected = 100.0 * 0.72 + 100.0 * retraining().accuracy_after(5.0);
+    assert!(close(l.goodput, expected), "{} vs {expected}", l.goodput);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 6. Dispatch
+
+/// `lat(g, b) = 2 (7/g) (1 + 0.1 (b - 1))`: 14 ms on 1g, 4.67 on 3g, 2 on 7g at batch 1.
+fn elsa_executor(dispatch: Dispatch) -> (Executor, TenantIndex) {
+    let config = ExecutorConfig { dispatch, ..ExecutorConfig::default() };
+    let m = model("heavy", 2.0, 1.0, 0.1, 8);
+    let mut ex = executor(config, vec![m], vec![tenant("a", "heavy", 40.0)], &["n/0", "n/1", "n/2"]);
+    for (g, p) in [("n/0", "1g@0"), ("n/1", "3g@0"), ("n/2", "7g@0")] {
+        ex.install_plan(&gpu(g), &plan(p, &[(p, "a", Role::Inference, false)])).unwrap();
+    }
+    let a = ix(&ex, "a");
+    (ex, a)
+}
+
+fn requests_per_gpu(ex: &Executor) -> Vec<u64> {
+    ["n/0", "n/1", "n/2"].iter().map(|g| ex.gpu_metrics(gix(ex, g)).ledger.requests).collect()
+}
+
+/// 6.1 ELSA sends a request to the smallest instance that meets its SLO; earliest-finish to the fastest.
+#[test]
+fn t6_1_elsa_picks_the_smallest_instance_that_meets_the_slo() {
+    let (mut ex, a) = elsa_executor(Dispatch::Elsa);
+    ex.arrive(a, 0.0).unwrap();
+    assert_eq!(requests_per_gpu(&ex), vec![1, 0, 0]);
+    let (mut ex, a) = elsa_executor(Dispatch::EarliestFinish);
+    ex.arrive(a, 0.0).unwrap();
+    assert_eq!(requests_per_gpu(&ex), vec![0, 0, 1]);
+
+    // A burst of 20: the 1g instance (batch cap 5, lat(5) = 19.6 ms, timeout 10 ms) takes two batches, finishing
+    // by 39.2 ms within the 40 ms SLO; the 11th could finish as late as 58.8 ms, so the rest go to the 3g one.
+    let (mut ex, a) = elsa_executor(Dispatch::Elsa);
+    for _ in 0..20 {
+        ex.arrive(a, 0.0).unwrap();
+    }
+    assert_eq!(requests_per_gpu(&ex), vec![10, 10, 0]);
+    ex.advance_to(100.0).unwrap();
+    let l = ex.tenant_metrics(a).ledger;
+    assert_eq!((l.completed, l.within_slo), (20, 20));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 7. Determinism
+
+/// A small fleet with Poisson arrivals, a mid-run plan change and retraining; returns the serialised report.
+fn scenario(seed: u64) -> (String, Executor) {
+    let config = ExecutorConfig { seed, ..ExecutorConfig::default() };
+    let models = vec![light(), model("heavy", 2.0, 1.0, 0.1, 8)];
+    let mut tenants = vec![tenant("a", "light", 50.0), tenant("b", "heavy", 40.0), tenant("c", "heavy", 60.0)];
+    tenants[1].retraining = Some(retraining());
+    let mut ex = executor(config, models, tenants, &["n/0", "n/1"]);
+    let ab = plan("3g@0 3g@4", &[("3g@0", "a", Role::Inference, false), ("3g@4", "b", Role::Inference, false)]);
+    let bc = plan("4g@0 3g@4", &[("4g@0", "c", Role::Inference, false), ("3g@4", "b", Role::Retraining, false)]);
+    ex.install_plan(&gpu("n/0"), &ab).unwrap();
+    ex.install_plan(&gpu("n/1"), &bc).unwrap();
+    let (a, b, c) = (ix(&ex, "a"), ix(&ex, "b"), ix(&ex, "c"));
+    let rates = [(a, 800.0), (b, 300.0), (c, 400.0)];
+    ex.arrive_all(&ex.poisson_arrivals(&rates, 0.0, 30_000.0)).unwrap();
+    let moved = plan(
+        "2g@0 2g@2 3g@4",
+        &[
+            ("2g@0", "a", Role::Inference, true),
+            ("2g@2", "c", Role::Inference, true),
+            ("3g@4", "b", Role::Inference, false),
+        ],
+    );
+    ex.apply_plan(&gpu("n/0"), &moved).unwrap();
+    ex.arrive_all(&ex.poisson_arrivals(&rates, 30_000.0, 60_000.0)).unwrap();
+    ex.advance_to(61_000.0).unwrap();
+    (serde_json::to_string(&ex.report()).unwrap(), ex)
+}
+
+/// 7.1 Same seed, same report (every counter and float); another seed, another report.
+#[test]
+fn t7_1_runs_are_deterministic_for_a_seed() {
+    let (one, ex) = scenario(1);
+    let (again, _) = scenario(1);
+    assert_eq!(one, again);
+    let (other, _) = scenario(2);
+    assert_ne!(one, other);
+    assert!(ex.report().total.requests > 60_000);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 8. Accounting
+
+/// 8.1 At every point of a run with reconfigurations, drains and drops: requests = completed + dropped +
+/// in flight (queued and waiting), for every tenant; the GPUs' ledgers add up to the tenants' completions.
+#[test]
+fn t8_1_goodput_accounting_is_consistent() {
+    let (_, mut ex) = scenario(3);
+    let check = |ex: &Executor| {
+        let report = ex.report();
+        let mut completed = GoodputLedger::default();
+        for (id, t) in &report.tenants {
+            let l = t.metrics.ledger;
+            assert_eq!(l.in_flight(), t.state.queued + t.state.waiting, "{id}");
+            assert_eq!(l.requests, l.completed + l.dropped + l.in_flight(), "{id}");
+            completed += l;
+        }
+        let served: u64 = report.gpus.values().map(|g| g.metrics.ledger.completed).sum();
+        let queued: u64 = report.gpus.values().map(|g| g.queued).sum();
+        let on_gpus: u64 = report.gpus.values().map(|g| g.metrics.ledger.requests).sum();
+        assert_eq!(served, completed.completed);
+        assert_eq!(on_gpus, served + queued);
+        let goodput: f64 = report.gpus.values().map(|g| g.metrics.ledger.goodput).sum();
+        assert!((goodput - completed.goodput).abs() < 1e-6 * goodput.max(1.0));
+        assert_eq!(ex.check_invariants(), Ok(()));
+    };
+    check(&ex);
+    let a = ix(&ex, "a");
+    // A burst while a's only instance is being replaced cold: some wait, some drop, all are accounted for.
+    let now = ex.now_ms();
+    ex.apply_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Inference, false)])).unwrap();
+    check(&ex);
+    for k in 0..2_000 {
+        ex.arrive(a, now + f64::from(k) * 5.0).unwrap();
+        if k % 250 == 0 {
+            check(&ex);
+        }
+    }
+    ex.advance_to(now + 20_000.0).unwrap();
+    check(&ex);
+    let m = ex.tenant_metrics(a);
+    assert!(m.waited > 0 && m.dropped_wait_expired > 0 && m.ledger.completed > 0);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 9. Interference
+
+/// Every instance runs `factor` times slower when it shares its GPU with another.
+struct Crowded {
+    factor: f64,
+}
+
+impl Interference for Crowded {
+    fn factors(
+        &mut self,
+        _: GpuModel,
+        residents: &[Resident<'_>],
+        out: &mut Vec<f64>,
+    ) -> Result<(), InterferenceError> {
+        out.clear();
+        out.resize(residents.len(), if residents.len() > 1 { self.factor } else { 1.0 });
+        Ok(())
+    }
+}
+
+/// 9.1 Batch latency is the profile's latency times the interference factor of the co-located set, recomputed
+/// when the set changes; retraining slows by the same factor.
+#[test]
+fn t9_1_interference_scales_latency_and_retraining() {
+    let mut b = tenant("b", "light", 50.0);
+    b.retraining = Some(RetrainingSpec { work_gpu_s: 6.0, ..retraining() });
+    let tenants = vec![tenant("a", "batchy", 100.0), b];
+    let mut ex =
+        executor_with(recording(), vec![batchy(8), light()], tenants, &["n/0"], Box::new(Crowded { factor: 1.5 }));
+    ex.install_plan(&gpu("n/0"), &plan("3g@0", &[("3g@0", "a", Role::Inference, false)])).unwrap();
+    let (a, bi) = (ix(&ex, "a"), ix(&ex, "b"));
+    ex.arrive(a, 0.0).unwrap();
+    ex.advance_to(100.0).unwrap();
+    assert_eq!(ex.tenant_metrics(a).latency_max_ms, 25.0 + 4.0, "alone: timeout + lat(1)");
+    let shared = plan("3g@0 3g@4", &[("3g@0", "a", Role::Inference, false), ("3g@4", "b", Role::Retraining, false)]);
+    ex.apply_plan(&gpu("n/0"), &shared).unwrap();
+    ex.arrive(a, 200.0).unwrap();
+    ex.advance_to(300.0).unwrap();
+    assert_eq!(ex.tenant_metrics(a).latency_max_ms, 25.0 + 4.0 * 1.5, "shared: timeout + 1.5 lat(1)");
+    // b's retraining (3g: 3/7 per second, 1.5 times slower) starts at 5.1 s (create + warm-up): 6 / (2/7) s.
+    let done_ms = 5_100.0 + 6.0 / (3.0 / 7.0 / 1.5) * 1000.0;
+    ex.advance_to(done_ms - 1.0).unwrap();
+    assert!(ex.tenant_state(bi).retraining_due);
+    ex.advance_to(done_ms + 1.0).unwrap();
+    assert!(!ex.tenant_state(bi).retraining_due);
+}
+
+/// 9.2 The TLB model's slowdowns reach the latencies of co-located tenants.
+#[test]
+fn t9_2_the_tlb_model_slows_co_located_tenants() {
+    let tlb = TlbModel::new(TlbParams::default(), 5, 40_000).unwrap();
+    let interference = TlbInterference::new(tlb, TlbMode::Baseline);
+    let models = vec![model("resnet50", 4.0, 0.0, 0.25, 8), model("bert_base", 4.0, 0.0, 0.25, 8)];
+    let tenants = vec![tenant("a", "resnet50", 100.0), tenant("b", "bert_base", 100.0)];
+    let mut ex = executor_with(recording(), models, tenants, &["n/0"], Box::new(interference));
+    let both = plan("3g@0 3g@4", &[("3g@0", "a", Role::Inference, false), ("3g@4", "b", Role::Inference, false)]);
+    ex.install_plan(&gpu("n/0"), &both).unwrap();
+    let a = ix(&ex, "a");
+    ex.arrive(a, 0.0).unwrap();
+    ex.advance_to(100.0).unwrap();
+    // The same mix asked of a fresh model with the same seed and length: the factor the executor used.
+    let mut check = TlbModel::new(TlbParams::default(), 5, 40_000).unwrap();
+    let specs = [
+        TenantStreamSpec::for_model("resnet50").unwrap().with_slices(3),
+        TenantStreamSpec::for_model("bert_base").unwrap().with_slices(3),
+    ];
+    let factor = check.slowdowns(&specs, TlbMode::Baseline).unwrap().tenants[0].latency_factor().max(1.0);
+    assert!(factor > 1.0, "co-located streams interfere ({factor})");
+    let latency = ex.tenant_metrics(a).latency_max_ms;
+    assert!((latency - (25.0 + 4.0 * factor)).abs() < 1e-9, "{latency} vs factor {factor}");
+}
