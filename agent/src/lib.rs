@@ -14,4 +14,5 @@
 //! export. They need no GPU: they are `tessera-core` rendered for people and scripts.
 
 pub mod backend;
+pub mod cli;
 pub mod mig_tools;

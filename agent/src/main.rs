@@ -160,30 +160,10 @@ fn run(cli: Cli) -> Result<String, String> {
     })
 }
 
-/// Clap's usage errors span several lines; operators and scripts get one: the message and the arguments it names.
-fn one_line(e: &clap::Error) -> String {
-    let text = e.to_string();
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines.join(" ").trim_start_matches("error: ").to_string()
-}
-
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match tessera_agent::cli::parse_or_exit::<Cli>() {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            // --help and --version.
-            print!("{e}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("error: {}", one_line(&e));
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(cli) {
         Ok(out) => {

@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 use tessera_sim::tlb::cli::{self as tlb_cli, TlbArgs};
 
@@ -22,33 +21,10 @@ enum Command {
     Tlb(TlbArgs),
 }
 
-/// A clap usage error as one line: the message and the arguments it names, without the usage and help hints.
-fn one_line(e: &clap::Error) -> String {
-    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-        return "a subcommand is required (tlb); see sim-agent --help".to_string();
-    }
-    let text = e.to_string();
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines.join(" ").trim_start_matches("error: ").to_string()
-}
-
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match tessera_agent::cli::parse_or_exit::<Cli>() {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            // --help and --version.
-            print!("{e}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("error: {}", one_line(&e));
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match cli.command {
         Command::Tlb(args) => {
