@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::catalog::GpuModel;
 use crate::ids::{GpuId, TenantId};
 use crate::layout::{Layout, LayoutError, Placement};
-use crate::plan::{Assignment, GpuPlan, Role};
+use crate::plan::{Assignment, GpuPlan};
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -49,16 +49,6 @@ pub enum Violation {
         /// The placement.
         placement: Placement,
         /// How many assignments it has.
-        count: usize,
-    },
-    /// A tenant has several inference instances on one GPU.
-    #[error("{gpu}: {tenant} has {count} inference instances (at most one per GPU)")]
-    SeveralInferencePlacements {
-        /// The GPU.
-        gpu: GpuId,
-        /// The tenant.
-        tenant: TenantId,
-        /// How many.
         count: usize,
     },
     /// An assignment names a tenant the fleet does not know.
@@ -123,28 +113,14 @@ pub fn placement_serves_at_most_one_role(
     }
 }
 
-/// A tenant has at most one inference instance per GPU: requests are routed per GPU to one instance, and the
-/// planner's capacity model (and ELSA-style dispatch across sizes) works across GPUs, not within one.
-pub fn tenant_has_at_most_one_inference_per_gpu(gpu: &GpuId, assignments: &[Assignment]) -> Result<(), Violation> {
-    let mut seen: BTreeMap<&TenantId, usize> = BTreeMap::new();
-    for a in assignments.iter().filter(|a| a.role == Role::Inference) {
-        *seen.entry(&a.tenant).or_insert(0) += 1;
-    }
-    match seen.into_iter().find(|(_, n)| *n > 1) {
-        Some((tenant, count)) => {
-            Err(Violation::SeveralInferencePlacements { gpu: gpu.clone(), tenant: tenant.clone(), count })
-        }
-        None => Ok(()),
-    }
-}
-
 /// Plan epochs strictly increase: agents apply a target only if its epoch is newer than what they have, so an
 /// epoch reused or going back would let a stale plan override a newer one.
 pub fn plan_epochs_never_decrease(previous: u64, next: u64) -> Result<(), Violation> {
     if next > previous { Ok(()) } else { Err(Violation::EpochWentBack { previous, next }) }
 }
 
-/// Every per-GPU invariant of a plan for a GPU of `model`.
+/// Every per-GPU invariant of a plan for a GPU of `model`. A tenant may hold several inference instances on one
+/// GPU (PARIS plans heterogeneous partitions per model; requests are dispatched among them).
 pub fn check_gpu_plan(gpu: &GpuId, model: GpuModel, plan: &GpuPlan) -> Result<(), Violation> {
     for p in plan.layout.placements() {
         // A start the driver refuses makes the overlap check meaningless: report it first.
@@ -157,8 +133,7 @@ pub fn check_gpu_plan(gpu: &GpuId, model: GpuModel, plan: &GpuPlan) -> Result<()
     }
     no_slice_used_twice(gpu, &plan.layout)?;
     layout_valid_for_model(gpu, model, &plan.layout)?;
-    placement_serves_at_most_one_role(gpu, &plan.layout, &plan.assignments)?;
-    tenant_has_at_most_one_inference_per_gpu(gpu, &plan.assignments)
+    placement_serves_at_most_one_role(gpu, &plan.layout, &plan.assignments)
 }
 
 /// Every assignment of a committed target names a tenant the fleet knows: an agent told to serve a tenant that no
@@ -178,6 +153,7 @@ pub fn assignments_name_known_tenants<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Role;
 
     fn gpu() -> GpuId {
         "n/0".parse().unwrap()
@@ -217,9 +193,9 @@ mod tests {
         let shared = plan("3g@0", &[("3g@0", "a", Role::Inference), ("3g@0", "b", Role::Inference)]);
         let e = check_gpu_plan(&gpu(), m, &shared).unwrap_err();
         assert_eq!(e.to_string(), "n/0: 3g@0 is assigned 2 times (at most one tenant role per instance)");
+        // Several inference instances of one tenant on a GPU are allowed (PARIS's heterogeneous partitions).
         let twice = plan("3g@0 3g@4", &[("3g@0", "a", Role::Inference), ("3g@4", "a", Role::Inference)]);
-        let e = check_gpu_plan(&gpu(), m, &twice).unwrap_err();
-        assert!(matches!(e, Violation::SeveralInferencePlacements { count: 2, .. }), "{e}");
+        assert_eq!(check_gpu_plan(&gpu(), m, &twice), Ok(()));
         assert!(plan_epochs_never_decrease(3, 3).is_err());
         assert!(plan_epochs_never_decrease(3, 4).is_ok());
     }

@@ -91,8 +91,8 @@
 //!
 //! ## Invariants
 //! [`Executor::check_invariants`]: per GPU the core invariants on the live layout (valid for the model, no slice
-//! used twice) and on the serving assignments (one role per instance, at most one serving inference instance per
-//! tenant), the executor's instances equal the device's, and per tenant the accounting identity above. Debug
+//! used twice) and on the serving assignments (one role per instance; a tenant may have several inference
+//! instances, on one GPU or several, as PARIS plans), the executor's instances equal the device's, and per tenant the accounting identity above. Debug
 //! builds check all of them after every public call that changes state, except [`Executor::arrive`], which checks
 //! the accounting of the arriving tenant only (its other effects are events that a later call checks).
 //!
@@ -731,7 +731,6 @@ impl Executor {
                 })
                 .collect();
             invariants::placement_serves_at_most_one_role(&gpu.id, &layout, &serving)?;
-            invariants::tenant_has_at_most_one_inference_per_gpu(&gpu.id, &serving)?;
         }
         for t in 0..self.tenants.len() {
             self.check_accounting(t)?;
