@@ -1,18 +1,37 @@
 //! # tessera-agent
 //!
-//! The node agent (DESIGN.md section 6): it will own the reconcile loop from desired to observed layout, its gRPC
-//! service and its coordinator client (the agent-runtime issue), over a [`backend::MigBackend`].
+//! The node agent (DESIGN.md section 6): it keeps a node's MIG layouts equal to the targets the coordinator pushes,
+//! drains work before it takes instances away, serves its state over gRPC and reports to the coordinator.
 //!
 //! ## Modules
 //! - [`backend`]: the `MigBackend` trait (list GPUs, read instances, create at an explicit placement, destroy, set
-//!   the MIG mode) with NVML-shaped errors. Implemented by the simulator in `tessera-sim`; the NVML backend (feature
-//!   `nvml`) comes with the agent runtime.
-//! - [`mig_tools`]: the operator tools below.
+//!   the MIG mode) with NVML-shaped errors. Implemented by the simulator in `tessera-sim` and by the `nvml` module
+//!   (feature `nvml`; [`nvml_codes`] is its pure, always-built part: return codes and profile ids to core types).
+//! - [`workload`]: the `Workload` trait (drain, load, readiness, workload time, metrics) and the bookkeeping hook
+//!   used with real GPUs.
+//! - [`state`]: the persisted desired state (newest epoch, per-GPU targets).
+//! - [`reconcile`]: one pass from desired to observed: the diff, drains, destroys, creates, crash safety, epochs.
+//! - [`service`]: the gRPC `Agent` service and the one mapping of errors to `tonic::Status`.
+//! - [`coordinator`]: the coordinator client (register, heartbeat, backoff).
+//! - [`runtime`]: ties them together: the reconcile loop task, the server and the client ([`runtime::run`]).
+//! - [`config`]: `agent run --config FILE`, parsed raw then validated.
+//! - [`mig_tools`]: the operator tools of `agent mig` (profiles, layouts, diffs, mig-parted import and export); no GPU.
+//! - [`cli`]: the command-line conventions shared by the binaries.
 //!
-//! It also carries the operator tools of the `agent mig` subcommands ([`mig_tools`]): the profile table of a GPU
-//! model, the enumeration of valid and maximal layouts, validation, reconfiguration diffs and mig-parted import and
-//! export. They need no GPU: they are `tessera-core` rendered for people and scripts.
+//! ## What it does not do
+//! Choose layouts (the planner's job), reset GPUs (an operator's act), or drive a serving stack on real GPUs (the
+//! [`workload::Bookkeeping`] hook records what should run where; the serving system follows the agent's state).
 
 pub mod backend;
 pub mod cli;
+pub mod config;
+pub mod coordinator;
 pub mod mig_tools;
+#[cfg(feature = "nvml")]
+pub mod nvml;
+pub mod nvml_codes;
+pub mod reconcile;
+pub mod runtime;
+pub mod service;
+pub mod state;
+pub mod workload;

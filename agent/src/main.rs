@@ -1,9 +1,16 @@
 //! `agent`: the Tessera node agent's command line. Thin: parses arguments and calls the library.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
+use tessera_agent::backend::MigBackend;
+use tessera_agent::config::{BackendKind, load_agent_config};
 use tessera_agent::mig_tools::{self, LayoutsOptions, MigToolError};
+use tessera_agent::reconcile::Reconciler;
+use tessera_agent::runtime;
+use tessera_agent::workload::Bookkeeping;
 use tessera_core::reconfig::ReconfigLatency;
 
 #[derive(Parser)]
@@ -15,6 +22,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the node agent: reconcile loop, gRPC service and coordinator client over the node's GPUs.
+    Run(RunArgs),
     /// Inspect the MIG model: profiles, valid layouts, reconfiguration steps, mig-parted files. No GPU needed.
     #[command(subcommand)]
     Mig(Mig),
@@ -108,6 +117,16 @@ enum Mig {
 }
 
 #[derive(Args)]
+struct RunArgs {
+    /// The agent's configuration (see configs/agent.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The MIG backend, overriding the configuration's (`nvml`).
+    #[arg(long)]
+    backend: Option<String>,
+}
+
+#[derive(Args)]
 struct Gpu {
     /// GPU model: A100-40GB, A100-80GB, H100-80GB, H200-141GB, B200-180GB (or an nvidia-smi name).
     #[arg(long = "gpu", value_name = "MODEL")]
@@ -122,8 +141,56 @@ fn seconds_to_ms(flag: &str, s: f64) -> Result<u64, String> {
     }
 }
 
-fn run(cli: Cli) -> Result<String, String> {
-    let Command::Mig(cmd) = cli.command;
+/// Loads the MIG backend. NVML is initialised first, so that a node without a driver is told so before anything
+/// else is read.
+fn backend(kind: BackendKind) -> Result<Arc<dyn MigBackend>, String> {
+    match kind {
+        #[cfg(feature = "nvml")]
+        BackendKind::Nvml => match tessera_agent::nvml::NvmlBackend::init() {
+            Ok(b) => Ok(Arc::new(b)),
+            Err(e) => Err(e.to_string()),
+        },
+        #[cfg(not(feature = "nvml"))]
+        BackendKind::Nvml => Err("NVML could not be loaded: this agent was built without the `nvml` feature \
+                                  (cargo build -p tessera-agent --features nvml)"
+            .to_string()),
+    }
+}
+
+fn run_agent(args: RunArgs) -> Result<(), String> {
+    let config = args.config.as_deref().map(load_agent_config).transpose().map_err(|e| e.to_string())?;
+    let kind: BackendKind = match (&args.backend, &config) {
+        (Some(b), _) => b.parse().map_err(|e| format!("--backend: {e}"))?,
+        (None, Some(c)) => c.backend,
+        (None, None) => BackendKind::Nvml,
+    };
+    let backend = backend(kind)?;
+    let config = config.ok_or("--config is required (see configs/agent.toml)")?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let workload = Arc::new(Bookkeeping::default());
+    let reconciler =
+        Reconciler::new(config.node_id.clone(), backend, workload, &config.data_dir).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        tracing::info!(node = %config.node_id, %addr, "agent serving");
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        runtime::run(Arc::new(reconciler), listener, config.runtime, shutdown).await.map_err(|e| e.to_string())
+    })
+}
+
+fn run(cmd: Mig) -> Result<String, String> {
     let e = |e: MigToolError| e.to_string();
     Ok(match cmd {
         Mig::Profiles { gpu, json } => mig_tools::profiles(mig_tools::gpu_model(&gpu.model).map_err(e)?, json),
@@ -165,7 +232,19 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    match run(cli) {
+    let cmd = match cli.command {
+        Command::Mig(cmd) => cmd,
+        Command::Run(args) => {
+            return match run_agent(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(msg) => {
+                    eprintln!("error: {msg}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+    };
+    match run(cmd) {
         Ok(out) => {
             print!("{out}");
             ExitCode::SUCCESS

@@ -102,3 +102,19 @@ fn bad_input_gets_a_one_line_error_and_a_non_zero_exit() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn agent_run_without_a_driver_says_nvml_could_not_be_loaded_in_one_line() {
+    let o = agent(&["run", "--backend", "nvml"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // Where a driver is installed NVML loads and the missing --config is what is reported.
+    assert!(err.starts_with("error: NVML could not be loaded") || err.contains("--config is required"), "{err}");
+    let o = agent(&["run", "--config", "no/such/agent.toml"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no/such/agent.toml: cannot read"), "{}", stderr(&o));
+    let o = agent(&["run", "--backend", "sim"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--backend: unknown backend `sim`"), "{}", stderr(&o));
+}

@@ -15,7 +15,10 @@
 //!   hit rates, sub-entry utilisation and per-tenant slowdowns; [`tlb::simulate`] runs one.
 //! - [`executor`]: the workload executor under a virtual clock: [`executor::Executor`] applies plans per GPU with
 //!   the device's latencies, batches and serves inference requests, advances retraining and accounts goodput.
+//! - [`node`]: simulated nodes for `sim-agent run`: each a real agent (`tessera-agent`'s reconcile loop, gRPC
+//!   service and coordinator client) over persisted simulated GPUs and a workload tracker.
 
 pub mod device;
 pub mod executor;
+pub mod node;
 pub mod tlb;

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tessera_sim::node::{self, RunArgs};
 use tessera_sim::tlb::cli::{self as tlb_cli, TlbArgs};
 
 #[derive(Parser)]
@@ -16,6 +17,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Host simulated nodes, each a real agent with its own gRPC endpoint over simulated GPUs. Prints one line per
+    /// node, `node=<id> addr=<host:port>`, then serves until interrupted.
+    Run(RunArgs),
     /// Simulate the shared L3 TLB (baseline or STAR) for a co-located mix: hit rates, sub-entry utilisation and
     /// per-tenant slowdown against running alone.
     Tlb(TlbArgs),
@@ -27,6 +31,7 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     match cli.command {
+        Command::Run(args) => run_nodes(args),
         Command::Tlb(args) => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
@@ -37,6 +42,37 @@ fn main() -> ExitCode {
                     ExitCode::from(e.exit_code())
                 }
             }
+        }
+    }
+}
+
+fn run_nodes(args: RunArgs) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let mut stdout = std::io::stdout();
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        node::run(args, &mut stdout, shutdown).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -1,0 +1,232 @@
+//! `agent run --config FILE`: the agent's TOML configuration, parsed raw (unknown fields rejected) and then
+//! validated into [`AgentConfig`] (STYLE.md 6). Durations are strings (`"500ms"`, `"5s"`); defaults live here; every
+//! error names the file and the field.
+//!
+//! ```toml
+//! node_id = "node-1"               # required
+//! listen = "0.0.0.0:50051"         # required: where the Agent service listens
+//! advertise = "node-1:50051"       # optional: the address the coordinator uses (default: listen)
+//! data_dir = "data/agent"          # required: the state file lives here (relative to the config file)
+//! backend = "nvml"                 # nvml (the only backend of the `agent` binary; sim-agent hosts simulated nodes)
+//! resync_interval = "5s"           # optional
+//! retry_interval = "200ms"         # optional
+//!
+//! [coordinator]                    # optional: without it the agent only serves its API
+//! address = "coordinator-1:7000"
+//! heartbeat_interval = "2s"        # optional
+//! backoff_initial = "200ms"        # optional
+//! backoff_max = "10s"              # optional
+//! rpc_timeout = "2s"               # optional
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tessera_core::config::{ConfigError, FieldError, parse_duration_ms};
+use tessera_core::ids::NodeId;
+
+use crate::coordinator::ClientOptions;
+use crate::runtime::RuntimeOptions;
+
+/// Default time between reconcile passes when nothing wakes the loop.
+pub const DEFAULT_RESYNC_INTERVAL: &str = "5s";
+/// Default time before retrying a pass that failed or waits for a warm-up.
+pub const DEFAULT_RETRY_INTERVAL: &str = "200ms";
+/// Default time between heartbeats.
+pub const DEFAULT_HEARTBEAT_INTERVAL: &str = "2s";
+/// Default first retry delay when the coordinator is unreachable.
+pub const DEFAULT_BACKOFF_INITIAL: &str = "200ms";
+/// Default longest retry delay.
+pub const DEFAULT_BACKOFF_MAX: &str = "10s";
+/// Default deadline of one coordinator call.
+pub const DEFAULT_RPC_TIMEOUT: &str = "2s";
+
+/// Which MIG backend drives the GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// NVML (feature `nvml`).
+    Nvml,
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "nvml" => Ok(BackendKind::Nvml),
+            other => Err(format!(
+                "unknown backend `{other}` (the agent binary has `nvml`; simulated nodes run under `sim-agent run`)"
+            )),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    node_id: String,
+    listen: String,
+    advertise: Option<String>,
+    data_dir: String,
+    backend: Option<String>,
+    resync_interval: Option<String>,
+    retry_interval: Option<String>,
+    coordinator: Option<RawCoordinator>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCoordinator {
+    address: String,
+    heartbeat_interval: Option<String>,
+    backoff_initial: Option<String>,
+    backoff_max: Option<String>,
+    rpc_timeout: Option<String>,
+}
+
+/// A validated agent configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// The node's id.
+    pub node_id: NodeId,
+    /// Where the Agent service listens.
+    pub listen: SocketAddr,
+    /// The address the coordinator uses to reach the agent.
+    pub advertise: String,
+    /// The data directory (resolved against the config file's directory when relative).
+    pub data_dir: PathBuf,
+    /// The MIG backend.
+    pub backend: BackendKind,
+    /// Loop pacing and the coordinator client.
+    pub runtime: RuntimeOptions,
+}
+
+fn duration(field: &str, value: Option<&str>, default: &str) -> Result<Duration, FieldError> {
+    let ms = parse_duration_ms(field, value.unwrap_or(default))?;
+    if ms == 0 {
+        return Err(FieldError { field: field.into(), message: "must be longer than 0".into() });
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
+    let field = |f: &str, m: String| FieldError { field: f.into(), message: m };
+    let node_id = NodeId::new(raw.node_id).map_err(|e| field("node_id", e.to_string()))?;
+    let listen: SocketAddr = raw
+        .listen
+        .parse()
+        .map_err(|e| field("listen", format!("`{}` is not host:port with an IP ({e})", raw.listen)))?;
+    let advertise = raw.advertise.unwrap_or_else(|| listen.to_string());
+    if advertise.trim().is_empty() {
+        return Err(field("advertise", "must not be empty".into()));
+    }
+    if raw.data_dir.trim().is_empty() {
+        return Err(field("data_dir", "must not be empty".into()));
+    }
+    let data_dir = base.join(&raw.data_dir);
+    let backend = raw.backend.as_deref().unwrap_or("nvml").parse().map_err(|m| field("backend", m))?;
+    let coordinator = match raw.coordinator {
+        None => None,
+        Some(c) => {
+            if c.address.trim().is_empty() {
+                return Err(field("coordinator.address", "must not be empty".into()));
+            }
+            let backoff_initial =
+                duration("coordinator.backoff_initial", c.backoff_initial.as_deref(), DEFAULT_BACKOFF_INITIAL)?;
+            let backoff_max = duration("coordinator.backoff_max", c.backoff_max.as_deref(), DEFAULT_BACKOFF_MAX)?;
+            if backoff_max < backoff_initial {
+                return Err(field("coordinator.backoff_max", "must not be shorter than backoff_initial".into()));
+            }
+            Some(ClientOptions {
+                endpoint: c.address,
+                advertise: advertise.clone(),
+                heartbeat_interval: duration(
+                    "coordinator.heartbeat_interval",
+                    c.heartbeat_interval.as_deref(),
+                    DEFAULT_HEARTBEAT_INTERVAL,
+                )?,
+                backoff_initial,
+                backoff_max,
+                rpc_timeout: duration("coordinator.rpc_timeout", c.rpc_timeout.as_deref(), DEFAULT_RPC_TIMEOUT)?,
+            })
+        }
+    };
+    Ok(AgentConfig {
+        node_id,
+        listen,
+        advertise,
+        data_dir,
+        backend,
+        runtime: RuntimeOptions {
+            resync_interval: duration("resync_interval", raw.resync_interval.as_deref(), DEFAULT_RESYNC_INTERVAL)?,
+            retry_interval: duration("retry_interval", raw.retry_interval.as_deref(), DEFAULT_RETRY_INTERVAL)?,
+            coordinator,
+        },
+    })
+}
+
+/// Parses an agent configuration; `file` names it in errors and relative `data_dir`s are resolved against its
+/// directory.
+pub fn parse_agent_config(text: &str, file: &Path) -> Result<AgentConfig, ConfigError> {
+    let err = |position, field, message| ConfigError { file: file.to_path_buf(), position, field, message };
+    let de = toml::Deserializer::parse(text).map_err(|e| err(None, None, e.message().trim().to_string()))?;
+    let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        err(None, (path != ".").then_some(path), e.into_inner().message().trim().to_string())
+    })?;
+    let base = file.parent().unwrap_or(Path::new("."));
+    validate(raw, base).map_err(|e| err(None, Some(e.field), e.message))
+}
+
+/// Reads and parses an agent configuration file.
+pub fn load_agent_config(path: &Path) -> Result<AgentConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.to_path_buf(),
+        position: None,
+        field: None,
+        message: format!("cannot read: {e}"),
+    })?;
+    parse_agent_config(&text, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<AgentConfig, String> {
+        parse_agent_config(text, Path::new("conf/agent.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_fill_what_is_left_out() {
+        let c = parse("node_id = \"n1\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"d\"\n").unwrap();
+        assert_eq!(c.data_dir, Path::new("conf").join("d"));
+        assert_eq!(c.backend, BackendKind::Nvml);
+        assert_eq!(c.advertise, "127.0.0.1:0");
+        assert_eq!(c.runtime.resync_interval, Duration::from_secs(5));
+        assert!(c.runtime.coordinator.is_none());
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        let base = "node_id = \"n1\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"d\"\n";
+        let e = parse(&format!("{base}colour = \"red\"\n")).unwrap_err();
+        assert!(e.starts_with("conf/agent.toml") && e.contains("colour"), "{e}");
+        let e = parse(&format!("{base}backend = \"sim\"\n")).unwrap_err();
+        assert!(e.contains("field `backend`") && e.contains("unknown backend `sim`"), "{e}");
+        let e = parse(&format!("{base}[coordinator]\naddress = \"c:1\"\nheartbeat_interval = \"soon\"\n")).unwrap_err();
+        assert!(e.contains("field `coordinator.heartbeat_interval`"), "{e}");
+        let e = parse("node_id = \"bad id\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"d\"\n").unwrap_err();
+        assert!(e.contains("field `node_id`"), "{e}");
+        let e = parse("node_id = \"n\"\nlisten = \"localhost\"\ndata_dir = \"d\"\n").unwrap_err();
+        assert!(e.contains("field `listen`"), "{e}");
+    }
+
+    #[test]
+    fn the_shipped_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/agent.toml");
+        let c = load_agent_config(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.runtime.coordinator.is_some(), "the example shows the coordinator section");
+    }
+}

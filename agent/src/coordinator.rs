@@ -1,0 +1,229 @@
+//! The coordinator client: registers the node, then heartbeats its observed state and workload metrics. When the
+//! coordinator is unreachable it retries with exponential backoff (capped) and the node keeps its last layout: the
+//! reconcile loop does not depend on the coordinator, only on the targets it already accepted.
+//!
+//! A heartbeat answered with `registered = false` (the coordinator lost or never had the node) makes the client
+//! register again. Backoff has no jitter: the agent never reads a random number generator (STYLE.md 10).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tessera_core::fleet::GpuDescriptor;
+use tessera_core::layout::Layout;
+use tessera_proto::v1;
+use tessera_proto::v1::coordinator_client::CoordinatorClient;
+use tokio::sync::watch;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::backend::{BackendError, MigBackend};
+use crate::reconcile::Reconciler;
+use crate::service::node_state_to_wire;
+
+/// How the client talks to the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// The coordinator's address (`http://host:port`, or `host:port`).
+    pub endpoint: String,
+    /// The address the coordinator should use to reach this agent's service.
+    pub advertise: String,
+    /// Time between heartbeats (the coordinator may ask for another in its register answer).
+    pub heartbeat_interval: Duration,
+    /// First retry delay after a failure; doubles per failure.
+    pub backoff_initial: Duration,
+    /// Longest retry delay.
+    pub backoff_max: Duration,
+    /// Deadline of one call.
+    pub rpc_timeout: Duration,
+}
+
+/// What the client has done, for status and tests.
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    registered: AtomicBool,
+    registrations: AtomicU64,
+    heartbeats: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl ClientStats {
+    /// Whether the last register or heartbeat succeeded with the node known to the coordinator.
+    pub fn registered(&self) -> bool {
+        self.registered.load(Ordering::SeqCst)
+    }
+
+    /// Successful registrations.
+    pub fn registrations(&self) -> u64 {
+        self.registrations.load(Ordering::SeqCst)
+    }
+
+    /// Successful heartbeats.
+    pub fn heartbeats(&self) -> u64 {
+        self.heartbeats.load(Ordering::SeqCst)
+    }
+
+    /// Failed calls (unreachable coordinator, errors).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::SeqCst)
+    }
+}
+
+/// Exponential backoff: `initial`, doubling, at most `max`.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// A backoff starting at `initial`, capped at `max`.
+    pub fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff { initial, max, next: initial.min(max) }
+    }
+
+    /// The delay before the next retry; the one after is twice as long, up to the cap.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+
+    /// Back to the initial delay (after a success).
+    pub fn reset(&mut self) {
+        self.next = self.initial.min(self.max);
+    }
+}
+
+/// The node's GPUs as it registers them, read from the backend now: those the catalog knows (others cannot take a
+/// layout), with the layout they have.
+pub fn gpu_descriptors(backend: &dyn MigBackend) -> Result<Vec<GpuDescriptor>, BackendError> {
+    let mut out = Vec::new();
+    for g in backend.gpus()? {
+        let Some(model) = g.model else { continue };
+        let mig_enabled = g.mig.is_some_and(|m| m.current);
+        let layout = if mig_enabled { backend.layout(g.index)? } else { Layout::empty() };
+        out.push(GpuDescriptor { index: g.index, model, mig_enabled, layout });
+    }
+    Ok(out)
+}
+
+enum Step {
+    Registered(Option<Duration>),
+    Heartbeat { known: bool },
+}
+
+async fn call(
+    client: &mut CoordinatorClient<Channel>,
+    reconciler: &Arc<Reconciler>,
+    options: &ClientOptions,
+    registered: bool,
+) -> Result<Step, tonic::Status> {
+    let node_id = reconciler.node().to_string();
+    let r = reconciler.clone();
+    let blocking_failed = |e: tokio::task::JoinError| tonic::Status::internal(format!("agent task failed: {e}"));
+    if registered {
+        let status = tokio::task::spawn_blocking(move || r.status()).await.map_err(blocking_failed)?;
+        let req = v1::HeartbeatRequest { state: Some(node_state_to_wire(&status, &node_id)) };
+        let resp = client.heartbeat(req).await?.into_inner();
+        Ok(Step::Heartbeat { known: resp.registered })
+    } else {
+        let gpus = tokio::task::spawn_blocking(move || gpu_descriptors(r.backend().as_ref()))
+            .await
+            .map_err(blocking_failed)?
+            .map_err(|e| tonic::Status::unavailable(format!("cannot read the GPUs: {e}")))?;
+        let req = v1::RegisterRequest {
+            node_id,
+            address: options.advertise.clone(),
+            gpus: gpus.iter().map(Into::into).collect(),
+        };
+        let resp = client.register(req).await?.into_inner();
+        Ok(Step::Registered(
+            (resp.heartbeat_interval_ms > 0).then(|| Duration::from_millis(resp.heartbeat_interval_ms)),
+        ))
+    }
+}
+
+/// Registers and heartbeats until `shutdown` turns true. Never returns an error: an unreachable or failing
+/// coordinator is retried with backoff.
+pub async fn run(
+    options: ClientOptions,
+    reconciler: Arc<Reconciler>,
+    stats: Arc<ClientStats>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let uri = if options.endpoint.contains("://") {
+        options.endpoint.clone()
+    } else {
+        format!("http://{}", options.endpoint)
+    };
+    let endpoint = match Endpoint::from_shared(uri) {
+        Ok(e) => e.connect_timeout(options.rpc_timeout).timeout(options.rpc_timeout),
+        Err(e) => {
+            tracing::error!("coordinator address `{}` is not a URI: {e}; not reporting", options.endpoint);
+            return;
+        }
+    };
+    let mut client = CoordinatorClient::new(endpoint.connect_lazy());
+    let mut backoff = Backoff::new(options.backoff_initial, options.backoff_max);
+    let mut interval = options.heartbeat_interval;
+    let mut registered = false;
+    loop {
+        let wait = match call(&mut client, &reconciler, &options, registered).await {
+            Ok(Step::Registered(asked)) => {
+                registered = true;
+                stats.registered.store(true, Ordering::SeqCst);
+                stats.registrations.fetch_add(1, Ordering::SeqCst);
+                interval = asked.unwrap_or(options.heartbeat_interval);
+                backoff.reset();
+                tracing::info!(node = %reconciler.node(), "registered with the coordinator");
+                // The first heartbeat follows at once, with the full state.
+                Duration::ZERO
+            }
+            Ok(Step::Heartbeat { known: true }) => {
+                stats.heartbeats.fetch_add(1, Ordering::SeqCst);
+                backoff.reset();
+                interval
+            }
+            Ok(Step::Heartbeat { known: false }) => {
+                registered = false;
+                stats.registered.store(false, Ordering::SeqCst);
+                tracing::info!(node = %reconciler.node(), "the coordinator does not know this node; registering again");
+                Duration::ZERO
+            }
+            Err(e) => {
+                stats.failures.fetch_add(1, Ordering::SeqCst);
+                let delay = backoff.next_delay();
+                tracing::warn!(
+                    node = %reconciler.node(),
+                    "coordinator {} unreachable or failing ({}: {}); keeping the current layout, retrying in {delay:?}",
+                    options.endpoint,
+                    e.code(),
+                    e.message()
+                );
+                delay
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => return,
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
+        let d: Vec<u128> = (0..4).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(d, [100, 200, 350, 350]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(100));
+    }
+}

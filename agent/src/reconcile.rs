@@ -1,0 +1,547 @@
+//! The reconcile loop's pass: desired targets (epoch-numbered, persisted) against what the GPUs and the workload
+//! report, turned into MIG calls and workload drains and loads.
+//!
+//! ## One pass over a GPU ([`Reconciler::reconcile_gpu`])
+//! 1. Read the GPU (model, MIG mode) and its instances; enable MIG mode if the target needs instances and it is off
+//!    (a change that waits for a GPU reset is reported as an error: resetting is an operator's act).
+//! 2. Read the work loaded on each instance from the [`Workload`]; forget work on instances that are gone.
+//! 3. [`diff_assigned`] (core) gives the ordered steps from the observed layout and work to the target: instances
+//!    in both layouts are never touched (a changed tenant or role is a `Reassign`, no MIG call); creates on free
+//!    slices come first (make before break); every intermediate layout is valid.
+//! 4. Execute the steps one by one: **create** the instance, then load its planned work; **destroy**: drain the
+//!    instance's work (stop routing, let in-flight requests finish, checkpoint retraining), then destroy it;
+//!    **reassign**: drain, then load the new work. After each step the GPU is read again and the observed state is
+//!    published ([`Reconciler::status`], the step observer).
+//! 5. **Pre-initialisation**: work that moves to an instance the plan marks `preinit` is not taken away from its old
+//!    instance until the new one is warm ([`Workload::ready`]); until then the pass stops for this GPU and reports it
+//!    waiting, and the next pass continues. (A marked instance whose slices are not free yet is simply created when
+//!    they are, like any other.)
+//!
+//! ## Crash safety
+//! A pass keeps nothing between steps that is not in the GPU, the workload or the state file: every pass
+//! recomputes the diff from what it reads. So a pass interrupted at any point (the agent killed, a call failing,
+//! a reply lost after the driver acted) leaves a valid GPU, and the next pass, by this agent or a restarted one,
+//! continues from what is there: an instance created but not loaded gets a `Reassign` that loads it; one drained but
+//! not destroyed is destroyed; nothing is done twice. Tests inject a failure at every step.
+//!
+//! ## Epochs
+//! [`Reconciler::accept`] takes a plan epoch and per-GPU targets. An epoch older than the newest accepted is
+//! refused ([`Acceptance::Stale`]); the same epoch with the same targets is a no-op (a retried push); a newer one
+//! replaces the targets of the GPUs it names (others keep theirs, as `core::plan::Plan` says) and is written to the
+//! state file before it is acknowledged, so a restarted agent still refuses older epochs.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use tessera_core::catalog::GpuModel;
+use tessera_core::ids::{GpuId, NodeId};
+use tessera_core::invariants::{self, Violation};
+use tessera_core::layout::{Layout, Placement};
+use tessera_core::plan::{Assignment, GpuPlan};
+use tessera_core::reconfig::{DiffError, ReconfigLatency, StepAction, Work, diff_assigned};
+
+use crate::backend::{BackendError, GpuInfo, GpuInstance, MigBackend};
+use crate::state::{DesiredState, GpuTarget, StateError, StateFile};
+use crate::workload::{Workload, WorkloadError, WorkloadMetrics};
+
+/// Why the reconciler refused a target or a pass failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A plan epoch of 0 (0 means "none").
+    #[error("epoch 0 is not a plan epoch (epochs start at 1)")]
+    ZeroEpoch,
+    /// The same epoch arrived again with different targets.
+    #[error(
+        "epoch {epoch} was already accepted with different targets for GPU {gpu}; a changed plan needs a new epoch"
+    )]
+    EpochConflict {
+        /// The epoch.
+        epoch: u64,
+        /// The first GPU whose target differs.
+        gpu: u32,
+    },
+    /// A target names a GPU the node does not have.
+    #[error("GPU {gpu}: no such GPU on this node (it has {count})")]
+    UnknownGpu {
+        /// The index.
+        gpu: u32,
+        /// How many GPUs the node has.
+        count: usize,
+    },
+    /// A target for a GPU whose model the catalog does not know (or without MIG).
+    #[error("GPU {gpu}: {name} is not a MIG GPU the catalog knows; it cannot take a layout")]
+    NotMigCapable {
+        /// The index.
+        gpu: u32,
+        /// The product name.
+        name: String,
+    },
+    /// A target breaks a core invariant (invalid layout, shared instance, several inference instances).
+    #[error("GPU {gpu}: invalid target: {violation}")]
+    InvalidTarget {
+        /// The index.
+        gpu: u32,
+        /// What is wrong.
+        violation: Violation,
+    },
+    /// MIG mode is off and enabling it waits for a GPU reset.
+    #[error("GPU {gpu}: MIG mode is enabled only after a GPU reset (an operator must reset it)")]
+    MigPending {
+        /// The index.
+        gpu: u32,
+    },
+    /// A backend call failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// A workload call failed.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The diff could not be computed (the GPU reported a layout that breaks its model's rules).
+    #[error("GPU {gpu}: {error}")]
+    Diff {
+        /// The index.
+        gpu: u32,
+        /// Why.
+        error: DiffError,
+    },
+    /// After every step the GPU still differs from its target: something else changed it during the pass.
+    #[error("GPU {gpu}: after the pass the GPU has `{observed}`, not the target `{target}`; changed concurrently?")]
+    Diverged {
+        /// The index.
+        gpu: u32,
+        /// What it has.
+        observed: Layout,
+        /// What it should have.
+        target: Layout,
+    },
+    /// The state file could not be written (the target was not accepted).
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// What [`Reconciler::accept`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Acceptance {
+    /// A newer epoch: its targets are persisted and will be reconciled.
+    Accepted,
+    /// The accepted epoch again with the same targets: nothing changed.
+    AlreadyAccepted,
+    /// An older epoch: refused, nothing changed.
+    Stale {
+        /// The agent's epoch.
+        current: u64,
+    },
+}
+
+/// An instance as observed, with its work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedInstance {
+    /// NVML's view.
+    pub instance: GpuInstance,
+    /// The work loaded on it.
+    pub work: Vec<Work>,
+    /// Whether its work is warm and serving.
+    pub serving: bool,
+}
+
+/// One GPU as last observed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    /// The GPU.
+    pub info: GpuInfo,
+    /// Its instances, ordered by placement.
+    pub instances: Vec<ObservedInstance>,
+    /// Its target, if a plan named it.
+    pub target: Option<GpuTarget>,
+    /// Whether the instances and their work equal the target (true when there is no target).
+    pub converged: bool,
+    /// The preinitialised instance whose warm-up the GPU's reconfiguration waits for.
+    pub waiting_for: Option<Placement>,
+    /// The last pass's error on this GPU.
+    pub last_error: Option<String>,
+}
+
+/// The node as last observed: what GetState and heartbeats report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// The newest epoch accepted.
+    pub epoch: u64,
+    /// The newest epoch whose targets were all observed in place.
+    pub applied_epoch: u64,
+    /// Per GPU index.
+    pub gpus: BTreeMap<u32, GpuStatus>,
+    /// Reconcile steps executed since the reconciler was made.
+    pub steps: u64,
+    /// The workload's metrics.
+    pub metrics: WorkloadMetrics,
+}
+
+/// How one GPU's pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuOutcome {
+    /// No target: the GPU is observed and left alone.
+    Untargeted,
+    /// Instances and work equal the target.
+    Converged,
+    /// Stopped until the preinitialised instance at this placement is warm.
+    Waiting(Placement),
+}
+
+/// How a pass over every GPU ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassReport {
+    /// Every targeted GPU converged.
+    pub converged: bool,
+    /// Some GPU waits for a warm-up: run another pass soon.
+    pub waiting: bool,
+    /// GPUs whose pass failed, with the error.
+    pub errors: Vec<(u32, String)>,
+    /// Steps executed in this pass.
+    pub steps: u64,
+}
+
+/// Called after every step with the GPU and its observed state.
+pub type StepObserver = Box<dyn Fn(u32, &GpuStatus) + Send + Sync>;
+
+/// Desired against observed, for one node: see the [module documentation](self).
+pub struct Reconciler {
+    node: NodeId,
+    backend: Arc<dyn MigBackend>,
+    workload: Arc<dyn Workload>,
+    file: StateFile,
+    desired: Mutex<DesiredState>,
+    status: Mutex<NodeStatus>,
+    steps: AtomicU64,
+    /// Serialises passes (the backend wants one caller per GPU).
+    pass: Mutex<()>,
+    observer: Option<StepObserver>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Reconciler {
+    /// A reconciler for node `node` over `backend` and `workload`, with its state file in `data_dir` (read now: a
+    /// restarted agent resumes its last target and epoch).
+    pub fn new(
+        node: NodeId,
+        backend: Arc<dyn MigBackend>,
+        workload: Arc<dyn Workload>,
+        data_dir: &std::path::Path,
+    ) -> Result<Reconciler, ReconcileError> {
+        let (file, desired) = StateFile::open(data_dir)?;
+        let status = NodeStatus { epoch: desired.epoch, ..NodeStatus::default() };
+        Ok(Reconciler {
+            node,
+            backend,
+            workload,
+            file,
+            desired: Mutex::new(desired),
+            status: Mutex::new(status),
+            steps: AtomicU64::new(0),
+            pass: Mutex::new(()),
+            observer: None,
+        })
+    }
+
+    /// The same reconciler, calling `observer` after every step.
+    pub fn with_observer(mut self, observer: StepObserver) -> Reconciler {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The node's id.
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn MigBackend> {
+        &self.backend
+    }
+
+    /// The workload.
+    pub fn workload(&self) -> &Arc<dyn Workload> {
+        &self.workload
+    }
+
+    /// The accepted epoch and targets.
+    pub fn desired(&self) -> DesiredState {
+        lock(&self.desired).clone()
+    }
+
+    /// The node as last observed, with the workload's metrics now.
+    pub fn status(&self) -> NodeStatus {
+        let mut s = lock(&self.status).clone();
+        s.epoch = lock(&self.desired).epoch;
+        s.steps = self.steps.load(Ordering::SeqCst);
+        s.metrics = self.workload.metrics();
+        s
+    }
+
+    /// Takes the targets of plan `epoch` (see "Epochs" in the module doc). Targets are checked against the GPUs'
+    /// models and core's plan invariants before anything changes.
+    pub fn accept(&self, epoch: u64, targets: BTreeMap<u32, GpuPlan>) -> Result<Acceptance, ReconcileError> {
+        if epoch == 0 {
+            return Err(ReconcileError::ZeroEpoch);
+        }
+        let mut desired = lock(&self.desired);
+        if epoch < desired.epoch {
+            return Ok(Acceptance::Stale { current: desired.epoch });
+        }
+        if epoch == desired.epoch {
+            for (gpu, plan) in &targets {
+                if desired.gpus.get(gpu).is_none_or(|t| t.epoch != epoch || &t.plan != plan) {
+                    return Err(ReconcileError::EpochConflict { epoch, gpu: *gpu });
+                }
+            }
+            return Ok(Acceptance::AlreadyAccepted);
+        }
+        let gpus = self.backend.gpus()?;
+        for (gpu, plan) in &targets {
+            let info = gpus
+                .iter()
+                .find(|g| g.index == *gpu)
+                .ok_or(ReconcileError::UnknownGpu { gpu: *gpu, count: gpus.len() })?;
+            let model = mig_model(info)?;
+            invariants::check_gpu_plan(&self.gpu_id(*gpu), model, plan)
+                .map_err(|violation| ReconcileError::InvalidTarget { gpu: *gpu, violation })?;
+        }
+        let mut next = desired.clone();
+        next.epoch = epoch;
+        for (gpu, plan) in targets {
+            next.gpus.insert(gpu, GpuTarget { epoch, plan });
+        }
+        self.file.save(&next)?;
+        *desired = next;
+        Ok(Acceptance::Accepted)
+    }
+
+    fn gpu_id(&self, gpu: u32) -> GpuId {
+        GpuId::new(self.node.clone(), gpu)
+    }
+
+    /// One pass over every GPU of the node. Errors of one GPU are recorded in its status and do not stop the others;
+    /// an error listing the GPUs is returned as is.
+    pub fn reconcile(&self) -> Result<PassReport, ReconcileError> {
+        let _pass = lock(&self.pass);
+        let snapshot = self.desired();
+        let steps_before = self.steps.load(Ordering::SeqCst);
+        let gpus = self.backend.gpus()?;
+        let mut report = PassReport { converged: true, ..PassReport::default() };
+        for info in &gpus {
+            let target = snapshot.gpus.get(&info.index);
+            match self.reconcile_gpu_with(info, target) {
+                Ok(GpuOutcome::Converged | GpuOutcome::Untargeted) => {}
+                Ok(GpuOutcome::Waiting(_)) => {
+                    report.converged = false;
+                    report.waiting = true;
+                }
+                Err(e) => {
+                    report.converged = false;
+                    report.errors.push((info.index, e.to_string()));
+                    let mut status = lock(&self.status);
+                    if let Some(g) = status.gpus.get_mut(&info.index) {
+                        g.last_error = Some(e.to_string());
+                        g.converged = false;
+                    } else {
+                        status.gpus.insert(
+                            info.index,
+                            GpuStatus {
+                                info: info.clone(),
+                                instances: Vec::new(),
+                                target: target.cloned(),
+                                converged: false,
+                                waiting_for: None,
+                                last_error: Some(e.to_string()),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        let mut status = lock(&self.status);
+        status.gpus.retain(|i, _| gpus.iter().any(|g| g.index == *i));
+        if report.converged && snapshot.epoch > status.applied_epoch {
+            status.applied_epoch = snapshot.epoch;
+        }
+        report.steps = self.steps.load(Ordering::SeqCst) - steps_before;
+        Ok(report)
+    }
+
+    /// One pass over GPU `gpu` towards its current target.
+    pub fn reconcile_gpu(&self, gpu: u32) -> Result<GpuOutcome, ReconcileError> {
+        let _pass = lock(&self.pass);
+        let gpus = self.backend.gpus()?;
+        let info = gpus.iter().find(|g| g.index == gpu).ok_or(ReconcileError::UnknownGpu { gpu, count: gpus.len() })?;
+        let target = self.desired().gpus.get(&gpu).cloned();
+        self.reconcile_gpu_with(info, target.as_ref())
+    }
+
+    fn reconcile_gpu_with(&self, info: &GpuInfo, target: Option<&GpuTarget>) -> Result<GpuOutcome, ReconcileError> {
+        let gpu = info.index;
+        let Some(target) = target else {
+            self.observe(info, None, None)?;
+            return Ok(GpuOutcome::Untargeted);
+        };
+        let model = mig_model(info)?;
+        let mut info = info.clone();
+        if info.mig.is_some_and(|m| !m.current) {
+            if target.plan.layout.is_empty() {
+                self.observe(&info, Some(target), None)?;
+                return Ok(GpuOutcome::Converged);
+            }
+            let mode = self.backend.set_mig_mode(gpu, true)?;
+            info.mig = Some(mode);
+            if !mode.current {
+                return Err(ReconcileError::MigPending { gpu });
+            }
+        }
+        let plan = &target.plan;
+        let observed = self.backend.instances(gpu)?;
+        let live: Vec<Placement> = observed.iter().map(|i| i.placement).collect();
+        self.workload.retain(gpu, &live);
+        let current_work = assignments(&self.workload.loaded(gpu));
+        let layout: Layout = live.iter().copied().collect();
+        let steps =
+            diff_assigned(model, &layout, &current_work, &plan.layout, &plan.assignments, &ReconfigLatency::default())
+                .map_err(|error| ReconcileError::Diff { gpu, error })?
+                .steps;
+        let mut instances: BTreeMap<Placement, GpuInstance> = observed.iter().map(|i| (i.placement, *i)).collect();
+        for step in &steps {
+            if matches!(step.action, StepAction::Destroy | StepAction::Reassign)
+                && let Some(p) = self.preinit_not_warm(gpu, plan, step.placement, &step.before, &step.after, &instances)
+            {
+                self.observe(&info, Some(target), Some(p))?;
+                return Ok(GpuOutcome::Waiting(p));
+            }
+            match step.action {
+                StepAction::Create => {
+                    let created = self.backend.create_instance(gpu, step.placement)?;
+                    instances.insert(created.placement, created);
+                    if !step.after.is_empty() {
+                        self.workload.load(gpu, &created, &step.after)?;
+                    }
+                }
+                StepAction::Destroy => {
+                    let instance = instances[&step.placement];
+                    self.workload.drain(gpu, &instance)?;
+                    self.backend.destroy_instance(gpu, instance.id)?;
+                    instances.remove(&step.placement);
+                }
+                StepAction::Reassign => {
+                    let instance = instances[&step.placement];
+                    self.workload.drain(gpu, &instance)?;
+                    if !step.after.is_empty() {
+                        self.workload.load(gpu, &instance, &step.after)?;
+                    }
+                }
+            }
+            self.steps.fetch_add(1, Ordering::SeqCst);
+            let status = self.observe(&info, Some(target), None)?;
+            if let Some(observer) = &self.observer {
+                observer(gpu, &status);
+            }
+        }
+        let status = self.observe(&info, Some(target), None)?;
+        if status.converged {
+            Ok(GpuOutcome::Converged)
+        } else {
+            // Something changed the GPU or the workload behind the pass's back; the next pass starts over.
+            let observed: Layout = status.instances.iter().map(|i| i.instance.placement).collect();
+            Err(ReconcileError::Diverged { gpu, observed, target: plan.layout.clone() })
+        }
+    }
+
+    /// The preinitialised instance (other than `placement`) that takes over work the step removes and is not warm
+    /// yet, if any.
+    fn preinit_not_warm(
+        &self,
+        gpu: u32,
+        plan: &GpuPlan,
+        placement: Placement,
+        before: &[Work],
+        after: &[Work],
+        instances: &BTreeMap<Placement, GpuInstance>,
+    ) -> Option<Placement> {
+        before.iter().filter(|w| !after.contains(w)).find_map(|w| {
+            plan.assignments
+                .iter()
+                .find(|a| {
+                    a.preinit
+                        && a.placement != placement
+                        && a.tenant == w.tenant
+                        && a.role == w.role
+                        && instances.contains_key(&a.placement)
+                        && !self.workload.ready(gpu, a.placement)
+                })
+                .map(|a| a.placement)
+        })
+    }
+
+    /// Reads the GPU's instances and work and publishes them as its status.
+    fn observe(
+        &self,
+        info: &GpuInfo,
+        target: Option<&GpuTarget>,
+        waiting_for: Option<Placement>,
+    ) -> Result<GpuStatus, ReconcileError> {
+        let gpu = info.index;
+        let observed = if info.mig.is_some_and(|m| m.current) { self.backend.instances(gpu)? } else { Vec::new() };
+        let loaded = self.workload.loaded(gpu);
+        let instances: Vec<ObservedInstance> = observed
+            .iter()
+            .map(|i| ObservedInstance {
+                instance: *i,
+                work: loaded.get(&i.placement).cloned().unwrap_or_default(),
+                serving: loaded.contains_key(&i.placement) && self.workload.ready(gpu, i.placement),
+            })
+            .collect();
+        let converged = target.is_none_or(|t| {
+            let layout: Layout = observed.iter().map(|i| i.placement).collect();
+            layout == t.plan.layout && same_work(&assignments(&loaded), &t.plan.assignments)
+        }) && waiting_for.is_none();
+        let status = GpuStatus {
+            info: info.clone(),
+            instances,
+            target: target.cloned(),
+            converged,
+            waiting_for,
+            last_error: None,
+        };
+        lock(&self.status).gpus.insert(gpu, status.clone());
+        Ok(status)
+    }
+}
+
+/// The catalog model of a MIG-capable GPU.
+fn mig_model(info: &GpuInfo) -> Result<GpuModel, ReconcileError> {
+    match (info.model, info.mig) {
+        (Some(model), Some(_)) => Ok(model),
+        _ => Err(ReconcileError::NotMigCapable { gpu: info.index, name: info.name.clone() }),
+    }
+}
+
+/// Loaded work as assignments (the diff's "current" side).
+fn assignments(loaded: &BTreeMap<Placement, Vec<Work>>) -> Vec<Assignment> {
+    loaded
+        .iter()
+        .flat_map(|(p, works)| {
+            works.iter().map(|w| Assignment { placement: *p, tenant: w.tenant.clone(), role: w.role, preinit: false })
+        })
+        .collect()
+}
+
+/// Whether two assignment lists put the same work on the same instances (the preinit flag aside).
+fn same_work(a: &[Assignment], b: &[Assignment]) -> bool {
+    let key = |v: &[Assignment]| {
+        let mut k: Vec<(Placement, Work)> =
+            v.iter().map(|a| (a.placement, Work { tenant: a.tenant.clone(), role: a.role })).collect();
+        k.sort();
+        k
+    };
+    key(a) == key(b)
+}

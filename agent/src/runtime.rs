@@ -1,0 +1,150 @@
+//! The agent runtime: the reconcile loop task, the gRPC server and the coordinator client over one
+//! [`Reconciler`] (STYLE.md 7: binaries call [`run`] with a bound listener and a shutdown future; tests bind port 0
+//! and run the real thing in-process).
+//!
+//! The reconcile loop runs a pass ([`Reconciler::reconcile`], on the blocking pool: backend calls block) when woken
+//! (a target accepted, workload time advanced) and every `resync_interval` otherwise, so changes made behind the
+//! agent's back are repaired; a pass that waits for a warm-up or failed is retried after `retry_interval`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::coordinator::{self, ClientOptions, ClientStats};
+use crate::reconcile::Reconciler;
+use crate::service::AgentService;
+
+/// How the runtime paces itself and whom it reports to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeOptions {
+    /// Time between passes when nothing wakes the loop.
+    pub resync_interval: Duration,
+    /// Time before the next pass after one that waits for a warm-up or failed.
+    pub retry_interval: Duration,
+    /// The coordinator to register with, if any.
+    pub coordinator: Option<ClientOptions>,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            resync_interval: Duration::from_secs(5),
+            retry_interval: Duration::from_millis(200),
+            coordinator: None,
+        }
+    }
+}
+
+/// The server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The gRPC server failed.
+    #[error("gRPC server on {addr}: {source}")]
+    Serve {
+        /// The address it listened on.
+        addr: String,
+        /// The error.
+        source: tonic::transport::Error,
+    },
+}
+
+/// Handles to a running agent.
+#[derive(Clone)]
+pub struct Handles {
+    /// The reconciler.
+    pub reconciler: Arc<Reconciler>,
+    /// Wakes the reconcile loop.
+    pub wake: Arc<Notify>,
+    /// The coordinator client's counters.
+    pub client: Arc<ClientStats>,
+}
+
+async fn reconcile_loop(
+    reconciler: Arc<Reconciler>,
+    wake: Arc<Notify>,
+    options: RuntimeOptions,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let r = reconciler.clone();
+        let wait = match tokio::task::spawn_blocking(move || r.reconcile()).await {
+            Ok(Ok(report)) if report.errors.is_empty() && !report.waiting => options.resync_interval,
+            Ok(Ok(report)) => {
+                for (gpu, e) in &report.errors {
+                    tracing::warn!(node = %reconciler.node(), gpu, "reconcile: {e}");
+                }
+                options.retry_interval
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(node = %reconciler.node(), "reconcile: {e}");
+                options.retry_interval
+            }
+            Err(e) => {
+                tracing::error!(node = %reconciler.node(), "reconcile pass panicked: {e}; the next pass starts over");
+                options.retry_interval
+            }
+        };
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => return,
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+/// Starts the reconcile loop and the coordinator client for `reconciler` and returns their handles; they stop when
+/// `shutdown` turns true. Used by [`run`] and by hosts that serve several agents ([`serve`] each).
+pub fn start(
+    reconciler: Arc<Reconciler>,
+    options: &RuntimeOptions,
+    shutdown: watch::Receiver<bool>,
+) -> (Handles, Vec<tokio::task::JoinHandle<()>>) {
+    let wake = Arc::new(Notify::new());
+    let client = Arc::new(ClientStats::default());
+    let mut tasks =
+        vec![tokio::spawn(reconcile_loop(reconciler.clone(), wake.clone(), options.clone(), shutdown.clone()))];
+    if let Some(c) = &options.coordinator {
+        tasks.push(tokio::spawn(coordinator::run(c.clone(), reconciler.clone(), client.clone(), shutdown)));
+    }
+    (Handles { reconciler, wake, client }, tasks)
+}
+
+/// Serves the `Agent` service for `handles` on `listener` until `shutdown` completes.
+pub async fn serve(
+    handles: &Handles,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), RuntimeError> {
+    let addr = listener.local_addr().map_or_else(|_| "?".to_string(), |a: SocketAddr| a.to_string());
+    let service = AgentService::new(handles.reconciler.clone(), handles.wake.clone()).into_server();
+    tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+        .map_err(|source| RuntimeError::Serve { addr, source })
+}
+
+/// Runs one agent: reconcile loop, coordinator client and gRPC server on `listener`, until `shutdown` completes.
+pub async fn run(
+    reconciler: Arc<Reconciler>,
+    listener: TcpListener,
+    options: RuntimeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), RuntimeError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (handles, tasks) = start(reconciler, &options, stop_rx);
+    let result = serve(&handles, listener, shutdown).await;
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    result
+}

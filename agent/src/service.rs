@@ -1,0 +1,196 @@
+//! The gRPC `tessera.v1.Agent` service over a [`Reconciler`], the conversion of the agent's status to the wire, and
+//! the one place that maps the agent's errors to `tonic::Status` (STYLE.md 5).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tessera_core::ids::TenantId;
+use tessera_core::plan::GpuPlan;
+use tessera_proto::v1;
+use tokio::sync::Notify;
+use tonic::{Request, Response, Status};
+
+use crate::reconcile::{Acceptance, GpuStatus, NodeStatus, ReconcileError, Reconciler};
+use crate::workload::{WorkloadError, WorkloadMetrics};
+
+impl From<ReconcileError> for Status {
+    fn from(e: ReconcileError) -> Status {
+        let msg = e.to_string();
+        match e {
+            ReconcileError::ZeroEpoch
+            | ReconcileError::UnknownGpu { .. }
+            | ReconcileError::NotMigCapable { .. }
+            | ReconcileError::InvalidTarget { .. } => Status::invalid_argument(msg),
+            ReconcileError::EpochConflict { .. } => Status::failed_precondition(msg),
+            ReconcileError::MigPending { .. } | ReconcileError::Diverged { .. } => Status::unavailable(msg),
+            ReconcileError::Backend(_) | ReconcileError::Workload(_) | ReconcileError::Diff { .. } => {
+                Status::internal(msg)
+            }
+            ReconcileError::State(_) => Status::unavailable(msg),
+        }
+    }
+}
+
+impl From<WorkloadError> for Status {
+    fn from(e: WorkloadError) -> Status {
+        let msg = e.to_string();
+        match e {
+            WorkloadError::WallClock | WorkloadError::ArrivalsUnsupported => Status::failed_precondition(msg),
+            WorkloadError::UnknownTenant(_) => Status::not_found(msg),
+            WorkloadError::Instance { .. } => Status::internal(msg),
+        }
+    }
+}
+
+fn bad_field(e: tessera_proto::ConvertError) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+/// The node's status as the wire's `NodeState`.
+pub fn node_state_to_wire(status: &NodeStatus, node_id: &str) -> v1::NodeState {
+    v1::NodeState {
+        node_id: node_id.to_string(),
+        epoch: status.epoch,
+        applied_epoch: status.applied_epoch,
+        gpus: status.gpus.values().map(gpu_state_to_wire).collect(),
+        metrics: Some(metrics_to_wire(&status.metrics)),
+        steps: status.steps,
+    }
+}
+
+fn gpu_state_to_wire(g: &GpuStatus) -> v1::GpuState {
+    v1::GpuState {
+        index: g.info.index,
+        name: g.info.name.clone(),
+        model: g.info.model.map(|m| m.to_string()).unwrap_or_default(),
+        mig: g.info.mig.map(|m| v1::MigMode { current: m.current, pending: m.pending }),
+        instances: g
+            .instances
+            .iter()
+            .map(|i| v1::Instance {
+                id: i.instance.id.0,
+                placement: Some(i.instance.placement.into()),
+                work: i.work.iter().map(Into::into).collect(),
+                serving: i.serving,
+            })
+            .collect(),
+        desired: g.target.as_ref().map(|t| (&t.plan).into()),
+        desired_epoch: g.target.as_ref().map_or(0, |t| t.epoch),
+        converged: g.converged,
+        last_error: g.last_error.clone().unwrap_or_default(),
+    }
+}
+
+/// Workload metrics as the wire's message.
+pub fn metrics_to_wire(m: &WorkloadMetrics) -> v1::WorkloadMetrics {
+    v1::WorkloadMetrics {
+        now_ms: m.now_ms,
+        tenants: m
+            .tenants
+            .iter()
+            .map(|(t, c)| v1::TenantMetrics {
+                tenant: t.to_string(),
+                arrivals: c.arrivals,
+                served_within_slo: c.served_within_slo,
+                dropped: c.dropped,
+                queued: c.queued,
+                retraining_done_gpu_s: c.retraining_done_gpu_s,
+                serving_instances: c.serving_instances,
+                retraining_instances: c.retraining_instances,
+            })
+            .collect(),
+    }
+}
+
+/// The targets of an `ApplyLayout` request, converted; a bad field is named with its position.
+pub fn targets_from_wire(targets: Vec<v1::GpuTarget>) -> Result<BTreeMap<u32, GpuPlan>, Status> {
+    let mut out = BTreeMap::new();
+    for (i, t) in targets.into_iter().enumerate() {
+        let field = format!("targets[{i}].plan");
+        let plan = t.plan.ok_or_else(|| Status::invalid_argument(format!("field `{field}`: is required")))?;
+        let plan = GpuPlan::try_from(plan).map_err(|e| bad_field(e.within(&field)))?;
+        if out.insert(t.gpu, plan).is_some() {
+            return Err(Status::invalid_argument(format!("field `targets[{i}].gpu`: GPU {} is listed twice", t.gpu)));
+        }
+    }
+    Ok(out)
+}
+
+/// The `Agent` service: see the [module documentation](self).
+#[derive(Clone)]
+pub struct AgentService {
+    reconciler: Arc<Reconciler>,
+    wake: Arc<Notify>,
+}
+
+impl AgentService {
+    /// A service over `reconciler` that wakes the reconcile loop through `wake` when targets or time change.
+    pub fn new(reconciler: Arc<Reconciler>, wake: Arc<Notify>) -> AgentService {
+        AgentService { reconciler, wake }
+    }
+
+    /// The tonic server for it.
+    pub fn into_server(self) -> v1::agent_server::AgentServer<AgentService> {
+        v1::agent_server::AgentServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl v1::agent_server::Agent for AgentService {
+    async fn apply_layout(
+        &self,
+        request: Request<v1::ApplyLayoutRequest>,
+    ) -> Result<Response<v1::ApplyLayoutResponse>, Status> {
+        let req = request.into_inner();
+        let targets = targets_from_wire(req.targets)?;
+        let reconciler = self.reconciler.clone();
+        let epoch = req.epoch;
+        // Checking targets reads the GPUs and saving syncs a file: both block.
+        let outcome = tokio::task::spawn_blocking(move || reconciler.accept(epoch, targets))
+            .await
+            .map_err(|e| Status::internal(format!("apply task failed: {e}")))??;
+        let status = match outcome {
+            Acceptance::Accepted => {
+                self.wake.notify_one();
+                v1::ApplyStatus::Accepted
+            }
+            Acceptance::AlreadyAccepted => v1::ApplyStatus::AlreadyAccepted,
+            Acceptance::Stale { .. } => v1::ApplyStatus::Stale,
+        };
+        let epoch = self.reconciler.desired().epoch;
+        Ok(Response::new(v1::ApplyLayoutResponse { status: status.into(), epoch }))
+    }
+
+    async fn get_state(&self, _request: Request<v1::GetStateRequest>) -> Result<Response<v1::NodeState>, Status> {
+        let reconciler = self.reconciler.clone();
+        let status = tokio::task::spawn_blocking(move || reconciler.status())
+            .await
+            .map_err(|e| Status::internal(format!("state task failed: {e}")))?;
+        Ok(Response::new(node_state_to_wire(&status, self.reconciler.node().as_str())))
+    }
+
+    async fn advance_clock(
+        &self,
+        request: Request<v1::AdvanceClockRequest>,
+    ) -> Result<Response<v1::AdvanceClockResponse>, Status> {
+        let now_ms = self.reconciler.workload().advance_to(request.into_inner().to_ms)?;
+        // Warm-ups may have completed: let the loop look.
+        self.wake.notify_one();
+        Ok(Response::new(v1::AdvanceClockResponse { now_ms }))
+    }
+
+    async fn arrive(&self, request: Request<v1::ArriveRequest>) -> Result<Response<v1::ArriveResponse>, Status> {
+        let req = request.into_inner();
+        let mut parsed = Vec::with_capacity(req.arrivals.len());
+        for (i, a) in req.arrivals.into_iter().enumerate() {
+            let tenant = TenantId::new(a.tenant)
+                .map_err(|e| Status::invalid_argument(format!("field `arrivals[{i}].tenant`: {e}")))?;
+            parsed.push((tenant, a.count));
+        }
+        let workload = self.reconciler.workload();
+        for (tenant, count) in &parsed {
+            workload.arrive(tenant, *count)?;
+        }
+        Ok(Response::new(v1::ArriveResponse { now_ms: workload.now_ms() }))
+    }
+}
