@@ -4,6 +4,12 @@
 //! through the planner and a simulated fleet, in process or against a running cluster, and reports goodput, SLO
 //! attainment and accuracy per policy (DESIGN.md section 7). It never links the coordinator.
 //!
-//! Built so far: `replay plan` ([`plan_cmd`]), the planner sizing tool. Trace replay comes with the replay issue.
+//! Built so far: the trace adapters ([`trace`]), the in-process replay of every policy with its reports and the
+//! capacity search ([`run`]), and `replay plan` ([`plan_cmd`]), the planner sizing tool. Cluster mode comes with the
+//! coordinator.
+//!
+//! [`trace`]: the trace adapters (every format, arrival conventions, sampling; streaming, two passes).
 
 pub mod plan_cmd;
+pub mod run;
+pub mod trace;

@@ -8,6 +8,8 @@ use tessera_core::GpuModel;
 use tessera_planner::PlannerConfig;
 use tessera_planner::synthetic::SyntheticSpec;
 use tessera_replay::plan_cmd;
+use tessera_replay::run::ReplayError;
+use tessera_replay::run::cli::{self as run_cli, CapacityArgs, RunArgs};
 
 #[derive(Parser)]
 #[command(
@@ -15,16 +17,23 @@ use tessera_replay::plan_cmd;
     version,
     about = "Tessera replay: traces through planner and simulated fleet; planner sizing"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// Without a subcommand: replay a trace through every policy (see the options below).
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run planning rounds on a generated (`--synthetic`) or dumped (`--input`) planner input and print solve
     /// time (median over `--repeat` rounds, level 1 and every level-2 solve), objective, bound and gap.
-    Plan(PlanArgs),
+    Plan(Box<PlanArgs>),
+    /// The fewest GPUs on which each policy meets an SLO-attainment target (`--target-slo`), for the demand the
+    /// run options map from the trace.
+    Capacity(Box<CapacityArgs>),
 }
 
 #[derive(Args)]
@@ -132,7 +141,9 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     let result = match cli.command {
-        Command::Plan(a) => plan(a),
+        Some(Command::Plan(a)) => plan(*a),
+        Some(Command::Capacity(a)) => return replay_cmd(|out| run_cli::capacity(&a, out).map(drop)),
+        None => return replay_cmd(|out| run_cli::run(&cli.run, out).map(drop)),
     };
     match result {
         Ok(out) => {
@@ -142,6 +153,19 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs a replay command, printing its output on stdout and errors as one line on stderr.
+fn replay_cmd(f: impl FnOnce(&mut dyn std::io::Write) -> Result<(), ReplayError>) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match f(&mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -1,0 +1,285 @@
+//! The arguments of `replay` (a run, the default command) and `replay capacity`, and the commands themselves.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use tessera_core::GpuModel;
+use tessera_planner::PlannerConfig;
+use tessera_planner::forecast::ForecasterConfig;
+
+use super::capacity::{self, CapacityResult};
+use super::driver::{RateTable, run_policy};
+use super::report::Comparison;
+use super::{Prepared, ReplayError, RunSpec, prepare};
+use crate::trace::TraceArgs;
+
+/// The trace replay runs when none is given: the Azure LLM 2023 conversation trace (one hour, shipped in
+/// `traces/`).
+pub const DEFAULT_TRACE: &str = "traces/azure-llm-2023-conv.csv";
+
+/// Every policy, in the order a run reports them.
+pub const DEFAULT_POLICIES: &str = "tessera,migrator,paris,ekya,astraea,static,oracle";
+
+/// Arguments of a replay run.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The trace (format detected from its header; see --format). Default: the shipped Azure LLM 2023
+    /// conversation trace, traces/azure-llm-2023-conv.csv (one hour, 19,366 requests).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// How the trace is read, windowed and sampled.
+    #[command(flatten)]
+    pub trace_args: TraceArgs,
+    /// Policies to compare, separated by commas (tessera, migrator, paris, ekya, astraea, static, oracle). With
+    /// oracle among them, every goodput is also divided by the oracle's.
+    #[arg(long, default_value = DEFAULT_POLICIES)]
+    pub policy: String,
+    /// GPUs of the fleet (nodes of 8), unless --fleet is given.
+    #[arg(long, default_value_t = 4)]
+    pub gpus: usize,
+    /// GPU model of the fleet, unless --fleet is given.
+    #[arg(long, default_value = "A100-40GB")]
+    pub gpu_model: String,
+    /// A fleet file (configs/fleets/*.toml) instead of --gpus and --gpu-model.
+    #[arg(long, value_name = "FILE")]
+    pub fleet: Option<PathBuf>,
+    /// A tenants file (configs/tenants/*.toml): `demand = { trace = "rank:N", scale = k }` takes the N-th most
+    /// popular stream of the trace, `poisson_rps` draws Poisson arrivals. Without it, tenants are derived from the
+    /// trace: tenant i takes stream i mod S (S sampled streams, most popular first; tenants sharing a stream draw
+    /// their own realisation of it), the i-th model (cyclically, in name order) of those that serve on a 2g
+    /// instance, an SLO of 4x its 2g batch-1 latency, and (probability 0.7, seeded) a retraining job every 200 s.
+    #[arg(long, value_name = "FILE")]
+    pub tenants: Option<PathBuf>,
+    /// Derived tenants (without --tenants) [default: 3 per GPU].
+    #[arg(long)]
+    pub tenants_count: Option<usize>,
+    /// Model profiles.
+    #[arg(long, default_value = "configs/models", value_name = "DIR")]
+    pub models: PathBuf,
+    /// Mean inference demand as a fraction of the fleet's compute slices (at each model's best rate per slice
+    /// within its SLO). Derived tenants share it in proportion to their streams' popularity, at most 4 slices each;
+    /// each tenant's arrivals are its stream's, thinned or duplicated by one factor, so the trace's rate curve is
+    /// kept. With --tenants, one factor on all trace tenants (default there: the trace's own rates) [default: 0.6].
+    #[arg(long)]
+    pub load: Option<f64>,
+    /// Stop after this much workload time (e.g. 30m, 24h) [default: the whole selected window of the trace].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Planning interval, seconds (a whole number of slots).
+    #[arg(long, default_value_t = 60.0)]
+    pub plan_every: f64,
+    /// Planner slot length, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub slot: f64,
+    /// Planner horizon, slots.
+    #[arg(long, default_value_t = 12)]
+    pub horizon: usize,
+    /// Forecaster of every tenant: last, ewma or seasonal (a day of slots).
+    #[arg(long, default_value = "ewma")]
+    pub forecaster: String,
+    /// Co-located tenants slow each other down through the L3 TLB model (baseline TLB).
+    #[arg(long)]
+    pub tlb: bool,
+    /// Seed of every random choice (trace conventions, scaling, tenants, Poisson arrivals).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write summary.json, timeseries.csv and report.html here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print summary.json on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// in-process (planner and simulated fleet in this process, virtual time) or cluster (through a running
+    /// coordinator cluster and sim-agents; needs --coordinator).
+    #[arg(long, default_value = "in-process")]
+    pub mode: String,
+    /// Coordinator endpoint for --mode cluster.
+    #[arg(long, value_name = "ADDR")]
+    pub coordinator: Option<String>,
+}
+
+impl RunArgs {
+    /// The run these arguments ask for, checked.
+    pub fn spec(&self) -> Result<RunSpec, ReplayError> {
+        match self.mode.as_str() {
+            "in-process" => {}
+            "cluster" => {
+                return Err(ReplayError::Usage(
+                    "--mode cluster: replay through a coordinator cluster is not available in this build (the \
+                     coordinator is not built yet); use --mode in-process"
+                        .into(),
+                ));
+            }
+            other => return Err(ReplayError::Usage(format!("--mode: expected in-process or cluster, got {other:?}"))),
+        }
+        let gpu_model = GpuModel::lookup(&self.gpu_model)
+            .ok_or_else(|| ReplayError::Usage(format!("--gpu-model: unknown GPU model {:?}", self.gpu_model)))?;
+        let slots_per_day = (86_400.0 / self.slot).round().max(1.0) as usize;
+        let forecaster = match self.forecaster.as_str() {
+            "last" => ForecasterConfig::Last,
+            "ewma" => ForecasterConfig::Ewma { alpha: 0.3 },
+            "seasonal" => ForecasterConfig::Seasonal { period_slots: slots_per_day, alpha: 0.3, gamma: 0.2 },
+            other => {
+                return Err(ReplayError::Usage(format!(
+                    "--forecaster: expected last, ewma or seasonal, got {other:?}"
+                )));
+            }
+        };
+        for p in self.policies() {
+            tessera_planner::policy::by_name(&p).map_err(|e| ReplayError::Usage(format!("--policy: {e}")))?;
+        }
+        let trace = match &self.trace {
+            Some(t) => t.clone(),
+            None => default_trace(),
+        };
+        Ok(RunSpec {
+            trace,
+            trace_options: self.trace_args.options(self.seed)?,
+            rate_scale: self.trace_args.rate_scale,
+            tenants_file: self.tenants.clone(),
+            tenants_count: self.tenants_count,
+            fleet: self.fleet.clone(),
+            gpus: self.gpus,
+            gpu_model,
+            models_dir: self.models.clone(),
+            load: self.load,
+            duration_s: self.duration.map(|d| d.as_secs_f64()),
+            window_s: self.plan_every,
+            planner: PlannerConfig { slot_s: self.slot, horizon_slots: self.horizon, ..PlannerConfig::default() },
+            forecaster,
+            tlb: self.tlb,
+            seed: self.seed,
+        })
+    }
+
+    /// The policies asked for, in order.
+    pub fn policies(&self) -> Vec<String> {
+        self.policy.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect()
+    }
+}
+
+/// The shipped default trace: `traces/...` under the working directory, else beside this crate's sources (so
+/// `cargo run` works from any folder of the checkout).
+fn default_trace() -> PathBuf {
+    let here = PathBuf::from(DEFAULT_TRACE);
+    if here.exists() {
+        return here;
+    }
+    let beside = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(DEFAULT_TRACE);
+    if beside.exists() { beside } else { here }
+}
+
+fn bar(len: u64, prefix: String) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{prefix:>9} [{bar:40}] {pos}/{len} windows {elapsed_precise} (eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(prefix);
+    pb
+}
+
+/// A one-paragraph description of what is about to run (stderr).
+fn describe(p: &Prepared) -> String {
+    let s = &p.scenario;
+    let total_rps: f64 = p.tenant_sources.iter().map(|t| t.1).sum();
+    format!(
+        "replay: {} ({}, {} rows{}, {} stream(s) sampled); {} GPUs, {} tenants, {:.0} s of workload time, {:.1} req/s \
+         after scaling; planning every {} s over {} slots of {} s; seed {}",
+        p.scan.path.display(),
+        p.scan.format,
+        p.scan.rows,
+        if p.scan.bad_rows > 0 { format!(", {} bad rows skipped", p.scan.bad_rows) } else { String::new() },
+        p.scan.streams.len(),
+        s.gpus.len(),
+        s.tenants.len(),
+        s.duration_ms / 1000.0,
+        total_rps,
+        s.window_s,
+        s.planner.horizon_slots,
+        s.planner.slot_s,
+        s.seed
+    )
+}
+
+/// `replay [--trace FILE] ...`: runs every policy, prints the table (or JSON), writes `--out`.
+pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayError> {
+    let spec = args.spec()?;
+    let prepared = prepare(&spec)?;
+    eprintln!("{}", describe(&prepared));
+    let scenario = &prepared.scenario;
+    let truth = RateTable::measure(
+        prepared.arrivals.as_ref(),
+        scenario.tenants.len(),
+        scenario.planner.slot_s * 1000.0,
+        scenario.duration_ms,
+    )?;
+    let mut runs = Vec::new();
+    for policy in args.policies() {
+        let pb = bar((scenario.duration_ms / 1000.0 / scenario.window_s).ceil() as u64, policy.clone());
+        let r =
+            run_policy(scenario, &policy, prepared.arrivals.as_ref(), &truth, &|done, _| pb.set_position(done as u64));
+        pb.finish_and_clear();
+        runs.push(r?);
+    }
+    let cmp = Comparison { trace: scenario.name.clone(), seed: spec.seed, runs };
+    let text = if args.json {
+        format!("{}\n", serde_json::to_string_pretty(&cmp.summary(scenario)).expect("JSON values serialise"))
+    } else {
+        cmp.table()
+    };
+    out.write_all(text.as_bytes()).map_err(|source| ReplayError::Io { path: "stdout".into(), source })?;
+    if let Some(dir) = &args.out {
+        cmp.write(dir, scenario)?;
+        eprintln!("replay: wrote {}/summary.json, timeseries.csv and report.html", dir.display());
+    }
+    Ok(cmp)
+}
+
+/// Arguments of `replay capacity`.
+#[derive(Debug, Clone, Args)]
+pub struct CapacityArgs {
+    /// The run: the demand is mapped once for the reference fleet (--gpus, --load), then the GPU count varies.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// SLO attainment to meet (fraction of requests completed within their SLO).
+    #[arg(long, default_value_t = 0.99)]
+    pub target_slo: f64,
+    /// Largest fleet to try.
+    #[arg(long, default_value_t = 64)]
+    pub max_gpus: usize,
+}
+
+/// `replay capacity`: prints, per policy, the fewest GPUs meeting the target and every count tried.
+pub fn capacity(args: &CapacityArgs, out: &mut dyn Write) -> Result<Vec<CapacityResult>, ReplayError> {
+    let spec = args.run.spec()?;
+    let prepared = prepare(&spec)?;
+    eprintln!("{}", describe(&prepared));
+    let results = capacity::search(&prepared, &args.run.policies(), args.target_slo, args.max_gpus, &|p, n| {
+        eprintln!("capacity: {p} on {n} GPU(s)")
+    })?;
+    let text = if args.run.json {
+        format!("{}\n", serde_json::to_string_pretty(&results).expect("serialisable"))
+    } else {
+        let mut s = format!("{:<9} {:>6}  tried (GPUs: SLO attainment)\n", "policy", "gpus");
+        for r in &results {
+            let tried: Vec<String> = r.tried.iter().map(|(n, a, _)| format!("{n}: {a:.4}")).collect();
+            s += &format!(
+                "{:<9} {:>6}  {}\n",
+                r.policy,
+                r.gpus.map_or(format!(">{}", args.max_gpus), |n| n.to_string()),
+                tried.join(", ")
+            );
+        }
+        s
+    };
+    out.write_all(text.as_bytes()).map_err(|source| ReplayError::Io { path: "stdout".into(), source })?;
+    Ok(results)
+}

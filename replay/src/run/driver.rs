@@ -1,0 +1,373 @@
+//! The in-process virtual-time driver: one policy over one scenario, window by window.
+//!
+//! Per planning window `[t0, t1)`:
+//! 1. Build the [`PlannerInput`] from the executor: every GPU's live layout and assignments, every tenant's
+//!    accuracy and retraining progress, and a forecast per tenant from its forecaster (which has seen the measured
+//!    rate of every slot before `t0`). Only the `oracle` also gets the true rates of the horizon (`actual`).
+//! 2. Plan, and apply the plan's targets now. Changes the plan schedules later in the window (`upcoming`, a
+//!    slot-by-slot policy's later slots) are applied at their times; the next round supersedes the rest.
+//! 3. Feed the window's arrivals to the executor in time order and advance it to `t1`.
+//! 4. Record the window: requests, completions within SLO, goodput, accuracy, reconfigurations, layouts.
+//!
+//! Cold start: at `t0 = 0` no rate has been measured yet, so every forecaster is primed with each tenant's mean
+//! rate over the first window (the rate a tenant declares when it is onboarded); every policy gets the same prior.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tessera_core::fleet::GpuHealth;
+use tessera_core::goodput::GoodputLedger;
+use tessera_core::ids::{GpuId, TenantId};
+use tessera_core::plan::GpuPlan;
+use tessera_core::time::SimTime;
+use tessera_planner::forecast::Forecaster;
+use tessera_planner::input::{GpuInput, PlannerInput, TenantInput};
+use tessera_planner::policy::{self, PlanOutcome};
+use tessera_sim::executor::{
+    Arrival, Dispatch, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference, NoInterference, TenantIndex,
+    TlbInterference,
+};
+use tessera_sim::tlb::{TlbMode, TlbModel};
+
+use super::arrivals::Arrivals;
+use super::{ReplayError, Scenario};
+
+/// Per-tenant arrival rates per slot over the whole run (requests per second), measured from the arrivals
+/// themselves: the truth the oracle plans with and the forecasters observe.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateTable {
+    /// Slot length, ms.
+    pub slot_ms: f64,
+    /// `rates[tenant][slot]`, requests per second.
+    pub rates: Vec<Vec<f64>>,
+}
+
+impl RateTable {
+    /// Counts every arrival of a fresh source into slots of `slot_ms` over `duration_ms`.
+    pub fn measure(
+        arrivals: &dyn Arrivals,
+        tenants: usize,
+        slot_ms: f64,
+        duration_ms: f64,
+    ) -> Result<RateTable, ReplayError> {
+        let slots = (duration_ms / slot_ms).ceil() as usize;
+        let mut counts = vec![vec![0u64; slots]; tenants];
+        let mut src = arrivals.open()?;
+        let mut buf = Vec::new();
+        let chunk = slot_ms * 64.0;
+        let mut t = 0.0;
+        while t < duration_ms {
+            t = (t + chunk).min(duration_ms);
+            buf.clear();
+            src.next_until(t, &mut buf)?;
+            for a in &buf {
+                let s = ((a.at_ms / slot_ms) as usize).min(slots.saturating_sub(1));
+                counts[a.tenant.0 as usize][s] += 1;
+            }
+        }
+        let per_s = 1000.0 / slot_ms;
+        Ok(RateTable {
+            slot_ms,
+            rates: counts.into_iter().map(|c| c.into_iter().map(|n| n as f64 * per_s).collect()).collect(),
+        })
+    }
+
+    /// Rates of `tenant` for slots `from..from + n` (zero past the end).
+    pub fn window(&self, tenant: usize, from: usize, n: usize) -> Vec<f64> {
+        (from..from + n).map(|s| self.rates[tenant].get(s).copied().unwrap_or(0.0)).collect()
+    }
+
+    /// Mean rate of `tenant` over slots `from..to`.
+    pub fn mean(&self, tenant: usize, from: usize, to: usize) -> f64 {
+        let v = self.window(tenant, from, to.saturating_sub(from).max(1));
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+
+    /// Total requests of every tenant.
+    pub fn total_requests(&self) -> f64 {
+        let per_slot = self.slot_ms / 1000.0;
+        self.rates.iter().flatten().map(|r| r * per_slot).sum()
+    }
+}
+
+/// One planning window of one policy's run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowRow {
+    /// Start of the window, seconds of workload time.
+    pub start_s: f64,
+    /// Requests that arrived in the window.
+    pub requests: u64,
+    /// Requests completed in the window.
+    pub completed: u64,
+    /// Requests completed within their SLO in the window.
+    pub within_slo: u64,
+    /// Requests dropped in the window.
+    pub dropped: u64,
+    /// Goodput of the window (sum of the accuracy of requests served within SLO).
+    pub goodput: f64,
+    /// Mean accuracy of the requests served in the window (0 when none).
+    pub mean_accuracy: f64,
+    /// GPUs whose applied plan changed something in the window.
+    pub reconfigurations: u64,
+    /// GPUs holding at least one instance at the window start.
+    pub active_gpus: u32,
+    /// Wall time of the window's planning round, ms.
+    pub plan_ms: f64,
+    /// The layout of the first GPUs (at most [`LAYOUT_GPUS`]) after planning, for the report.
+    pub layouts: Vec<String>,
+}
+
+/// GPUs whose layouts the time series keeps.
+pub const LAYOUT_GPUS: usize = 8;
+
+/// Everything one policy's run measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyRun {
+    /// The policy.
+    pub policy: String,
+    /// All requests of the run.
+    pub total: GoodputLedger,
+    /// Retrainings completed, all tenants.
+    pub retrainings_completed: u64,
+    /// Retraining windows that ended without one (the model drifted).
+    pub drift_windows: u64,
+    /// GPU plans applied that changed something.
+    pub reconfigurations: u64,
+    /// GPU-hours of GPUs holding at least one instance.
+    pub gpu_hours: f64,
+    /// Rounds the policy found infeasible (the layouts were kept).
+    pub infeasible_rounds: u64,
+    /// Median planning-round wall time, ms.
+    pub plan_ms_median: f64,
+    /// Wall time of the whole run, seconds (planning and simulation).
+    pub wall_s: f64,
+    /// Per window.
+    pub windows: Vec<WindowRow>,
+}
+
+/// Builds the executor for `scenario` under `policy` (PARIS dispatches with ELSA).
+fn executor_for(scenario: &Scenario, policy: &str) -> Result<Executor, ReplayError> {
+    let config = ExecutorConfig {
+        seed: scenario.seed,
+        dispatch: if policy == "paris" { Dispatch::Elsa } else { Dispatch::EarliestFinish },
+        ..scenario.executor.clone()
+    };
+    let fleet =
+        FleetSpec { models: scenario.models.clone(), tenants: scenario.tenants.clone(), gpus: scenario.gpus.clone() };
+    let interference: Box<dyn Interference> = if scenario.tlb {
+        Box::new(TlbInterference::new(TlbModel::with_seed(scenario.seed), TlbMode::Baseline))
+    } else {
+        Box::new(NoInterference)
+    };
+    Executor::new(config, fleet, interference).map_err(|e| ReplayError::Sim(e.to_string()))
+}
+
+/// Runs `policy` over `scenario` with `arrivals`; `truth` is the run's [`RateTable`] at the planner's slot length.
+/// `progress` is called after each window with (windows done, windows in all).
+pub fn run_policy(
+    scenario: &Scenario,
+    policy_name: &str,
+    arrivals: &dyn Arrivals,
+    truth: &RateTable,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<PolicyRun, ReplayError> {
+    let started = Instant::now();
+    let policy = policy::by_name(policy_name).map_err(ReplayError::Usage)?;
+    let mut exec = executor_for(scenario, policy_name)?;
+    let tenant_ids: Vec<TenantId> = scenario.tenants.iter().map(|t| t.id.clone()).collect();
+    // The executor numbers tenants in id order; map ours to its.
+    let exec_index: Vec<TenantIndex> =
+        tenant_ids.iter().map(|id| exec.tenant_index(id).expect("tenant is in the executor")).collect();
+    let gpu_ids: Vec<(GpuIndex, GpuId)> = exec.gpu_ids().map(|(i, g)| (i, g.clone())).collect();
+
+    let slot_ms = scenario.planner.slot_s * 1000.0;
+    let window_ms = scenario.window_s * 1000.0;
+    let slots_per_window = (window_ms / slot_ms).round() as usize;
+    let horizon = scenario.planner.horizon_slots;
+    let windows = (scenario.duration_ms / window_ms).ceil() as usize;
+
+    let mut forecasters: Vec<Box<dyn Forecaster>> = (0..tenant_ids.len())
+        .map(|i| {
+            let mut f = scenario.forecaster.build();
+            f.observe(truth.mean(i, 0, slots_per_window));
+            f
+        })
+        .collect();
+
+    let mut src = arrivals.open()?;
+    let mut buf: Vec<Arrival> = Vec::new();
+    let mut rows = Vec::with_capacity(windows);
+    let mut plan_ms = Vec::with_capacity(windows);
+    let mut infeasible = 0;
+    let mut gpu_ms = 0.0;
+    let mut prev = Totals::read(&exec, &gpu_ids);
+    for w in 0..windows {
+        let t0 = w as f64 * window_ms;
+        let t1 = ((w + 1) as f64 * window_ms).min(scenario.duration_ms);
+        let first_slot = w * slots_per_window;
+        let input = PlannerInput {
+            epoch: w as u64 + 1,
+            now: SimTime::from_ms(t0.round() as u64),
+            config: tessera_planner::PlannerConfig { seed: scenario.seed, ..scenario.planner.clone() },
+            models: scenario.models.clone(),
+            gpus: gpu_ids
+                .iter()
+                .map(|(i, id)| {
+                    let g = GpuInput {
+                        model: scenario.gpus[id],
+                        health: GpuHealth::Healthy,
+                        layout: exec.gpu_layout(*i),
+                        assignments: exec.gpu_assignments(*i),
+                    };
+                    (id.clone(), g)
+                })
+                .collect(),
+            tenants: tenant_ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    let st = exec.tenant_state(exec_index[i]);
+                    let t = TenantInput {
+                        spec: scenario.tenants[i].clone(),
+                        forecast: forecasters[i].forecast(horizon),
+                        actual: (policy_name == "oracle").then(|| truth.window(i, first_slot, horizon)),
+                        accuracy: st.accuracy,
+                        retraining_due: st.retraining_due,
+                        retraining_done_gpu_s: st.retraining_done_gpu_s,
+                    };
+                    (id.clone(), t)
+                })
+                .collect(),
+            interference: None,
+        };
+        let plan_start = Instant::now();
+        let outcome = policy.plan(&input).map_err(|e| ReplayError::Plan(format!("window {w}: {e}")))?;
+        let round_ms = plan_start.elapsed().as_secs_f64() * 1000.0;
+        plan_ms.push(round_ms);
+        let mut later: Vec<(f64, GpuId, GpuPlan)> = Vec::new();
+        match outcome {
+            PlanOutcome::Planned(report) => {
+                let plan = &report.plan;
+                exec.apply(plan).map_err(|e| ReplayError::Sim(format!("window {w}: applying the plan: {e}")))?;
+                for (gpu, target) in &plan.gpus {
+                    for change in &target.upcoming {
+                        let at = change.at.as_ms() as f64;
+                        if at > t0 && at < t1 {
+                            let step = GpuPlan {
+                                layout: change.layout.clone(),
+                                assignments: change.assignments.clone(),
+                                expected_goodput: 0.0,
+                                explanation: String::new(),
+                                upcoming: vec![],
+                                retraining_epochs: target.retraining_epochs.clone(),
+                            };
+                            later.push((at, gpu.clone(), step));
+                        }
+                    }
+                }
+            }
+            PlanOutcome::Infeasible { .. } => infeasible += 1,
+        }
+        later.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let active = gpu_ids.iter().filter(|(i, _)| !exec.gpu_layout(*i).is_empty()).count() as u32;
+        let layouts = gpu_ids
+            .iter()
+            .take(LAYOUT_GPUS)
+            .map(|(i, id)| exec.gpu_layout(*i).display_for(scenario.gpus[id]))
+            .collect();
+
+        buf.clear();
+        src.next_until(t1, &mut buf)?;
+        let mut fed = 0;
+        for (at, gpu, step) in &later {
+            let upto = fed + buf[fed..].partition_point(|a| a.at_ms < *at);
+            exec.arrive_all(&buf[fed..upto]).map_err(|e| ReplayError::Sim(e.to_string()))?;
+            fed = upto;
+            exec.advance_to(*at).map_err(|e| ReplayError::Sim(e.to_string()))?;
+            exec.apply_plan(gpu, step).map_err(|e| ReplayError::Sim(format!("{gpu} at {at} ms: {e}")))?;
+        }
+        exec.arrive_all(&buf[fed..]).map_err(|e| ReplayError::Sim(e.to_string()))?;
+        exec.advance_to(t1).map_err(|e| ReplayError::Sim(e.to_string()))?;
+
+        for (i, f) in forecasters.iter_mut().enumerate() {
+            for s in first_slot..first_slot + slots_per_window {
+                if (s as f64) * slot_ms < t1 {
+                    f.observe(truth.rates[i].get(s).copied().unwrap_or(0.0));
+                }
+            }
+        }
+        gpu_ms += f64::from(active) * (t1 - t0);
+        let now = Totals::read(&exec, &gpu_ids);
+        let d = now.since(&prev);
+        rows.push(WindowRow {
+            start_s: t0 / 1000.0,
+            requests: d.ledger.requests,
+            completed: d.ledger.completed,
+            within_slo: d.ledger.within_slo,
+            dropped: d.ledger.dropped,
+            goodput: d.ledger.goodput,
+            mean_accuracy: d.ledger.mean_accuracy(),
+            reconfigurations: d.reconfigurations,
+            active_gpus: active,
+            plan_ms: round_ms,
+            layouts,
+        });
+        prev = now;
+        progress(w + 1, windows);
+    }
+    let end = Totals::read(&exec, &gpu_ids);
+    let mut sorted = plan_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(PolicyRun {
+        policy: policy_name.to_string(),
+        total: end.ledger,
+        retrainings_completed: end.retrainings,
+        drift_windows: end.drifts,
+        reconfigurations: end.reconfigurations,
+        gpu_hours: gpu_ms / 3_600_000.0,
+        infeasible_rounds: infeasible,
+        plan_ms_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+        wall_s: started.elapsed().as_secs_f64(),
+        windows: rows,
+    })
+}
+
+/// Cumulative counters read off the executor.
+#[derive(Debug, Clone, Default)]
+struct Totals {
+    ledger: GoodputLedger,
+    reconfigurations: u64,
+    retrainings: u64,
+    drifts: u64,
+}
+
+impl Totals {
+    fn read(exec: &Executor, gpus: &[(GpuIndex, GpuId)]) -> Totals {
+        let mut t = Totals::default();
+        for (i, _) in exec.tenant_ids() {
+            let m = exec.tenant_metrics(i);
+            t.ledger += m.ledger;
+            t.retrainings += m.retrainings_completed;
+            t.drifts += m.drift_windows;
+        }
+        t.reconfigurations = gpus.iter().map(|(g, _)| exec.gpu_metrics(*g).reconfigurations).sum();
+        t
+    }
+
+    fn since(&self, earlier: &Totals) -> Totals {
+        let (a, b) = (&self.ledger, &earlier.ledger);
+        Totals {
+            ledger: GoodputLedger {
+                requests: a.requests - b.requests,
+                completed: a.completed - b.completed,
+                within_slo: a.within_slo - b.within_slo,
+                dropped: a.dropped - b.dropped,
+                goodput: a.goodput - b.goodput,
+                accuracy_sum: a.accuracy_sum - b.accuracy_sum,
+            },
+            reconfigurations: self.reconfigurations - earlier.reconfigurations,
+            retrainings: self.retrainings - earlier.retrainings,
+            drifts: self.drifts - earlier.drifts,
+        }
+    }
+}

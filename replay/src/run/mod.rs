@@ -1,0 +1,427 @@
+//! `replay run` (the default command): a trace through the planner and the simulated fleet, in process, under
+//! virtual time, once per policy, and the comparison.
+//!
+//! - [`mapping`]: trace streams to tenants (model, SLO, retraining, demand); the documented mapping.
+//! - [`arrivals`]: the requests of a run, identical for every policy (trace streams scaled per tenant, Poisson).
+//! - [`driver`]: one policy's run, window by window: plan, apply, serve, measure.
+//! - [`report`]: the terminal table, `summary.json`, `timeseries.csv` and `report.html`.
+//! - [`capacity`]: the fewest GPUs meeting an SLO-attainment target, per policy.
+//! - [`cli`]: the command-line arguments and commands.
+//!
+//! Determinism: every random choice (trace arrival conventions, scaling, tenant specs, Poisson streams) is drawn
+//! from `--seed`; the executor draws nothing and the planner is deterministic, so the same inputs and seed give
+//! the same numbers. Policies run one after another (each planning round already uses every core).
+
+pub mod arrivals;
+pub mod capacity;
+pub mod cli;
+pub mod driver;
+pub mod mapping;
+pub mod report;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tessera_core::GpuModel;
+use tessera_core::ids::{GpuId, NodeId};
+use tessera_core::model::ModelProfile;
+use tessera_core::tenant::{DemandSource, TenantSpec};
+use tessera_planner::PlannerConfig;
+use tessera_planner::forecast::ForecasterConfig;
+use tessera_sim::executor::{Arrival, ExecutorConfig, TenantIndex};
+
+use crate::trace::{self, ArrivalStream, TraceArrival, TraceOptions, TraceScan};
+use arrivals::{ArrivalSource, Arrivals, Merged, PoissonSet, Reorder, Scaler};
+use mapping::Binding;
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// Bad arguments or inputs that do not fit together.
+    #[error("{0}")]
+    Usage(String),
+    /// A trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] trace::TraceError),
+    /// A configuration file could not be read.
+    #[error(transparent)]
+    Config(#[from] tessera_core::config::ConfigError),
+    /// The planner failed (a bug or bad input; an infeasible round is not an error).
+    #[error("planner: {0}")]
+    Plan(String),
+    /// The simulator refused a call.
+    #[error("simulator: {0}")]
+    Sim(String),
+    /// Writing an output failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The failure.
+        source: std::io::Error,
+    },
+}
+
+impl ReplayError {
+    /// Exit status: 2 for bad usage or input, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ReplayError::Usage(_) | ReplayError::Trace(_) | ReplayError::Config(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// What one run simulates: the same for every policy.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// A label for reports (the trace's file name, or "poisson").
+    pub name: String,
+    /// Model profiles by name.
+    pub models: BTreeMap<String, ModelProfile>,
+    /// The fleet.
+    pub gpus: BTreeMap<GpuId, GpuModel>,
+    /// Tenants, in id order (the executor's numbering).
+    pub tenants: Vec<TenantSpec>,
+    /// Length of the run, ms.
+    pub duration_ms: f64,
+    /// Planning interval, seconds (a multiple of the planner's slot).
+    pub window_s: f64,
+    /// Planner settings (slot length, horizon, solver).
+    pub planner: PlannerConfig,
+    /// Forecaster of every tenant.
+    pub forecaster: ForecasterConfig,
+    /// Executor settings (the dispatch rule is set per policy).
+    pub executor: ExecutorConfig,
+    /// Co-location slows tenants down through the L3 TLB model (baseline TLB).
+    pub tlb: bool,
+    /// Seed of every random choice.
+    pub seed: u64,
+}
+
+/// What a user asks for (the command line, parsed).
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// The trace.
+    pub trace: PathBuf,
+    /// How to read and sample it.
+    pub trace_options: TraceOptions,
+    /// The trace's own rate scaling (`--rate-scale`), before the per-tenant factors.
+    pub rate_scale: f64,
+    /// Tenants file; `None`: derived from the trace.
+    pub tenants_file: Option<PathBuf>,
+    /// Derived tenants; `None`: 3 per GPU.
+    pub tenants_count: Option<usize>,
+    /// Fleet file; `None`: `gpus` x `gpu_model` in nodes of 8.
+    pub fleet: Option<PathBuf>,
+    /// GPUs (without a fleet file).
+    pub gpus: usize,
+    /// GPU model (without a fleet file).
+    pub gpu_model: GpuModel,
+    /// Model profiles directory.
+    pub models_dir: PathBuf,
+    /// Mean demand as a fraction of the fleet's compute slices; `None` with a tenants file keeps the trace's rates.
+    pub load: Option<f64>,
+    /// Stop after this much workload time, seconds (`None`: the whole selected window of the trace).
+    pub duration_s: Option<f64>,
+    /// Planning interval, seconds.
+    pub window_s: f64,
+    /// Planner settings.
+    pub planner: PlannerConfig,
+    /// Forecaster.
+    pub forecaster: ForecasterConfig,
+    /// TLB interference on.
+    pub tlb: bool,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// The fleet of `n` GPUs of `model`, in nodes of 8.
+pub fn uniform_fleet(n: usize, model: GpuModel) -> BTreeMap<GpuId, GpuModel> {
+    (0..n)
+        .map(|g| {
+            let node = NodeId::new(format!("node-{:03}", g / 8)).expect("valid node id");
+            (GpuId::new(node, (g % 8) as u32), model)
+        })
+        .collect()
+}
+
+/// A scenario ready to run: what to simulate and where its requests come from.
+pub struct Prepared {
+    /// What to simulate.
+    pub scenario: Scenario,
+    /// The requests.
+    pub arrivals: Box<dyn Arrivals>,
+    /// The trace as scanned (rows, bad rows, streams).
+    pub scan: TraceScan,
+    /// Per tenant: its stream key and mean rate (requests per second) after scaling; Poisson tenants say so.
+    pub tenant_sources: Vec<(String, f64)>,
+}
+
+/// Reads the models, the fleet, the trace (pass 1) and the tenants, and maps them (see [`mapping`]).
+pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
+    if !(spec.window_s > 0.0 && spec.planner.slot_s > 0.0) {
+        return Err(ReplayError::Usage("--window and --slot must be > 0".into()));
+    }
+    let ratio = spec.window_s / spec.planner.slot_s;
+    if (ratio - ratio.round()).abs() > 1e-9 || ratio.round() < 1.0 {
+        return Err(ReplayError::Usage(format!(
+            "--window ({} s) must be a whole number of --slot ({} s)",
+            spec.window_s, spec.planner.slot_s
+        )));
+    }
+    spec.planner.validate().map_err(ReplayError::Usage)?;
+    spec.forecaster.validate().map_err(|e| ReplayError::Usage(format!("forecaster: {e}")))?;
+    if let Some(l) = spec.load
+        && !(l.is_finite() && l > 0.0)
+    {
+        return Err(ReplayError::Usage(format!("--load must be > 0 (got {l})")));
+    }
+    let models = tessera_core::config::load_model_dir(&spec.models_dir)?;
+    let gpus = match &spec.fleet {
+        Some(f) => {
+            let fleet = tessera_core::config::load_fleet(f)?;
+            let mut out = BTreeMap::new();
+            for node in &fleet.nodes {
+                for (i, m) in node.gpus.iter().enumerate() {
+                    out.insert(GpuId::new(node.id.clone(), i as u32), *m);
+                }
+            }
+            out
+        }
+        None => {
+            if spec.gpus == 0 {
+                return Err(ReplayError::Usage("--gpus must be at least 1".into()));
+            }
+            uniform_fleet(spec.gpus, spec.gpu_model)
+        }
+    };
+    let main_model = *gpus.values().next().expect("a fleet has a GPU");
+    // Every MIG-capable GPU has 7 compute slices.
+    let fleet_slices = 7.0 * gpus.len() as f64;
+
+    let scan = trace::scan(&spec.trace, &spec.trace_options)?;
+    let rates: Vec<f64> = scan.streams.iter().map(|s| s.mean_rate_rps * spec.rate_scale).collect();
+    if scan.streams.is_empty() {
+        return Err(ReplayError::Usage(format!("{}: no stream in the selected window", spec.trace.display())));
+    }
+    let mut duration_s = scan.duration_s;
+    if let Some(d) = spec.duration_s {
+        duration_s = duration_s.min(d);
+    }
+    if duration_s <= 0.0 {
+        return Err(ReplayError::Usage(format!("{}: the selected window is empty", spec.trace.display())));
+    }
+
+    let mut bindings: Vec<Binding> = match &spec.tenants_file {
+        None => derived(spec, &scan, &rates, &models, main_model, fleet_slices)?,
+        Some(f) => given(spec, f, &scan, &rates, &models, main_model, fleet_slices)?,
+    };
+    bindings.sort_by(|a, b| a.spec.id.cmp(&b.spec.id));
+    for b in &bindings {
+        if !models.contains_key(&b.spec.model) {
+            return Err(ReplayError::Usage(format!(
+                "tenant {}: model {:?} is not in {} (known: {})",
+                b.spec.id,
+                b.spec.model,
+                spec.models_dir.display(),
+                models.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+
+    let duration_ms = duration_s * 1000.0;
+    let mut parts: Vec<Box<dyn Arrivals>> = Vec::new();
+    let traced: Vec<(TenantIndex, usize, f64)> =
+        bindings.iter().enumerate().filter_map(|(i, b)| b.stream.map(|(s, k)| (TenantIndex(i as u32), s, k))).collect();
+    let tenant_sources = bindings
+        .iter()
+        .map(|b| match (b.stream, &b.spec.demand) {
+            (Some((s, k)), _) => (scan.streams[s].key.clone(), rates[s] * k),
+            (None, DemandSource::Poisson { rate_rps }) => ("poisson".to_string(), *rate_rps),
+            (None, _) => ("-".to_string(), 0.0),
+        })
+        .collect();
+    if !traced.is_empty() {
+        parts.push(Box::new(TraceArrivals {
+            scan: scan.clone(),
+            rate_scale: spec.rate_scale,
+            tenants: traced,
+            seed: spec.seed,
+            end_ms: duration_ms,
+        }));
+    }
+    let poisson: Vec<(TenantIndex, f64)> = bindings
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| match (&b.stream, &b.spec.demand) {
+            (None, DemandSource::Poisson { rate_rps }) => Some((TenantIndex(i as u32), *rate_rps)),
+            _ => None,
+        })
+        .collect();
+    if !poisson.is_empty() {
+        parts.push(Box::new(PoissonSet { seed: spec.seed, rates: poisson, end_ms: duration_ms }));
+    }
+    let scenario = Scenario {
+        name: spec.trace.file_name().map_or_else(|| "trace".into(), |n| n.to_string_lossy().into_owned()),
+        models,
+        gpus,
+        tenants: bindings.into_iter().map(|b| b.spec).collect(),
+        duration_ms,
+        window_s: spec.window_s,
+        planner: spec.planner.clone(),
+        forecaster: spec.forecaster.clone(),
+        executor: ExecutorConfig::default(),
+        tlb: spec.tlb,
+        seed: spec.seed,
+    };
+    Ok(Prepared { scenario, arrivals: Box::new(Merged { parts }), scan, tenant_sources })
+}
+
+/// Derived tenants (see [`mapping`]).
+fn derived(
+    spec: &RunSpec,
+    scan: &TraceScan,
+    rates: &[f64],
+    models: &BTreeMap<String, ModelProfile>,
+    gpu: GpuModel,
+    fleet_slices: f64,
+) -> Result<Vec<Binding>, ReplayError> {
+    let usable = mapping::usable_models(models, gpu);
+    if usable.is_empty() {
+        return Err(ReplayError::Usage(format!(
+            "no model in {} serves on a 2g instance of {gpu}",
+            spec.models_dir.display()
+        )));
+    }
+    let n = spec.tenants_count.unwrap_or(3 * (fleet_slices / 7.0).round().max(1.0) as usize);
+    if n == 0 {
+        return Err(ReplayError::Usage("--tenants-count must be at least 1".into()));
+    }
+    let streams = scan.streams.len();
+    let mut sharers = vec![0usize; streams];
+    for i in 0..n {
+        sharers[i % streams] += 1;
+    }
+    let specs: Vec<TenantSpec> = (0..n)
+        .map(|i| mapping::derived_tenant(i, &scan.streams[i % streams].key, usable[i % usable.len()], gpu, spec.seed))
+        .collect();
+    let weights: Vec<f64> = (0..n).map(|i| rates[i % streams] / sharers[i % streams] as f64).collect();
+    let load = spec.load.unwrap_or(0.6);
+    let demand = mapping::capped_shares(&weights, load * fleet_slices, mapping::MAX_TENANT_SLICES);
+    Ok(specs
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let stream = i % streams;
+            let target_rps = demand[i] / mapping::slices_per_rps(models, &s, gpu);
+            let raw = rates[stream].max(1e-12);
+            Binding { spec: s, stream: Some((stream, target_rps / raw)) }
+        })
+        .collect())
+}
+
+/// Tenants from a file (see [`mapping`]).
+fn given(
+    spec: &RunSpec,
+    file: &Path,
+    scan: &TraceScan,
+    rates: &[f64],
+    models: &BTreeMap<String, ModelProfile>,
+    gpu: GpuModel,
+    fleet_slices: f64,
+) -> Result<Vec<Binding>, ReplayError> {
+    let tenants = tessera_core::config::load_tenants(file)?;
+    let mut out = Vec::with_capacity(tenants.len());
+    for t in tenants {
+        if !models.contains_key(&t.model) {
+            return Err(ReplayError::Usage(format!(
+                "{}: tenant {}: model {:?} is not in {}",
+                file.display(),
+                t.id,
+                t.model,
+                spec.models_dir.display()
+            )));
+        }
+        let stream = match &t.demand {
+            DemandSource::Trace { selector, scale } => {
+                Some((mapping::rank_of(&t.id, selector, scan.streams.len())?, *scale))
+            }
+            DemandSource::Poisson { .. } => None,
+        };
+        out.push(Binding { spec: t, stream });
+    }
+    if let Some(load) = spec.load {
+        let traced_slices: f64 = out
+            .iter()
+            .filter_map(|b| b.stream.map(|(s, k)| rates[s] * k * mapping::slices_per_rps(models, &b.spec, gpu)))
+            .sum();
+        if traced_slices > 0.0 {
+            let factor = load * fleet_slices / traced_slices;
+            for b in &mut out {
+                if let Some((_, k)) = &mut b.stream {
+                    *k *= factor;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Trace tenants: each takes its stream's arrivals times its factor ([`Scaler`]).
+struct TraceArrivals {
+    scan: TraceScan,
+    rate_scale: f64,
+    /// `(tenant, stream, factor)`.
+    tenants: Vec<(TenantIndex, usize, f64)>,
+    seed: u64,
+    end_ms: f64,
+}
+
+impl Arrivals for TraceArrivals {
+    fn open(&self) -> Result<Box<dyn ArrivalSource>, ReplayError> {
+        let stream = self.scan.arrivals(self.rate_scale)?;
+        let mut by_stream: Vec<Vec<(TenantIndex, Scaler)>> = (0..self.scan.streams.len()).map(|_| Vec::new()).collect();
+        for &(t, s, k) in &self.tenants {
+            by_stream[s].push((t, Scaler::new(self.seed, t, k, arrivals::SPREAD_MS)));
+        }
+        Ok(Box::new(TraceSource {
+            stream,
+            by_stream,
+            raw: Vec::new(),
+            copies: Vec::new(),
+            reorder: Reorder::default(),
+            end_ms: self.end_ms,
+        }))
+    }
+}
+
+struct TraceSource {
+    stream: ArrivalStream,
+    by_stream: Vec<Vec<(TenantIndex, Scaler)>>,
+    raw: Vec<TraceArrival>,
+    copies: Vec<f64>,
+    reorder: Reorder,
+    end_ms: f64,
+}
+
+impl ArrivalSource for TraceSource {
+    fn next_until(&mut self, until_ms: f64, out: &mut Vec<Arrival>) -> Result<(), ReplayError> {
+        self.raw.clear();
+        self.stream.next_window(until_ms / 1000.0, &mut self.raw)?;
+        for a in &self.raw {
+            let t_ms = a.time_s * 1000.0;
+            for (tenant, scaler) in &mut self.by_stream[a.stream as usize] {
+                self.copies.clear();
+                scaler.copies(t_ms, &mut self.copies);
+                for &c in &self.copies {
+                    if c < self.end_ms {
+                        self.reorder.push(Arrival { at_ms: c, tenant: *tenant });
+                    }
+                }
+            }
+        }
+        self.reorder.release(until_ms, out);
+        Ok(())
+    }
+}

@@ -1,0 +1,271 @@
+//! What a run shows: the terminal table, and in `--out DIR` `summary.json`, `timeseries.csv` and `report.html`
+//! (plots as inline SVG, viewable offline).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::driver::{LAYOUT_GPUS, PolicyRun};
+use super::{ReplayError, Scenario};
+
+/// The comparison of a run's policies.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// The trace's file name.
+    pub trace: String,
+    /// The seed.
+    pub seed: u64,
+    /// Per policy, in the order run.
+    pub runs: Vec<PolicyRun>,
+}
+
+impl Comparison {
+    /// Goodput of the `oracle` run, if there was one.
+    pub fn oracle_goodput(&self) -> Option<f64> {
+        self.runs.iter().find(|r| r.policy == "oracle").map(|r| r.total.goodput)
+    }
+
+    /// `goodput / oracle goodput` for `run` (`None` without an oracle run).
+    pub fn vs_oracle(&self, run: &PolicyRun) -> Option<f64> {
+        self.oracle_goodput().map(|o| if o > 0.0 { run.total.goodput / o } else { 0.0 })
+    }
+
+    /// The terminal table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{:<9} {:>14} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7}",
+            "policy",
+            "goodput",
+            "vs_oracle",
+            "slo_att",
+            "mean_acc",
+            "retrains",
+            "reconfig",
+            "gpu_h",
+            "requests",
+            "plan_ms",
+            "wall_s"
+        );
+        for r in &self.runs {
+            let _ = writeln!(
+                s,
+                "{:<9} {:>14.1} {:>9} {:>8.4} {:>8.4} {:>8} {:>8} {:>8.2} {:>9} {:>8.1} {:>7.2}",
+                r.policy,
+                r.total.goodput,
+                self.vs_oracle(r).map_or("-".to_string(), |v| format!("{v:.4}")),
+                r.total.slo_attainment(),
+                r.total.mean_accuracy(),
+                r.retrainings_completed,
+                r.reconfigurations,
+                r.gpu_hours,
+                r.total.requests,
+                r.plan_ms_median,
+                r.wall_s,
+            );
+        }
+        s
+    }
+
+    /// `summary.json`.
+    pub fn summary(&self, scenario: &Scenario) -> Value {
+        let mut policies = serde_json::Map::new();
+        for r in &self.runs {
+            policies.insert(
+                r.policy.clone(),
+                json!({
+                    "goodput": r.total.goodput,
+                    "goodput_vs_oracle": self.vs_oracle(r),
+                    "slo_attainment": r.total.slo_attainment(),
+                    "mean_accuracy": r.total.mean_accuracy(),
+                    "reconfigurations": r.reconfigurations,
+                    "requests": r.total.requests,
+                    "requests_within_slo": r.total.within_slo,
+                    "completed": r.total.completed,
+                    "dropped": r.total.dropped,
+                    "retrainings_completed": r.retrainings_completed,
+                    "drift_windows": r.drift_windows,
+                    "gpu_hours": r.gpu_hours,
+                    "infeasible_rounds": r.infeasible_rounds,
+                    "plan_ms_median": r.plan_ms_median,
+                    "wall_s": r.wall_s,
+                }),
+            );
+        }
+        json!({
+            "trace": self.trace,
+            "seed": self.seed,
+            "scenario": {
+                "gpus": scenario.gpus.len(),
+                "tenants": scenario.tenants.len(),
+                "duration_s": scenario.duration_ms / 1000.0,
+                "window_s": scenario.window_s,
+                "slot_s": scenario.planner.slot_s,
+                "horizon_slots": scenario.planner.horizon_slots,
+                "forecaster": scenario.forecaster.to_string(),
+                "tlb": scenario.tlb,
+            },
+            "policies": policies,
+        })
+    }
+
+    /// `timeseries.csv`: one row per policy and window.
+    pub fn timeseries(&self) -> String {
+        let mut s = String::from(
+            "policy,start_s,requests,completed,within_slo,dropped,goodput,slo_attainment,mean_accuracy,reconfigurations,active_gpus,plan_ms",
+        );
+        for g in 0..LAYOUT_GPUS {
+            let _ = write!(s, ",layout_gpu{g}");
+        }
+        s.push('\n');
+        for r in &self.runs {
+            for w in &r.windows {
+                let att = if w.requests == 0 { 1.0 } else { w.within_slo as f64 / w.requests as f64 };
+                let _ = write!(
+                    s,
+                    "{},{},{},{},{},{},{:.3},{:.6},{:.6},{},{},{:.2}",
+                    r.policy,
+                    w.start_s,
+                    w.requests,
+                    w.completed,
+                    w.within_slo,
+                    w.dropped,
+                    w.goodput,
+                    att,
+                    w.mean_accuracy,
+                    w.reconfigurations,
+                    w.active_gpus,
+                    w.plan_ms
+                );
+                for g in 0..LAYOUT_GPUS {
+                    let _ = write!(s, ",{}", w.layouts.get(g).map_or("", String::as_str));
+                }
+                s.push('\n');
+            }
+        }
+        s
+    }
+
+    /// `report.html`: the table, and plots of goodput, SLO attainment, accuracy and reconfigurations per window,
+    /// and the layouts of the first GPUs over time.
+    pub fn html(&self, scenario: &Scenario) -> Result<String, ReplayError> {
+        let mut h = String::new();
+        let _ = write!(
+            h,
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>Tessera replay: {t}</title><style>\
+             body{{font-family:sans-serif;margin:2em;max-width:1100px}} pre{{background:#f4f4f4;padding:1em}}\
+             table{{border-collapse:collapse;font-size:12px}} td,th{{border:1px solid #ccc;padding:2px 6px}}</style>\
+             </head><body><h1>Tessera replay: {t}</h1><p>{g} GPUs, {n} tenants, {d:.0} s of workload time, planning every \
+             {w} s (slots of {s} s, horizon {hz}), seed {seed}.</p><pre>{table}</pre>",
+            t = escape(&self.trace),
+            g = scenario.gpus.len(),
+            n = scenario.tenants.len(),
+            d = scenario.duration_ms / 1000.0,
+            w = scenario.window_s,
+            s = scenario.planner.slot_s,
+            hz = scenario.planner.horizon_slots,
+            seed = self.seed,
+            table = escape(&self.table()),
+        );
+        type Metric = fn(&super::driver::WindowRow) -> f64;
+        let plots: [(&str, Metric); 4] = [
+            ("Goodput per window", |w| w.goodput),
+            (
+                "SLO attainment per window",
+                |w| if w.requests == 0 { 1.0 } else { w.within_slo as f64 / w.requests as f64 },
+            ),
+            ("Mean accuracy of served requests", |w| w.mean_accuracy),
+            ("Reconfigurations per window", |w| w.reconfigurations as f64),
+        ];
+        for (title, f) in plots {
+            let _ = write!(h, "<h2>{title}</h2>{}", self.svg(title, f)?);
+        }
+        h.push_str("<h2>Layouts over time</h2><p>The first GPUs' layouts at each window start (after planning).</p>");
+        for r in &self.runs {
+            let _ = write!(h, "<h3>{}</h3><table><tr><th>t (s)</th>", escape(&r.policy));
+            let gpus = r.windows.first().map_or(0, |w| w.layouts.len());
+            for g in 0..gpus {
+                let _ = write!(h, "<th>GPU {g}</th>");
+            }
+            h.push_str("</tr>");
+            let mut last: Option<&Vec<String>> = None;
+            for w in &r.windows {
+                if last == Some(&w.layouts) {
+                    continue;
+                }
+                let _ = write!(h, "<tr><td>{}</td>", w.start_s);
+                for l in &w.layouts {
+                    let _ = write!(h, "<td>{}</td>", escape(l));
+                }
+                h.push_str("</tr>");
+                last = Some(&w.layouts);
+            }
+            h.push_str("</table>");
+        }
+        h.push_str("</body></html>\n");
+        Ok(h)
+    }
+
+    fn svg(&self, title: &str, metric: fn(&super::driver::WindowRow) -> f64) -> Result<String, ReplayError> {
+        let mut out = String::new();
+        {
+            let root = SVGBackend::with_string(&mut out, (1000, 320)).into_drawing_area();
+            let draw = |e: String| ReplayError::Usage(format!("plot {title}: {e}"));
+            root.fill(&WHITE).map_err(|e| draw(e.to_string()))?;
+            let x_max = self.runs.iter().flat_map(|r| r.windows.last()).map(|w| w.start_s).fold(1.0, f64::max);
+            let y_max =
+                self.runs.iter().flat_map(|r| r.windows.iter().map(metric)).fold(0.0, f64::max).max(1e-9) * 1.05;
+            let mut chart = ChartBuilder::on(&root)
+                .margin(10)
+                .x_label_area_size(30)
+                .y_label_area_size(70)
+                .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+                .map_err(|e| draw(e.to_string()))?;
+            chart.configure_mesh().x_desc("workload time (s)").draw().map_err(|e| draw(e.to_string()))?;
+            for (i, r) in self.runs.iter().enumerate() {
+                let color = Palette99::pick(i).to_rgba();
+                chart
+                    .draw_series(LineSeries::new(
+                        r.windows.iter().map(|w| (w.start_s, metric(w))),
+                        color.stroke_width(2),
+                    ))
+                    .map_err(|e| draw(e.to_string()))?
+                    .label(r.policy.clone())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| draw(e.to_string()))?;
+            root.present().map_err(|e| draw(e.to_string()))?;
+        }
+        Ok(out)
+    }
+
+    /// Writes `summary.json`, `timeseries.csv` and `report.html` into `dir` (created if missing).
+    pub fn write(&self, dir: &Path, scenario: &Scenario) -> Result<(), ReplayError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ReplayError::Io { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let summary = serde_json::to_string_pretty(&self.summary(scenario)).expect("JSON values serialise");
+        let p = dir.join("summary.json");
+        std::fs::write(&p, summary + "\n").map_err(io(&p))?;
+        let p = dir.join("timeseries.csv");
+        std::fs::write(&p, self.timeseries()).map_err(io(&p))?;
+        let p = dir.join("report.html");
+        std::fs::write(&p, self.html(scenario)?).map_err(io(&p))?;
+        Ok(())
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}

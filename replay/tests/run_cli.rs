@@ -1,0 +1,198 @@
+//! `replay` runs end to end: the binary on the shipped trace (every output), determinism per seed, tenants files,
+//! capacity, and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn replay() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_replay"));
+    c.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    c
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("run_cli").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "status {:?}\nstderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn failed(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(2), "stdout: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+/// A small run: 2 GPUs at a tenth of their capacity, 10 minutes of the default trace, planning every minute.
+const SMALL: &[&str] = &["--gpus", "2", "--duration", "10m", "--horizon", "6", "--load", "0.1"];
+
+#[test]
+fn default_trace_every_output_and_the_oracle_ratio() {
+    let dir = scratch("outputs");
+    let out = replay().args(SMALL).args(["--policy", "tessera,static,oracle", "--out"]).arg(&dir).output().unwrap();
+    let table = ok(&out);
+    for p in ["tessera", "static", "oracle"] {
+        assert!(table.lines().any(|l| l.starts_with(p)), "{p} missing:\n{table}");
+    }
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["trace"], "azure-llm-2023-conv.csv");
+    assert_eq!(summary["seed"], 1);
+    for p in ["tessera", "static", "oracle"] {
+        let s = &summary["policies"][p];
+        for key in [
+            "goodput",
+            "goodput_vs_oracle",
+            "slo_attainment",
+            "mean_accuracy",
+            "reconfigurations",
+            "requests",
+            "requests_within_slo",
+            "wall_s",
+        ] {
+            assert!(s[key].is_number(), "{p}.{key} missing in {s}");
+        }
+        let requests = s["requests"].as_u64().unwrap();
+        let within = s["requests_within_slo"].as_u64().unwrap();
+        assert!(requests > 1000 && within <= requests, "{s}");
+        let att = s["slo_attainment"].as_f64().unwrap();
+        assert!((att - within as f64 / requests as f64).abs() < 1e-9);
+        assert!(s["goodput"].as_f64().unwrap() <= within as f64 + 1e-6, "goodput is accuracy-weighted");
+    }
+    assert_eq!(summary["policies"]["oracle"]["goodput_vs_oracle"], 1.0);
+    // Every policy sees the same requests.
+    let req = |p: &str| summary["policies"][p]["requests"].as_u64().unwrap();
+    assert_eq!(req("tessera"), req("static"));
+    assert_eq!(req("tessera"), req("oracle"));
+
+    let csv = std::fs::read_to_string(dir.join("timeseries.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert!(rows[0].starts_with("policy,start_s,requests,"));
+    assert_eq!(rows.len(), 1 + 3 * 10, "10 one-minute windows per policy");
+    let summed: u64 = rows[1..]
+        .iter()
+        .filter(|r| r.starts_with("tessera,"))
+        .map(|r| r.split(',').nth(2).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(summed, req("tessera"), "windows add up to the total");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("Goodput per window") && html.contains("Layouts over time"));
+    assert!(!html.contains("http://") || html.contains("http://www.w3.org"), "viewable offline");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_numbers_and_another_seed_others() {
+    let run = |seed: &str| -> Value {
+        let out = replay().args(SMALL).args(["--policy", "ekya,paris", "--json", "--seed", seed]).output().unwrap();
+        let mut v: Value = serde_json::from_str(&ok(&out)).unwrap();
+        for p in ["ekya", "paris"] {
+            let s = v["policies"][p].as_object_mut().unwrap();
+            s.remove("wall_s");
+            s.remove("plan_ms_median");
+        }
+        v
+    };
+    let a = run("7");
+    assert_eq!(a, run("7"));
+    assert_ne!(a["policies"]["ekya"], run("8")["policies"]["ekya"]);
+}
+
+#[test]
+fn tenants_files_with_trace_ranks_and_poisson_tenants() {
+    let dir = scratch("tenants");
+    let file = dir.join("tenants.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[tenant]]
+id = "chat"
+model = "resnet50"
+slo = "40ms"
+demand = { trace = "rank:1", scale = 60.0 }
+
+[[tenant]]
+id = "cam"
+model = "mobilenet_v2"
+slo = "20ms"
+demand = { poisson_rps = 300.0 }
+[tenant.retraining]
+window = "200s"
+work_gpu_s = 20.0
+epochs = 5
+initial_accuracy = 0.68
+curve = { b0 = 1.6, b1 = 2.0, b2 = 0.10 }
+drift_per_window = 0.03
+floor = 0.50
+"#,
+    )
+    .unwrap();
+    let out = replay()
+        .args(["--gpus", "1", "--duration", "5m", "--policy", "tessera", "--json", "--tenants"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let requests = v["policies"]["tessera"]["requests"].as_u64().unwrap() as f64;
+    // 300 req/s Poisson plus the conversation trace's ~5.4 req/s x 60, for 300 s.
+    assert!((150_000.0..230_000.0).contains(&requests), "{requests}");
+    assert_eq!(v["scenario"]["tenants"], 2);
+
+    std::fs::write(
+        &file,
+        "[[tenant]]\nid = \"x\"\nmodel = \"resnet50\"\nslo = \"40ms\"\ndemand = { trace = \"rank:3\" }\n",
+    )
+    .unwrap();
+    let err = failed(&replay().args(["--duration", "1m", "--tenants"]).arg(&file).output().unwrap());
+    assert!(err.contains("tenant x") && err.contains("rank:3") && err.contains("1 stream"), "{err}");
+}
+
+#[test]
+fn capacity_finds_the_fewest_gpus_meeting_the_target() {
+    let out = replay()
+        .args(["capacity", "--policy", "static", "--gpus", "2", "--load", "0.3", "--duration", "4m"])
+        .args(["--target-slo", "0.5"])
+        .args(["--max-gpus", "4", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let r = &v[0];
+    assert_eq!(r["policy"], "static");
+    let n = r["gpus"].as_u64().expect("met within 4 GPUs") as usize;
+    let tried = r["tried"].as_array().unwrap();
+    for t in tried {
+        let (g, att) = (t[0].as_u64().unwrap() as usize, t[1].as_f64().unwrap());
+        if g == n {
+            assert!(att >= 0.5);
+        }
+        if g < n {
+            assert!(att < 0.5, "{g} GPUs met the target but {n} was reported");
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_named() {
+    let err = failed(&replay().args(["--policy", "tessera,nope", "--duration", "1m"]).output().unwrap());
+    assert!(err.contains("--policy") && err.contains("nope"), "{err}");
+    let err = failed(&replay().args(["--gpu-model", "V100", "--duration", "1m"]).output().unwrap());
+    assert!(err.contains("--gpu-model") && err.contains("V100"), "{err}");
+    let err = failed(&replay().args(["--plan-every", "15", "--slot", "10", "--duration", "1m"]).output().unwrap());
+    assert!(err.contains("whole number"), "{err}");
+    let err = failed(&replay().args(["--mode", "cluster"]).output().unwrap());
+    assert!(err.contains("cluster"), "{err}");
+
+    // A malformed row names the file, the line and the column; nothing runs.
+    let dir = scratch("bad");
+    let trace = dir.join("llm.csv");
+    std::fs::write(&trace, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:47.0000000,abc,4\n")
+        .unwrap();
+    let err = failed(&replay().args(["--duration", "1m", "--trace"]).arg(&trace).output().unwrap());
+    assert!(err.contains("llm.csv") && err.contains(":3") && err.contains("ContextTokens"), "{err}");
+    let missing = failed(&replay().args(["--trace", "no/such/trace.csv"]).output().unwrap());
+    assert!(missing.contains("no/such/trace.csv"), "{missing}");
+}
