@@ -34,6 +34,41 @@ enum Command {
     /// The fewest GPUs on which each policy meets an SLO-attainment target (`--target-slo`), for the demand the
     /// run options map from the trace.
     Capacity(Box<CapacityArgs>),
+    /// Write a synthetic Azure Functions 2019 day (invocations, durations and memory files, in the trace's exact
+    /// schema: heavy-tailed popularity, a diurnal curve, periodic timers) into a folder, for `--trace`.
+    SynthAzure2019(SynthArgs),
+}
+
+#[derive(Args)]
+struct SynthArgs {
+    /// Folder to write the three files into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Functions (rows of the invocations file).
+    #[arg(long, default_value_t = 500)]
+    functions: usize,
+    /// Expected invocations over the day, all functions together.
+    #[arg(long, default_value_t = 5_000_000)]
+    invocations: u64,
+    /// Day number in the file names (dNN).
+    #[arg(long, default_value_t = 1)]
+    day: u32,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn synth(a: SynthArgs) -> anyhow::Result<String> {
+    std::fs::create_dir_all(&a.out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", a.out.display()))?;
+    let spec = tessera_replay::trace::SyntheticDaySpec {
+        day: a.day,
+        functions: a.functions,
+        total_invocations: a.invocations,
+        seed: a.seed,
+        ..Default::default()
+    };
+    let files = tessera_replay::trace::generate_azure_functions_2019_day(&a.out, &spec)?;
+    Ok(files.iter().map(|f| format!("{}\n", f.display())).collect())
 }
 
 #[derive(Args)]
@@ -142,6 +177,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Some(Command::Plan(a)) => plan(*a),
+        Some(Command::SynthAzure2019(a)) => synth(a),
         Some(Command::Capacity(a)) => return replay_cmd(|out| run_cli::capacity(&a, out).map(drop)),
         None => return replay_cmd(|out| run_cli::run(&cli.run, out).map(drop)),
     };

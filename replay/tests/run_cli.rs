@@ -196,3 +196,27 @@ fn bad_input_is_named() {
     let missing = failed(&replay().args(["--trace", "no/such/trace.csv"]).output().unwrap());
     assert!(missing.contains("no/such/trace.csv"), "{missing}");
 }
+
+#[test]
+fn a_synthetic_azure_functions_2019_day_replays() {
+    let dir = scratch("azure2019");
+    let out = replay()
+        .args(["synth-azure2019", "--functions", "40", "--invocations", "200000", "--seed", "3", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let files = ok(&out);
+    let invocations = files.lines().find(|l| l.contains("invocations_per_function_md.anon.d01.csv")).expect(&files);
+    assert_eq!(files.lines().count(), 3, "{files}");
+    let out = replay()
+        .args(["--trace", invocations, "--window-start", "6h", "--window-duration", "10m", "--sample", "top-k:6"])
+        .args(["--gpus", "2", "--load", "0.1", "--policy", "static,tessera", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(v["trace"], "invocations_per_function_md.anon.d01.csv");
+    assert_eq!(v["scenario"]["duration_s"], 600.0);
+    let requests = v["policies"]["tessera"]["requests"].as_u64().unwrap();
+    assert!(requests > 10_000, "{v}");
+    assert_eq!(requests, v["policies"]["static"]["requests"].as_u64().unwrap());
+}
