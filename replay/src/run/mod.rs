@@ -380,10 +380,12 @@ struct TraceArrivals {
 
 impl Arrivals for TraceArrivals {
     fn open(&self) -> Result<Box<dyn ArrivalSource>, ReplayError> {
-        let stream = self.scan.arrivals(self.rate_scale)?;
+        // `--rate-scale` goes through the same per-tenant [`Scaler`] as the mapping's factors (the trace module's
+        // own rate scaling stacks copies at one instant, which multiplies burstiness).
+        let stream = self.scan.arrivals(1.0)?;
         let mut by_stream: Vec<Vec<(TenantIndex, Scaler)>> = (0..self.scan.streams.len()).map(|_| Vec::new()).collect();
         for &(t, s, k) in &self.tenants {
-            by_stream[s].push((t, Scaler::new(self.seed, t, k, arrivals::SPREAD_MS)));
+            by_stream[s].push((t, Scaler::new(self.seed, t, k * self.rate_scale, arrivals::SPREAD_MS)));
         }
         Ok(Box::new(TraceSource {
             stream,

@@ -59,8 +59,8 @@ pub struct TraceArgs {
 
     /// Rate scaling: keep each invocation floor(R) times plus once more with probability frac(R).
     ///
-    /// R < 1 thins the trace, R > 1 duplicates invocations (at the same instant). Independent of --time-scale.
-    /// Seeded per stream.
+    /// R < 1 thins the trace, R > 1 duplicates invocations; a replay run spreads the copies of a request over the
+    /// next 10 s (as it does for --load). Independent of --time-scale. Seeded.
     #[arg(long, value_name = "R", default_value_t = 1.0)]
     pub rate_scale: f64,
 
