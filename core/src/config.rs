@@ -88,7 +88,7 @@ impl ConfigError {
 }
 
 /// Deserialises TOML, mapping errors to the file, position and field path.
-fn from_toml<'de, T: Deserialize<'de>>(text: &'de str, file: &Path) -> Result<T, ConfigError> {
+pub fn from_toml<'de, T: Deserialize<'de>>(text: &'de str, file: &Path) -> Result<T, ConfigError> {
     let position = |span: Option<std::ops::Range<usize>>| {
         span.map(|s| {
             let before = &text[..s.start.min(text.len())];

@@ -53,6 +53,7 @@ pub enum LatencyModel {
     /// Measured points: per compute-slice size, `(batch, ms)` sorted by batch.
     Table {
         /// Points per instance size.
+        #[serde(with = "slice_keys")]
         points: BTreeMap<u8, Vec<(u32, f64)>>,
     },
 }
@@ -99,7 +100,7 @@ pub enum TrainingSpeed {
     /// `speed(g) = (g/7)^exponent`.
     Exponent(f64),
     /// Measured relative speeds per compute-slice size.
-    Table(BTreeMap<u8, f64>),
+    Table(#[serde(with = "slice_keys")] BTreeMap<u8, f64>),
 }
 
 impl TrainingSpeed {
@@ -333,5 +334,30 @@ mod tests {
         m.inference_memory_gib = 60.0;
         assert_eq!(m.smallest_inference_profile(GpuModel::A100_40GB), None);
         assert_eq!(m.smallest_inference_profile(GpuModel::H100_80GB), Some(Profile::G7));
+    }
+}
+
+/// Maps keyed by compute-slice size (`1`, `2`, ...) written with string keys, as TOML and JSON keys are strings,
+/// and parsed back here. Serde's derived impls cannot read integer keys from JSON strings once a value has been
+/// buffered (inside an internally tagged enum such as the coordinator's replicated `fleet::Command`).
+mod slice_keys {
+    use std::collections::BTreeMap;
+
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<V: Serialize, S: Serializer>(map: &BTreeMap<u8, V>, s: S) -> Result<S::Ok, S::Error> {
+        // In numeric order (the map's), which a map keyed by text would not keep ("10" before "2").
+        s.collect_map(map.iter().map(|(k, v)| (k.to_string(), v)))
+    }
+
+    pub fn deserialize<'de, V: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u8, V>, D::Error> {
+        BTreeMap::<String, V>::deserialize(d)?
+            .into_iter()
+            .map(|(k, v)| {
+                let n = k.trim().parse::<u8>().map_err(|_| D::Error::custom(format!("`{k}` is not a slice size")))?;
+                Ok((n, v))
+            })
+            .collect()
     }
 }

@@ -63,8 +63,9 @@ fn every_config_file_parses() {
                 }
             }
             // A service's own configuration: parsed and validated by that crate's tests (tessera-agent:
-            // `config::tests::the_shipped_config_is_valid`), which core cannot depend on.
-            ("agent.toml", Some("toml")) => {}
+            // `config::tests::the_shipped_config_is_valid`, tessera-coordinator: `config::tests::the_shipped_config_is_valid`),
+            // which core cannot depend on.
+            ("agent.toml" | "coordinator.toml", Some("toml")) => {}
             _ => panic!("configs/{rel}: no parser for this file; add one to core/tests/configs.rs"),
         }
         parsed += 1;
@@ -101,4 +102,16 @@ fn example_fleet_and_tenants_are_accepted_by_the_state_machine() {
     });
     assert_eq!(per_model.get(&GpuModel::H200_141GB), Some(&8));
     assert!(state.gpus.contains_key(&"h100-2/7".parse::<GpuId>().unwrap()));
+}
+
+#[test]
+fn put_model_commands_survive_the_coordinators_json_log() {
+    // The coordinator replicates commands as JSON inside internally tagged enums; every shipped profile, with its
+    // tables keyed by slice size, must come back equal.
+    for (name, profile) in load_model_dir(&configs().join("models")).unwrap() {
+        let command = Command::PutModel { profile };
+        let json = serde_json::to_string(&command).unwrap();
+        let back: Command = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{name}: {e}\n{json}"));
+        assert_eq!(back, command, "{name}");
+    }
 }

@@ -3,12 +3,14 @@
 //! - [`layout`]: placements and layouts (`Placement`, `Layout`).
 //! - [`plan`]: plans and their parts (`Role`, `Work`, `Assignment`, `PlannedChange`, `GpuPlan`).
 //! - [`fleet`]: a GPU as a node registers it (`GpuDescriptor`).
+//! - [`tenant`]: a tenant spec as the coordinator API carries it (`TenantSpec`).
 //!
 //! Core to wire is infallible (`From`); wire to core is `TryFrom` with a [`ConvertError`] naming the field.
 
 pub mod fleet;
 pub mod layout;
 pub mod plan;
+pub mod tenant;
 
 /// A message field that does not convert to its `core` type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,0 +1,353 @@
+//! `coordinator serve --config FILE`: the coordinator's TOML configuration, parsed raw (unknown fields refused)
+//! and validated into [`CoordinatorConfig`]. Flags override the file, as etcd's do ([`Overrides`]). Durations are
+//! strings (`"100ms"`, `"60s"`); relative paths are relative to the config file; every error names the file (or
+//! flag) and the field.
+//!
+//! ```toml
+//! id = 1                                   # required: this node's Raft id (> 0)
+//! listen = "127.0.0.1:7001"                # required: gRPC (API, agents, Raft peers)
+//! advertise = "127.0.0.1:7001"             # optional: the address peers and clients use (default: listen)
+//! peers = "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003"   # the initial cluster, this node included
+//! data_dir = "../data/coordinator-1"       # required: sled files (Raft log, snapshots)
+//! policy = "tessera"                       # optional: a planner policy name
+//! models_dir = "models"                    # optional: model profiles loaded into the state by the leader
+//! clock = "wall"                           # wall | virtual (workload time advanced by replay through AdvanceClock)
+//! plan_every = "60s"                       # optional: planning window
+//! metrics_listen = "127.0.0.1:9101"        # optional: Prometheus /metrics over HTTP
+//! otlp_endpoint = "http://127.0.0.1:4317"  # optional: OTLP/gRPC traces (off when absent)
+//!
+//! [raft]                                   # optional
+//! tick = "100ms"
+//! election_ticks = 10
+//! heartbeat_ticks = 2
+//! snapshot_every = 10000
+//! keep_tail = 1000
+//! request_timeout = "5s"
+//!
+//! [planner]                                # optional
+//! slot = "10s"
+//! horizon_slots = 12
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tessera_core::config::{ConfigError, FieldError, from_toml, parse_duration_ms};
+
+use crate::node::RaftSettings;
+
+/// How workload time advances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockMode {
+    /// The wall clock; the leader plans every `plan_every`.
+    Wall,
+    /// Virtual: replay moves it with `AdvanceClock`, and a round runs when a window boundary passes.
+    Virtual,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    /// Raft settings (id included).
+    pub raft: RaftSettings,
+    /// Where the gRPC server listens.
+    pub listen: SocketAddr,
+    /// The address peers, agents and clients use.
+    pub advertise: String,
+    /// The initial cluster.
+    pub peers: BTreeMap<u64, String>,
+    /// Start empty and wait to be added as a member (no bootstrap).
+    pub join: bool,
+    /// sled files.
+    pub data_dir: PathBuf,
+    /// Planner policy.
+    pub policy: String,
+    /// Model profiles to load.
+    pub models_dir: Option<PathBuf>,
+    /// Workload clock.
+    pub clock: ClockMode,
+    /// Planning window.
+    pub plan_every: Duration,
+    /// Slot length.
+    pub slot: Duration,
+    /// Slots per horizon.
+    pub horizon_slots: usize,
+    /// Prometheus endpoint.
+    pub metrics_listen: Option<SocketAddr>,
+    /// OTLP endpoint.
+    pub otlp_endpoint: Option<String>,
+    /// Accept the test-only partition RPC.
+    pub allow_fault_injection: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    id: Option<u64>,
+    listen: Option<String>,
+    advertise: Option<String>,
+    peers: Option<String>,
+    data_dir: Option<String>,
+    policy: Option<String>,
+    models_dir: Option<String>,
+    clock: Option<String>,
+    plan_every: Option<String>,
+    metrics_listen: Option<String>,
+    otlp_endpoint: Option<String>,
+    #[serde(default)]
+    raft: RawRaft,
+    #[serde(default)]
+    planner: RawPlanner,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRaft {
+    tick: Option<String>,
+    election_ticks: Option<usize>,
+    heartbeat_ticks: Option<usize>,
+    snapshot_every: Option<u64>,
+    keep_tail: Option<u64>,
+    request_timeout: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPlanner {
+    slot: Option<String>,
+    horizon_slots: Option<usize>,
+}
+
+/// Command-line values that override the file (each `None` keeps the file's value).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--id`.
+    pub id: Option<u64>,
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--advertise`.
+    pub advertise: Option<String>,
+    /// `--peers`.
+    pub peers: Option<String>,
+    /// `--data-dir`.
+    pub data_dir: Option<String>,
+    /// `--policy`.
+    pub policy: Option<String>,
+    /// `--models-dir`.
+    pub models_dir: Option<String>,
+    /// `--clock`.
+    pub clock: Option<String>,
+    /// `--plan-every`.
+    pub plan_every: Option<String>,
+    /// `--metrics-listen`.
+    pub metrics_listen: Option<String>,
+    /// `--otlp-endpoint`.
+    pub otlp_endpoint: Option<String>,
+    /// `--election-ticks`.
+    pub election_ticks: Option<usize>,
+    /// `--snapshot-every`.
+    pub snapshot_every: Option<u64>,
+    /// `--join`.
+    pub join: bool,
+    /// `--allow-fault-injection`.
+    pub allow_fault_injection: bool,
+}
+
+/// Parses `1=host:port,2=host:port`.
+pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for (i, part) in text.split(',').map(str::trim).filter(|p| !p.is_empty()).enumerate() {
+        let (id, addr) = part.split_once('=').ok_or_else(|| format!("entry {} `{part}` is not ID=HOST:PORT", i + 1))?;
+        let id: u64 =
+            id.trim().parse().map_err(|_| format!("entry {} `{part}`: the id must be a number > 0", i + 1))?;
+        if id == 0 {
+            return Err(format!("entry {} `{part}`: the id must be > 0", i + 1));
+        }
+        let addr = addr.trim();
+        if !addr.contains(':') {
+            return Err(format!("entry {} `{part}`: the address must be HOST:PORT", i + 1));
+        }
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(format!("entry {} `{part}`: id {id} appears twice", i + 1));
+        }
+    }
+    Ok(peers)
+}
+
+fn field(f: &str, m: impl Into<String>) -> FieldError {
+    FieldError { field: f.into(), message: m.into() }
+}
+
+fn duration(name: &str, value: Option<&str>, default: &str) -> Result<Duration, FieldError> {
+    let ms = parse_duration_ms(name, value.unwrap_or(default))?;
+    if ms == 0 {
+        return Err(field(name, "must be longer than 0"));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+impl CoordinatorConfig {
+    /// Loads `file` (when given) and applies `over`. Errors name the file and field (or the flag).
+    pub fn load(file: Option<&Path>, over: &Overrides) -> Result<CoordinatorConfig, ConfigError> {
+        let (raw, base, name) = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+                    file: path.to_path_buf(),
+                    position: None,
+                    field: None,
+                    message: format!("cannot read: {e}"),
+                })?;
+                let raw: RawConfig = from_toml(&text, path)?;
+                (raw, path.parent().map(Path::to_path_buf).unwrap_or_default(), path.to_path_buf())
+            }
+            None => (RawConfig::default(), PathBuf::new(), PathBuf::from("(command line)")),
+        };
+        validate(raw, &base, over).map_err(|e| ConfigError {
+            file: name,
+            position: None,
+            field: Some(e.field),
+            message: e.message,
+        })
+    }
+}
+
+fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<CoordinatorConfig, FieldError> {
+    let id = over.id.or(raw.id).ok_or_else(|| field("id", "is required (--id or `id = N`)"))?;
+    if id == 0 {
+        return Err(field("id", "must be > 0"));
+    }
+    let listen_text = over.listen.clone().or(raw.listen).ok_or_else(|| field("listen", "is required"))?;
+    let listen: SocketAddr =
+        listen_text.parse().map_err(|e| field("listen", format!("`{listen_text}` is not IP:PORT ({e})")))?;
+    let advertise = over.advertise.clone().or(raw.advertise).unwrap_or_else(|| listen.to_string());
+    let peers_text = over.peers.clone().or(raw.peers).unwrap_or_else(|| format!("{id}={advertise}"));
+    let peers = parse_peers(&peers_text).map_err(|m| field("peers", m))?;
+    if !over.join && !peers.contains_key(&id) {
+        return Err(field(
+            "peers",
+            format!("must list this node (id {id}) unless it joins an existing cluster (--join)"),
+        ));
+    }
+    // A path from the command line is relative to the working directory; from the file, to the file.
+    let path = |flag: &Option<String>, file: Option<String>| match (flag, file) {
+        (Some(p), _) => Some(PathBuf::from(p)),
+        (None, Some(p)) => Some(base.join(p)),
+        (None, None) => None,
+    };
+    let data_dir = path(&over.data_dir, raw.data_dir).ok_or_else(|| field("data_dir", "is required"))?;
+    let models_dir = path(&over.models_dir, raw.models_dir);
+    let policy = over.policy.clone().or(raw.policy).unwrap_or_else(|| "tessera".into());
+    tessera_planner::policy::by_name(&policy).map_err(|m| field("policy", m))?;
+    let clock = match over.clock.clone().or(raw.clock).as_deref().unwrap_or("wall") {
+        "wall" => ClockMode::Wall,
+        "virtual" => ClockMode::Virtual,
+        other => return Err(field("clock", format!("`{other}` is not wall or virtual"))),
+    };
+    let plan_every = duration("plan_every", over.plan_every.as_deref().or(raw.plan_every.as_deref()), "60s")?;
+    let metrics_listen = match over.metrics_listen.clone().or(raw.metrics_listen) {
+        Some(m) => Some(m.parse().map_err(|e| field("metrics_listen", format!("`{m}` is not IP:PORT ({e})")))?),
+        None => None,
+    };
+    let otlp_endpoint = over.otlp_endpoint.clone().or(raw.otlp_endpoint).filter(|s| !s.trim().is_empty());
+    if let Some(e) = &otlp_endpoint
+        && !(e.starts_with("http://") || e.starts_with("https://"))
+    {
+        return Err(field("otlp_endpoint", format!("`{e}` must start with http:// or https://")));
+    }
+    let r = raw.raft;
+    let defaults = RaftSettings::default();
+    let raft = RaftSettings {
+        id,
+        tick: duration("raft.tick", r.tick.as_deref(), "100ms")?,
+        election_ticks: over.election_ticks.or(r.election_ticks).unwrap_or(defaults.election_ticks),
+        heartbeat_ticks: r.heartbeat_ticks.unwrap_or(defaults.heartbeat_ticks),
+        snapshot_every: over.snapshot_every.or(r.snapshot_every).unwrap_or(defaults.snapshot_every),
+        keep_tail: r.keep_tail.unwrap_or(defaults.keep_tail),
+        request_timeout: duration("raft.request_timeout", r.request_timeout.as_deref(), "5s")?,
+    };
+    if raft.heartbeat_ticks == 0 || raft.election_ticks <= raft.heartbeat_ticks {
+        return Err(field("raft.election_ticks", "must be greater than raft.heartbeat_ticks (> 0)"));
+    }
+    if raft.snapshot_every == 0 {
+        return Err(field("raft.snapshot_every", "must be > 0"));
+    }
+    let slot = duration("planner.slot", raw.planner.slot.as_deref(), "10s")?;
+    let horizon_slots = raw.planner.horizon_slots.unwrap_or(12);
+    if horizon_slots == 0 || horizon_slots > 10_000 {
+        return Err(field("planner.horizon_slots", "must be in 1..=10000"));
+    }
+    Ok(CoordinatorConfig {
+        raft,
+        listen,
+        advertise,
+        peers,
+        join: over.join,
+        data_dir,
+        policy,
+        models_dir,
+        clock,
+        plan_every,
+        slot,
+        horizon_slots,
+        metrics_listen,
+        otlp_endpoint,
+        allow_fault_injection: over.allow_fault_injection,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_config_is_valid() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/coordinator.toml");
+        let c = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap();
+        assert_eq!(c.peers.len(), 3);
+        assert!(c.models_dir.unwrap().join("resnet50.toml").exists());
+    }
+
+    #[test]
+    fn peers_parse_and_name_the_bad_entry() {
+        let p = parse_peers("1=127.0.0.1:7001, 2=127.0.0.1:7002").unwrap();
+        assert_eq!(p[&2], "127.0.0.1:7002");
+        assert!(parse_peers("1=a:1,x=b:2").unwrap_err().contains("entry 2"));
+        assert!(parse_peers("1=a:1,1=b:2").unwrap_err().contains("twice"));
+        assert!(parse_peers("1=nohost").unwrap_err().contains("HOST:PORT"));
+    }
+
+    #[test]
+    fn flags_override_the_file_and_errors_name_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("coordinator.toml");
+        std::fs::write(
+            &file,
+            "id = 1\nlisten = \"127.0.0.1:7001\"\npeers = \"1=127.0.0.1:7001,2=127.0.0.1:7002\"\ndata_dir = \"d1\"\n",
+        )
+        .unwrap();
+        let c = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap();
+        assert_eq!(c.data_dir, dir.path().join("d1"));
+        assert_eq!(c.policy, "tessera");
+        let over = Overrides {
+            id: Some(2),
+            listen: Some("127.0.0.1:7002".into()),
+            policy: Some("static".into()),
+            ..Default::default()
+        };
+        let c = CoordinatorConfig::load(Some(&file), &over).unwrap();
+        assert_eq!((c.raft.id, c.policy.as_str(), c.advertise.as_str()), (2, "static", "127.0.0.1:7002"));
+
+        let over = Overrides { policy: Some("nope".into()), ..Default::default() };
+        let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
+        assert!(e.contains("coordinator.toml") && e.contains("policy"), "{e}");
+        std::fs::write(&file, "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\n[raft]\ntick = 5\n").unwrap();
+        let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("raft.tick"), "{e}");
+        std::fs::write(&file, "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\nbogus = 1\n").unwrap();
+        let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("bogus"), "{e}");
+    }
+}

@@ -1,0 +1,616 @@
+//! `coordinator`: run a coordinator node (`serve`) or talk to a cluster (`status`, `tenant`, `node`, `gpu`,
+//! `plan`, `member`), like etcd and etcdctl.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+use tessera_coordinator::client::{Client, assignments_text, layout_text};
+use tessera_coordinator::config::{CoordinatorConfig, Overrides};
+use tessera_proto::v1;
+
+#[derive(Parser)]
+#[command(name = "coordinator", version, about = "Tessera's Raft-replicated coordinator and its client")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a coordinator node. Flags override the config file.
+    Serve(ServeArgs),
+    /// Cluster status: leader, term, commit index, members (as seen by the first endpoint that answers).
+    Status(ClientArgs),
+    /// Tenants.
+    #[command(subcommand)]
+    Tenant(TenantCmd),
+    /// Nodes and their GPUs.
+    #[command(subcommand)]
+    Node(NodeCmd),
+    /// GPU health.
+    #[command(subcommand)]
+    Gpu(GpuCmd),
+    /// Plans.
+    #[command(subcommand)]
+    Plan(PlanCmd),
+    /// Cluster membership (Raft configuration changes).
+    #[command(subcommand)]
+    Member(MemberCmd),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML configuration (see configs/coordinator.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// This node's Raft id.
+    #[arg(long)]
+    id: Option<u64>,
+    /// gRPC listen address (IP:PORT).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Address peers, agents and clients use (default: --listen).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// The initial cluster: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT.
+    #[arg(long)]
+    peers: Option<String>,
+    /// sled files.
+    #[arg(long)]
+    data_dir: Option<String>,
+    /// Planner policy (tessera, migrator, oracle, static, paris, ekya, astraea).
+    #[arg(long)]
+    policy: Option<String>,
+    /// Model profiles to load into the state.
+    #[arg(long)]
+    models_dir: Option<String>,
+    /// wall | virtual.
+    #[arg(long)]
+    clock: Option<String>,
+    /// Planning window (e.g. 60s).
+    #[arg(long)]
+    plan_every: Option<String>,
+    /// Prometheus /metrics listen address.
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// OTLP/gRPC endpoint for traces (e.g. http://127.0.0.1:4317); off when absent.
+    #[arg(long)]
+    otlp_endpoint: Option<String>,
+    /// Raft election timeout in ticks.
+    #[arg(long)]
+    election_ticks: Option<usize>,
+    /// Applied entries between snapshots.
+    #[arg(long)]
+    snapshot_every: Option<u64>,
+    /// Join an existing cluster (after `member add`) instead of bootstrapping.
+    #[arg(long)]
+    join: bool,
+    /// Accept the test-only partition RPC.
+    #[arg(long, hide = true)]
+    allow_fault_injection: bool,
+}
+
+#[derive(Args, Clone)]
+struct ClientArgs {
+    /// Coordinator endpoints, HOST:PORT,...
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:7001")]
+    endpoints: Vec<String>,
+    /// Print JSON for scripts.
+    #[arg(long)]
+    json: bool,
+    /// Per-call deadline.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(Subcommand)]
+enum TenantCmd {
+    /// Create the tenants of a TOML file (configs/tenants format), or replace them with --update.
+    Add {
+        /// Tenants file.
+        #[arg(long)]
+        file: PathBuf,
+        /// Replace existing tenants instead of creating.
+        #[arg(long)]
+        update: bool,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// List tenants.
+    List {
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Show one tenant.
+    Get {
+        /// Tenant id.
+        id: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Delete tenants.
+    Rm {
+        /// Tenant ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodeCmd {
+    /// List nodes and GPUs.
+    List {
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum GpuCmd {
+    /// Drain a GPU (NODE/INDEX): it keeps its work and gets none new.
+    Drain {
+        /// GPU id.
+        gpu: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Mark a drained GPU healthy again.
+    Undrain {
+        /// GPU id.
+        gpu: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum PlanCmd {
+    /// The committed plan.
+    Show {
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Why a GPU has its layout.
+    Explain {
+        /// GPU id.
+        gpu: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// A GPU's committed targets, newest first.
+    History {
+        /// GPU id.
+        gpu: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Run a planning round now.
+    Trigger {
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Print the last round's PlannerInput as JSON (re-plan it with `replay plan --input FILE`).
+    DumpInput {
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum MemberCmd {
+    /// Add a voting member; then start it with `serve --join`.
+    Add {
+        /// Its Raft id.
+        id: u64,
+        /// Its address, HOST:PORT.
+        address: String,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// Remove a member.
+    Rm {
+        /// Its Raft id.
+        id: u64,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// List members.
+    List {
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+}
+
+fn client(c: &ClientArgs) -> Client {
+    Client::new(&c.endpoints, c.timeout)
+}
+
+fn print(json_mode: bool, value: serde_json::Value, text: String) {
+    if json_mode {
+        println!("{}", serde_json::to_string_pretty(&value).expect("json"));
+    } else {
+        println!("{text}");
+    }
+}
+
+fn tenant_json(t: &v1::TenantResponse) -> serde_json::Value {
+    let spec = t.spec.clone().and_then(|s| tessera_core::tenant::TenantSpec::try_from(s).ok());
+    json!({ "spec": spec, "retiring": t.retiring })
+}
+
+fn members_json(m: &[v1::Member]) -> serde_json::Value {
+    m.iter().map(|m| json!({ "id": m.id, "address": m.address })).collect()
+}
+
+async fn run(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
+        Cmd::Serve(a) => {
+            let over = Overrides {
+                id: a.id,
+                listen: a.listen,
+                advertise: a.advertise,
+                peers: a.peers,
+                data_dir: a.data_dir,
+                policy: a.policy,
+                models_dir: a.models_dir,
+                clock: a.clock,
+                plan_every: a.plan_every,
+                metrics_listen: a.metrics_listen,
+                otlp_endpoint: a.otlp_endpoint,
+                election_ticks: a.election_ticks,
+                snapshot_every: a.snapshot_every,
+                join: a.join,
+                allow_fault_injection: a.allow_fault_injection,
+            };
+            let config = CoordinatorConfig::load(a.config.as_deref(), &over).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let telemetry = tessera_coordinator::telemetry::init(
+                config.otlp_endpoint.as_deref(),
+                "tessera-coordinator",
+                config.raft.id,
+            )?;
+            let result = tessera_coordinator::server::serve(config).await;
+            if let Some(t) = telemetry {
+                t.shutdown();
+            }
+            result
+        }
+        Cmd::Status(c) => {
+            let s = client(&c).call(|mut x| async move { x.cluster_status(v1::ClusterStatusRequest {}).await }).await?;
+            let members: Vec<String> = s.members.iter().map(|m| format!("{}={}", m.id, m.address)).collect();
+            print(
+                c.json,
+                json!({
+                    "id": s.id, "role": s.role, "leader_id": s.leader_id, "leader_address": s.leader_address,
+                    "term": s.term, "commit_index": s.commit_index, "applied_index": s.applied_index,
+                    "members": members_json(&s.members), "workload_time_ms": s.workload_time_ms, "plan_epoch": s.plan_epoch,
+                }),
+                format!(
+                    "node {} ({})\nleader: {} at {}\nterm {}  commit {}  applied {}\nmembers: {}\nplan epoch {}  workload time {} ms",
+                    s.id,
+                    s.role,
+                    s.leader_id,
+                    s.leader_address,
+                    s.term,
+                    s.commit_index,
+                    s.applied_index,
+                    members.join(", "),
+                    s.plan_epoch,
+                    s.workload_time_ms
+                ),
+            );
+            Ok(())
+        }
+        Cmd::Tenant(TenantCmd::Add { file, update, c }) => {
+            let specs = tessera_core::config::load_tenants(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let cl = client(&c);
+            let mut out = Vec::new();
+            for spec in &specs {
+                let req = v1::TenantRequest { spec: Some(spec.into()) };
+                let r = if update {
+                    cl.call(|mut x| {
+                        let req = req.clone();
+                        async move { x.update_tenant(req).await }
+                    })
+                    .await
+                } else {
+                    cl.call(|mut x| {
+                        let req = req.clone();
+                        async move { x.create_tenant(req).await }
+                    })
+                    .await
+                }
+                .map_err(|s| anyhow::anyhow!("tenant {}: {}", spec.id, s.message()))?;
+                out.push((spec.id.to_string(), r.index));
+            }
+            print(
+                c.json,
+                json!(out.iter().map(|(id, i)| json!({"id": id, "index": i})).collect::<Vec<_>>()),
+                out.iter()
+                    .map(|(id, i)| format!("{} tenant {id} (index {i})", if update { "updated" } else { "created" }))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+            Ok(())
+        }
+        Cmd::Tenant(TenantCmd::List { c }) => {
+            let r =
+                client(&c).call(|mut x| async move { x.list_tenants(v1::ListRequest { stale: false }).await }).await?;
+            let lines: Vec<String> = r
+                .tenants
+                .iter()
+                .filter_map(|t| {
+                    let s = t.spec.as_ref()?;
+                    Some(format!(
+                        "{:<20} {:<14} slo {:>6.1} ms{}",
+                        s.id,
+                        s.model,
+                        s.slo_ms,
+                        if t.retiring { "  (retiring)" } else { "" }
+                    ))
+                })
+                .collect();
+            print(
+                c.json,
+                r.tenants.iter().map(tenant_json).collect(),
+                if lines.is_empty() { "(no tenants)".into() } else { lines.join("\n") },
+            );
+            Ok(())
+        }
+        Cmd::Tenant(TenantCmd::Get { id, c }) => {
+            let r = client(&c)
+                .call(|mut x| {
+                    let id = id.clone();
+                    async move { x.get_tenant(v1::TenantIdRequest { id }).await }
+                })
+                .await?;
+            let j = tenant_json(&r);
+            print(c.json, j.clone(), serde_json::to_string_pretty(&j)?);
+            Ok(())
+        }
+        Cmd::Tenant(TenantCmd::Rm { ids, c }) => {
+            let cl = client(&c);
+            let mut out = Vec::new();
+            for id in ids {
+                let r = cl
+                    .call(|mut x| {
+                        let id = id.clone();
+                        async move { x.delete_tenant(v1::TenantIdRequest { id }).await }
+                    })
+                    .await
+                    .map_err(|s| anyhow::anyhow!("tenant {id}: {}", s.message()))?;
+                out.push((id, r.retiring));
+            }
+            print(
+                c.json,
+                json!(out.iter().map(|(id, r)| json!({"id": id, "retiring": r})).collect::<Vec<_>>()),
+                out.iter()
+                    .map(|(id, r)| {
+                        if *r {
+                            format!("tenant {id} retiring (removed by the next plan)")
+                        } else {
+                            format!("tenant {id} deleted")
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+            Ok(())
+        }
+        Cmd::Node(NodeCmd::List { c }) => {
+            let r =
+                client(&c).call(|mut x| async move { x.list_nodes(v1::ListRequest { stale: false }).await }).await?;
+            let mut lines = Vec::new();
+            let mut js = Vec::new();
+            for n in &r.nodes {
+                lines.push(format!("{} at {}", n.id, n.address));
+                let mut gj = Vec::new();
+                for g in &n.gpus {
+                    lines.push(format!(
+                        "  {} {} {}  applied [{}] epoch {}  target [{}] epoch {}",
+                        g.id,
+                        g.model,
+                        g.health,
+                        layout_text(&g.applied),
+                        g.applied_epoch,
+                        layout_text(&g.target.as_ref().and_then(|t| t.layout.clone())),
+                        g.target_epoch
+                    ));
+                    gj.push(json!({
+                        "id": g.id, "model": g.model, "health": g.health, "applied": layout_text(&g.applied),
+                        "applied_epoch": g.applied_epoch, "applied_assignments": assignments_text(&g.applied_assignments),
+                        "target": layout_text(&g.target.as_ref().and_then(|t| t.layout.clone())), "target_epoch": g.target_epoch,
+                    }));
+                }
+                js.push(json!({"id": n.id, "address": n.address, "gpus": gj}));
+            }
+            print(c.json, json!(js), if lines.is_empty() { "(no nodes)".into() } else { lines.join("\n") });
+            Ok(())
+        }
+        Cmd::Gpu(cmd) => {
+            let (gpu, drain, c) = match cmd {
+                GpuCmd::Drain { gpu, c } => (gpu, true, c),
+                GpuCmd::Undrain { gpu, c } => (gpu, false, c),
+            };
+            let r = client(&c)
+                .call(|mut x| {
+                    let gpu = gpu.clone();
+                    async move { x.drain_gpu(v1::DrainGpuRequest { gpu, drain }).await }
+                })
+                .await?;
+            print(
+                c.json,
+                json!({"gpu": gpu, "draining": drain, "index": r.index}),
+                format!("{gpu} {}", if drain { "draining" } else { "healthy" }),
+            );
+            Ok(())
+        }
+        Cmd::Plan(PlanCmd::Show { c }) => {
+            let r = client(&c).call(|mut x| async move { x.get_plan(v1::ListRequest { stale: false }).await }).await?;
+            let mut lines = vec![format!(
+                "epoch {}  policy {}  made at {} ms  expected goodput {:.1}",
+                r.epoch, r.policy, r.made_at_ms, r.expected_goodput
+            )];
+            let mut gj = Vec::new();
+            for g in &r.gpus {
+                let p = g.plan.clone().unwrap_or_default();
+                lines.push(format!("  {}: [{}]  {}", g.gpu, layout_text(&p.layout), assignments_text(&p.assignments)));
+                gj.push(json!({"gpu": g.gpu, "layout": layout_text(&p.layout), "assignments": assignments_text(&p.assignments), "expected_goodput": p.expected_goodput, "explanation": p.explanation}));
+            }
+            print(
+                c.json,
+                json!({"epoch": r.epoch, "policy": r.policy, "made_at_ms": r.made_at_ms, "expected_goodput": r.expected_goodput, "gpus": gj}),
+                lines.join("\n"),
+            );
+            Ok(())
+        }
+        Cmd::Plan(PlanCmd::Explain { gpu, c }) => {
+            let r = client(&c)
+                .call(|mut x| {
+                    let gpu = gpu.clone();
+                    async move { x.explain(v1::GpuRequest { gpu, stale: false }).await }
+                })
+                .await?;
+            let p = r.plan.clone().unwrap_or_default();
+            let forecasts: Vec<String> = r.forecasts.iter().map(|(k, v)| format!("{k}={v:.1} rps")).collect();
+            print(
+                c.json,
+                json!({"gpu": r.gpu, "epoch": r.epoch, "policy": r.policy, "explanation": r.explanation, "layout": layout_text(&p.layout),
+                       "assignments": assignments_text(&p.assignments), "status": r.status, "objective": r.objective, "bound": r.bound,
+                       "tenants": r.tenants, "forecasts": r.forecasts}),
+                format!(
+                    "{} at epoch {} ({})\nlayout [{}]  {}\n{}\nsolver: {} objective {:.2} bound {:.2}, {} tenants; forecasts {}",
+                    r.gpu,
+                    r.epoch,
+                    r.policy,
+                    layout_text(&p.layout),
+                    assignments_text(&p.assignments),
+                    r.explanation,
+                    if r.status.is_empty() { "(not solved on this leader)" } else { &r.status },
+                    r.objective,
+                    r.bound,
+                    r.tenants,
+                    forecasts.join(", ")
+                ),
+            );
+            Ok(())
+        }
+        Cmd::Plan(PlanCmd::History { gpu, c }) => {
+            let r = client(&c)
+                .call(|mut x| {
+                    let gpu = gpu.clone();
+                    async move { x.plan_history(v1::GpuRequest { gpu, stale: false }).await }
+                })
+                .await?;
+            let lines: Vec<String> = r
+                .entries
+                .iter()
+                .map(|e| {
+                    let p = e.plan.clone().unwrap_or_default();
+                    format!(
+                        "epoch {:>5}  {:>10} ms  {:<8} [{}]  {}",
+                        e.epoch,
+                        e.made_at_ms,
+                        e.policy,
+                        layout_text(&p.layout),
+                        assignments_text(&p.assignments)
+                    )
+                })
+                .collect();
+            let js: Vec<_> = r
+                .entries
+                .iter()
+                .map(|e| {
+                    let p = e.plan.clone().unwrap_or_default();
+                    json!({"epoch": e.epoch, "made_at_ms": e.made_at_ms, "policy": e.policy, "layout": layout_text(&p.layout), "assignments": assignments_text(&p.assignments)})
+                })
+                .collect();
+            print(c.json, json!(js), if lines.is_empty() { "(no committed target)".into() } else { lines.join("\n") });
+            Ok(())
+        }
+        Cmd::Plan(PlanCmd::Trigger { c }) => {
+            let r = client(&c).call(|mut x| async move { x.trigger_plan(v1::TriggerPlanRequest {}).await }).await?;
+            print(
+                c.json,
+                json!({"outcome": r.outcome, "epoch": r.epoch, "objective": r.objective, "bound": r.bound, "gap": r.gap,
+                       "solve_ms": r.solve_ms, "reason": r.reason, "pushed": r.pushed, "push_failures": r.push_failures}),
+                format!(
+                    "{} epoch {}: objective {:.2} bound {:.2} gap {:.4} in {:.0} ms; pushed {} ({} failed){}",
+                    r.outcome,
+                    r.epoch,
+                    r.objective,
+                    r.bound,
+                    r.gap,
+                    r.solve_ms,
+                    r.pushed,
+                    r.push_failures,
+                    if r.reason.is_empty() { String::new() } else { format!("\n{}", r.reason) }
+                ),
+            );
+            Ok(())
+        }
+        Cmd::Plan(PlanCmd::DumpInput { c }) => {
+            let r = client(&c)
+                .call(|mut x| async move { x.dump_planner_input(v1::ListRequest { stale: false }).await })
+                .await?;
+            println!("{}", r.json);
+            Ok(())
+        }
+        Cmd::Member(cmd) => {
+            let (r, c) = match cmd {
+                MemberCmd::Add { id, address, c } => (
+                    client(&c)
+                        .call(|mut x| {
+                            let address = address.clone();
+                            async move { x.add_member(v1::AddMemberRequest { id, address }).await }
+                        })
+                        .await?
+                        .members,
+                    c,
+                ),
+                MemberCmd::Rm { id, c } => (
+                    client(&c)
+                        .call(|mut x| async move { x.remove_member(v1::RemoveMemberRequest { id }).await })
+                        .await?
+                        .members,
+                    c,
+                ),
+                MemberCmd::List { c } => (
+                    client(&c)
+                        .call(|mut x| async move { x.cluster_status(v1::ClusterStatusRequest {}).await })
+                        .await?
+                        .members,
+                    c,
+                ),
+            };
+            print(
+                c.json,
+                members_json(&r),
+                r.iter().map(|m| format!("{} {}", m.id, m.address)).collect::<Vec<_>>().join("\n"),
+            );
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,728 @@
+//! The Raft node: one OS thread owns the raft-rs `RawNode`, drives it with real ticks, persists every `Ready`
+//! before sending what must follow persistence, applies committed entries to the [`CoordState`], answers the
+//! clients waiting on them, serves read indexes, and snapshots the state every `snapshot_every` entries (then
+//! compacts the log, keeping a tail so a briefly lagging follower still catches up from entries).
+//!
+//! Clients talk to it through a cheap, cloneable [`Node`] handle. Proposals from a follower are forwarded to the
+//! leader by raft-rs itself; each entry names its origin node and request number, so the node that proposed it
+//! answers its client when it applies the entry, whoever the leader was.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use protobuf::Message as _;
+use raft::prelude::{ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, Snapshot};
+use raft::{RawNode, StateRole};
+use tessera_core::fleet::Rejected;
+use tokio::sync::{oneshot, watch};
+
+use crate::metrics::Metrics;
+use crate::state::{CoordState, Op, Outcome, Proposal};
+use crate::storage::{RaftStore, StoreError};
+use crate::transport::Transport;
+
+/// Raft timing and log settings.
+#[derive(Debug, Clone)]
+pub struct RaftSettings {
+    /// This node's id (> 0).
+    pub id: u64,
+    /// Tick interval.
+    pub tick: Duration,
+    /// Ticks without a leader's heartbeat before an election (randomised in `[n, 2n)` by raft-rs).
+    pub election_ticks: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: usize,
+    /// Applied entries between two snapshots of the state machine.
+    pub snapshot_every: u64,
+    /// Entries kept behind a snapshot when the log is compacted.
+    pub keep_tail: u64,
+    /// How long a client waits for its proposal or read index.
+    pub request_timeout: Duration,
+}
+
+impl Default for RaftSettings {
+    fn default() -> Self {
+        RaftSettings {
+            id: 1,
+            tick: Duration::from_millis(100),
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            snapshot_every: 10_000,
+            keep_tail: 1_000,
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a request to the node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// No leader is known (an election is under way, or this node is cut off).
+    #[error("no leader is known (election in progress or this node is partitioned); retry")]
+    NoLeader,
+    /// This node is not the leader and the call must run on the leader.
+    #[error("not the leader: the leader is node {id} at {address}")]
+    NotLeader {
+        /// Leader id.
+        id: u64,
+        /// Leader address (empty if unknown).
+        address: String,
+    },
+    /// Not committed (or read index not confirmed) in time: the outcome is unknown.
+    #[error("not confirmed within {0:?} (leader change or partition); the outcome is unknown, retry")]
+    Timeout(Duration),
+    /// The state machine refused the command (nothing changed).
+    #[error("{0}")]
+    Rejected(Rejected),
+    /// Raft refused the request.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// The durable log failed.
+    #[error("storage: {0}")]
+    Store(#[from] StoreError),
+    /// The node thread is gone.
+    #[error("the raft node has stopped")]
+    Stopped,
+}
+
+/// A point-in-time view of the node's Raft state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// This node.
+    pub id: u64,
+    /// The leader it knows (0: none).
+    pub leader_id: u64,
+    /// Current term.
+    pub term: u64,
+    /// Commit index.
+    pub commit: u64,
+    /// Applied index.
+    pub applied: u64,
+    /// Role.
+    pub role: StateRole,
+    /// Voting members.
+    pub voters: Vec<u64>,
+}
+
+impl NodeStatus {
+    /// The role's lower-case name.
+    pub fn role_name(&self) -> &'static str {
+        match self.role {
+            StateRole::Leader => "leader",
+            StateRole::Follower => "follower",
+            StateRole::Candidate => "candidate",
+            StateRole::PreCandidate => "pre-candidate",
+        }
+    }
+}
+
+type Reply<T> = oneshot::Sender<Result<T, NodeError>>;
+
+enum Request {
+    Propose { op: Op, reply: Reply<(u64, Outcome)> },
+    ReadIndex { reply: Reply<u64> },
+    ConfChange { change: ConfChange, reply: Reply<u64> },
+    Step(Vec<Message>),
+    Campaign,
+}
+
+struct Shared {
+    state: RwLock<CoordState>,
+    status: watch::Sender<NodeStatus>,
+    applied: watch::Sender<u64>,
+    members: RwLock<BTreeMap<u64, String>>,
+}
+
+/// A handle on the Raft node (cheap to clone).
+#[derive(Clone)]
+pub struct Node {
+    id: u64,
+    tx: std_mpsc::Sender<Request>,
+    shared: Arc<Shared>,
+    timeout: Duration,
+    transport: Transport,
+}
+
+impl Node {
+    /// Starts the node thread over `store`.
+    ///
+    /// `peers` are the initial cluster's members and addresses. On an empty store, a node listed in `peers`
+    /// bootstraps the cluster's first configuration (every node of a new cluster does the same, as in etcd);
+    /// with `join` set it starts empty and waits for the leader, after an operator added it as a member.
+    pub fn start<S: RaftStore>(
+        settings: RaftSettings,
+        store: S,
+        peers: BTreeMap<u64, String>,
+        join: bool,
+        transport: Transport,
+        metrics: Arc<Metrics>,
+    ) -> Result<Node, NodeError> {
+        let raft_err = |e: raft::Error| NodeError::Raft(e.to_string());
+        let initial = raft::Storage::initial_state(&store).map_err(raft_err)?;
+        let mut snapshot = store.latest_snapshot()?;
+        if !initial.initialized() && snapshot.is_none() && !join {
+            if !peers.contains_key(&settings.id) {
+                return Err(NodeError::Raft(format!(
+                    "node {} is not among the initial peers {:?}; start it with --join after `member add`",
+                    settings.id,
+                    peers.keys().collect::<Vec<_>>()
+                )));
+            }
+            // As raft-rs's MemStorage::initialize_with_conf_state: a snapshot at index 1 holding the first
+            // configuration, so followers that start later catch up from it.
+            let mut snap = Snapshot::default();
+            snap.mut_metadata().index = 1;
+            snap.mut_metadata().term = 1;
+            *snap.mut_metadata().mut_conf_state() = ConfState::from((peers.keys().copied(), Vec::<u64>::new()));
+            snap.data = CoordState::default().to_snapshot().into();
+            store.apply_snapshot(&snap)?;
+            snapshot = Some(snap);
+        }
+        let (state, applied) = match &snapshot {
+            Some(s) => (CoordState::from_snapshot(&s.data).map_err(NodeError::Raft)?, s.get_metadata().index),
+            None => (CoordState::default(), 0),
+        };
+        let config = raft::Config {
+            id: settings.id,
+            election_tick: settings.election_ticks,
+            heartbeat_tick: settings.heartbeat_ticks,
+            applied,
+            max_size_per_msg: 4 * 1024 * 1024,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        config.validate().map_err(raft_err)?;
+        let logger = slog::Logger::root(crate::logging::SlogToTracing, slog::o!());
+        let raw = RawNode::new(&config, store.clone(), &logger).map_err(raft_err)?;
+
+        let mut members = peers.clone();
+        members.extend(state.members.iter().map(|(k, v)| (*k, v.clone())));
+        for (id, addr) in &members {
+            transport.set_address(*id, addr);
+        }
+        let status = NodeStatus {
+            id: settings.id,
+            leader_id: 0,
+            term: raw.raft.term,
+            commit: raw.raft.raft_log.committed,
+            applied,
+            role: raw.raft.state,
+            voters: raw.raft.prs().conf().voters().ids().iter().collect(),
+        };
+        let shared = Arc::new(Shared {
+            state: RwLock::new(state),
+            status: watch::Sender::new(status),
+            applied: watch::Sender::new(applied),
+            members: RwLock::new(members),
+        });
+        let (tx, rx) = std_mpsc::channel();
+        let conf_state = raw.raft.prs().conf().to_conf_state();
+        let mut driver = Driver {
+            raw,
+            store,
+            settings: settings.clone(),
+            transport: transport.clone(),
+            shared: Arc::clone(&shared),
+            metrics,
+            proposals: HashMap::new(),
+            reads: HashMap::new(),
+            waiting_reads: Vec::new(),
+            conf_changes: HashMap::new(),
+            next_request: 1,
+            applied,
+            last_snapshot: applied,
+            conf_state,
+        };
+        std::thread::Builder::new()
+            .name(format!("raft-{}", settings.id))
+            .spawn(move || driver.run(rx))
+            .map_err(|e| NodeError::Raft(format!("cannot start the raft thread: {e}")))?;
+        Ok(Node { id: settings.id, tx, shared, timeout: settings.request_timeout, transport })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Replicates `op`; answers once this node applied it, with its log index and outcome.
+    pub async fn propose(&self, op: Op) -> Result<(u64, Outcome), NodeError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Request::Propose { op, reply }).map_err(|_| NodeError::Stopped)?;
+        self.wait(rx).await
+    }
+
+    /// Confirms with the leader (read index) that this node's state is current and waits until it has applied
+    /// that far; returns the index.
+    pub async fn read_index(&self) -> Result<u64, NodeError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Request::ReadIndex { reply }).map_err(|_| NodeError::Stopped)?;
+        let index = self.wait(rx).await?;
+        self.wait_applied(index).await?;
+        Ok(index)
+    }
+
+    /// A linearizable read: [`Node::read_index`], then `f` over the state.
+    pub async fn read_current<R>(&self, f: impl FnOnce(&CoordState) -> R) -> Result<R, NodeError> {
+        self.read_index().await?;
+        Ok(self.read(f))
+    }
+
+    /// A read of this node's applied state (may be behind the leader).
+    pub fn read<R>(&self, f: impl FnOnce(&CoordState) -> R) -> R {
+        f(&self.shared.state.read().expect("state lock"))
+    }
+
+    /// Adds a voting member at `address`; answers once the change is applied here.
+    pub async fn add_member(&self, id: u64, address: &str) -> Result<u64, NodeError> {
+        let mut change = ConfChange::default();
+        change.set_change_type(ConfChangeType::AddNode);
+        change.node_id = id;
+        change.context = address.as_bytes().to_vec().into();
+        self.conf_change(change).await
+    }
+
+    /// Removes a member; answers once the change is applied here.
+    pub async fn remove_member(&self, id: u64) -> Result<u64, NodeError> {
+        let mut change = ConfChange::default();
+        change.set_change_type(ConfChangeType::RemoveNode);
+        change.node_id = id;
+        self.conf_change(change).await
+    }
+
+    async fn conf_change(&self, change: ConfChange) -> Result<u64, NodeError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Request::ConfChange { change, reply }).map_err(|_| NodeError::Stopped)?;
+        self.wait(rx).await
+    }
+
+    /// Hands messages received from a peer to the node.
+    pub fn step(&self, messages: Vec<Message>) -> Result<(), NodeError> {
+        self.tx.send(Request::Step(messages)).map_err(|_| NodeError::Stopped)
+    }
+
+    /// Asks this node to start an election now (operators' leadership transfer to a chosen node).
+    pub fn campaign(&self) -> Result<(), NodeError> {
+        self.tx.send(Request::Campaign).map_err(|_| NodeError::Stopped)
+    }
+
+    /// The current status.
+    pub fn status(&self) -> NodeStatus {
+        self.shared.status.borrow().clone()
+    }
+
+    /// Status updates.
+    pub fn watch_status(&self) -> watch::Receiver<NodeStatus> {
+        self.shared.status.subscribe()
+    }
+
+    /// Applied-index updates.
+    pub fn watch_applied(&self) -> watch::Receiver<u64> {
+        self.shared.applied.subscribe()
+    }
+
+    /// Members with their addresses (this node's included).
+    pub fn members(&self) -> BTreeMap<u64, String> {
+        let mut m = self.shared.members.read().expect("members lock").clone();
+        m.insert(self.id, self.transport.own_address().to_string());
+        let voters = self.status().voters;
+        m.retain(|id, _| voters.contains(id));
+        m
+    }
+
+    /// The leader's address, if a leader is known.
+    pub fn leader(&self) -> Option<(u64, String)> {
+        let id = self.status().leader_id;
+        if id == 0 {
+            return None;
+        }
+        if id == self.id {
+            return Some((id, self.transport.own_address().to_string()));
+        }
+        let addr = self.shared.members.read().expect("members lock").get(&id).cloned().unwrap_or_default();
+        Some((id, addr))
+    }
+
+    /// The error to answer for a call that must run on the leader, or `None` when this node leads.
+    pub fn not_leader(&self) -> Option<NodeError> {
+        match self.leader() {
+            Some((id, _)) if id == self.id => None,
+            Some((id, address)) => Some(NodeError::NotLeader { id, address }),
+            None => Some(NodeError::NoLeader),
+        }
+    }
+
+    /// The transport (peer addresses, partition hook).
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    async fn wait<T>(&self, rx: oneshot::Receiver<Result<T, NodeError>>) -> Result<T, NodeError> {
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(NodeError::Stopped),
+            Err(_) => Err(NodeError::Timeout(self.timeout)),
+        }
+    }
+
+    /// Waits until this node has applied `index`.
+    pub async fn wait_applied(&self, index: u64) -> Result<(), NodeError> {
+        let mut rx = self.shared.applied.subscribe();
+        let wait = rx.wait_for(|a| *a >= index);
+        match tokio::time::timeout(self.timeout, wait).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(NodeError::Stopped),
+            Err(_) => Err(NodeError::Timeout(self.timeout)),
+        }
+    }
+}
+
+struct Driver<S: RaftStore> {
+    raw: RawNode<S>,
+    store: S,
+    settings: RaftSettings,
+    transport: Transport,
+    shared: Arc<Shared>,
+    metrics: Arc<Metrics>,
+    proposals: HashMap<u64, Reply<(u64, Outcome)>>,
+    reads: HashMap<u64, Reply<u64>>,
+    /// Confirmed read indexes waiting for the state machine to catch up.
+    waiting_reads: Vec<(u64, Reply<u64>)>,
+    conf_changes: HashMap<u64, Reply<u64>>,
+    next_request: u64,
+    applied: u64,
+    last_snapshot: u64,
+    conf_state: ConfState,
+}
+
+impl<S: RaftStore> Driver<S> {
+    fn run(&mut self, rx: std_mpsc::Receiver<Request>) {
+        let mut next_tick = Instant::now() + self.settings.tick;
+        let mut ticks = 0u64;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(req) => {
+                    self.handle(req);
+                    for _ in 0..4096 {
+                        match rx.try_recv() {
+                            Ok(req) => self.handle(req),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                self.raw.tick();
+                ticks += 1;
+                next_tick += self.settings.tick;
+                if next_tick < now {
+                    next_tick = now + self.settings.tick;
+                }
+                if ticks.is_multiple_of(50) {
+                    self.proposals.retain(|_, r| !r.is_closed());
+                    self.reads.retain(|_, r| !r.is_closed());
+                    self.conf_changes.retain(|_, r| !r.is_closed());
+                }
+            }
+            if self.raw.has_ready()
+                && let Err(e) = self.on_ready()
+            {
+                // The log could not be persisted: stop rather than acknowledge what is not durable.
+                tracing::error!(error = %e, "raft storage failed; the node stops");
+                return;
+            }
+            self.publish_status();
+        }
+    }
+
+    fn request_id(&mut self) -> u64 {
+        let id = self.next_request;
+        self.next_request += 1;
+        id
+    }
+
+    fn handle(&mut self, req: Request) {
+        match req {
+            Request::Propose { op, reply } => {
+                if self.raw.raft.leader_id == 0 {
+                    let _ = reply.send(Err(NodeError::NoLeader));
+                    return;
+                }
+                let request = self.request_id();
+                let data = serde_json::to_vec(&Proposal { origin: self.settings.id, request, op })
+                    .expect("proposals serialise");
+                match self.raw.propose(vec![], data) {
+                    Ok(()) => {
+                        self.metrics.proposal();
+                        self.proposals.insert(request, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(self.refusal(e)));
+                    }
+                }
+            }
+            Request::ReadIndex { reply } => {
+                if self.raw.raft.leader_id == 0 {
+                    let _ = reply.send(Err(NodeError::NoLeader));
+                    return;
+                }
+                let request = self.request_id();
+                self.reads.insert(request, reply);
+                self.raw.read_index(request.to_be_bytes().to_vec());
+            }
+            Request::ConfChange { change, reply } => {
+                if self.raw.raft.state != StateRole::Leader {
+                    let _ = reply.send(Err(self.not_leader()));
+                    return;
+                }
+                let request = self.request_id();
+                match self.raw.propose_conf_change(request.to_be_bytes().to_vec(), change) {
+                    Ok(()) => {
+                        self.conf_changes.insert(request, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(self.refusal(e)));
+                    }
+                }
+            }
+            Request::Step(messages) => {
+                for m in messages {
+                    if self.transport.is_blocked(m.from) {
+                        continue;
+                    }
+                    if let Err(e) = self.raw.step(m) {
+                        tracing::trace!(error = %e, "raft step refused a message");
+                    }
+                }
+            }
+            Request::Campaign => {
+                if let Err(e) = self.raw.campaign() {
+                    tracing::warn!(error = %e, "campaign refused");
+                }
+            }
+        }
+    }
+
+    fn not_leader(&self) -> NodeError {
+        let id = self.raw.raft.leader_id;
+        if id == 0 {
+            return NodeError::NoLeader;
+        }
+        let address = self.shared.members.read().expect("members lock").get(&id).cloned().unwrap_or_default();
+        NodeError::NotLeader { id, address }
+    }
+
+    fn refusal(&self, e: raft::Error) -> NodeError {
+        match e {
+            raft::Error::ProposalDropped => self.not_leader(),
+            other => NodeError::Raft(other.to_string()),
+        }
+    }
+
+    fn send(&mut self, messages: Vec<Message>) {
+        if messages.is_empty() {
+            return;
+        }
+        for peer in self.transport.send(messages) {
+            self.raw.report_unreachable(peer);
+        }
+    }
+
+    fn on_ready(&mut self) -> Result<(), NodeError> {
+        let mut ready = self.raw.ready();
+        if !ready.messages().is_empty() {
+            let m = ready.take_messages();
+            self.send(m);
+        }
+        if !ready.snapshot().is_empty() {
+            let snap = ready.snapshot().clone();
+            self.store.apply_snapshot(&snap)?;
+            self.install(&snap)?;
+        }
+        let committed = ready.take_committed_entries();
+        self.apply(committed)?;
+        if !ready.entries().is_empty() {
+            self.store.append(ready.entries())?;
+        }
+        if let Some(hs) = ready.hs() {
+            self.store.set_hard_state(hs)?;
+        }
+        for rs in ready.take_read_states() {
+            self.read_confirmed(&rs.request_ctx, rs.index);
+        }
+        if !ready.persisted_messages().is_empty() {
+            let m = ready.take_persisted_messages();
+            self.send(m);
+        }
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            let mut hs = self.raw.raft.hard_state();
+            hs.commit = commit;
+            self.store.set_hard_state(&hs)?;
+        }
+        let m = light.take_messages();
+        self.send(m);
+        let committed = light.take_committed_entries();
+        self.apply(committed)?;
+        self.raw.advance_apply();
+        self.maybe_snapshot()?;
+        Ok(())
+    }
+
+    fn read_confirmed(&mut self, ctx: &[u8], index: u64) {
+        let Ok(bytes) = <[u8; 8]>::try_from(ctx) else { return };
+        if let Some(reply) = self.reads.remove(&u64::from_be_bytes(bytes)) {
+            if self.applied >= index {
+                let _ = reply.send(Ok(index));
+            } else {
+                self.waiting_reads.push((index, reply));
+            }
+        }
+    }
+
+    fn install(&mut self, snap: &Snapshot) -> Result<(), NodeError> {
+        let meta = snap.get_metadata();
+        let state = CoordState::from_snapshot(&snap.data).map_err(NodeError::Raft)?;
+        {
+            let mut members = self.shared.members.write().expect("members lock");
+            for (id, addr) in &state.members {
+                members.insert(*id, addr.clone());
+                self.transport.set_address(*id, addr);
+            }
+        }
+        *self.shared.state.write().expect("state lock") = state;
+        self.applied = meta.index;
+        self.last_snapshot = meta.index;
+        self.conf_state = meta.get_conf_state().clone();
+        self.shared.applied.send_replace(self.applied);
+        tracing::info!(index = meta.index, term = meta.term, "installed a snapshot from the leader");
+        Ok(())
+    }
+
+    fn apply(&mut self, entries: Vec<Entry>) -> Result<(), NodeError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut answers = Vec::new();
+        {
+            let mut state = self.shared.state.write().expect("state lock");
+            for entry in entries {
+                if entry.index <= self.applied {
+                    continue;
+                }
+                self.applied = entry.index;
+                match entry.get_entry_type() {
+                    EntryType::EntryNormal if entry.data.is_empty() => {}
+                    EntryType::EntryNormal => {
+                        let proposal: Proposal = match serde_json::from_slice(&entry.data) {
+                            Ok(p) => p,
+                            Err(e) => {
+                                tracing::error!(index = entry.index, error = %e, "undecodable log entry skipped");
+                                continue;
+                            }
+                        };
+                        let result = state.apply(proposal.op).map(|o| (entry.index, o));
+                        if proposal.origin == self.settings.id {
+                            answers.push((proposal.request, result));
+                        }
+                    }
+                    EntryType::EntryConfChange => {
+                        let mut cc = ConfChange::default();
+                        cc.merge_from_bytes(&entry.data).map_err(|e| NodeError::Raft(e.to_string()))?;
+                        let cs = self.raw.apply_conf_change(&cc).map_err(|e| NodeError::Raft(e.to_string()))?;
+                        self.store.set_conf_state(&cs)?;
+                        self.conf_state = cs;
+                        let address = String::from_utf8_lossy(&cc.context).to_string();
+                        match cc.get_change_type() {
+                            ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                                if !address.is_empty() {
+                                    state.members.insert(cc.node_id, address.clone());
+                                    self.shared
+                                        .members
+                                        .write()
+                                        .expect("members lock")
+                                        .insert(cc.node_id, address.clone());
+                                    self.transport.set_address(cc.node_id, &address);
+                                }
+                            }
+                            ConfChangeType::RemoveNode => {
+                                state.members.remove(&cc.node_id);
+                                self.shared.members.write().expect("members lock").remove(&cc.node_id);
+                                self.transport.remove(cc.node_id);
+                            }
+                        }
+                        tracing::info!(node = cc.node_id, change = ?cc.get_change_type(), %address, "membership changed");
+                        if let Ok(bytes) = <[u8; 8]>::try_from(&entry.context[..])
+                            && let Some(reply) = self.conf_changes.remove(&u64::from_be_bytes(bytes))
+                        {
+                            let _ = reply.send(Ok(entry.index));
+                        }
+                    }
+                    EntryType::EntryConfChangeV2 => {
+                        tracing::warn!(index = entry.index, "conf change v2 entries are not used; skipped");
+                    }
+                }
+            }
+        }
+        self.shared.applied.send_replace(self.applied);
+        for (request, result) in answers {
+            if let Some(reply) = self.proposals.remove(&request) {
+                let _ = reply.send(result.map_err(NodeError::Rejected));
+            }
+        }
+        let applied = self.applied;
+        let (ready, waiting): (Vec<_>, Vec<_>) = self.waiting_reads.drain(..).partition(|(i, _)| *i <= applied);
+        self.waiting_reads = waiting;
+        for (index, reply) in ready {
+            let _ = reply.send(Ok(index));
+        }
+        Ok(())
+    }
+
+    fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
+        if self.applied < self.last_snapshot + self.settings.snapshot_every {
+            return Ok(());
+        }
+        let data = self.shared.state.read().expect("state lock").to_snapshot();
+        self.store.create_snapshot(self.applied, self.conf_state.clone(), data)?;
+        self.last_snapshot = self.applied;
+        let first = raft::Storage::first_index(&self.store).map_err(|e| NodeError::Raft(e.to_string()))?;
+        let compact_to = (self.applied + 1).saturating_sub(self.settings.keep_tail);
+        if compact_to > first {
+            self.store.compact(compact_to)?;
+        }
+        tracing::debug!(index = self.applied, compact_to, "snapshot taken");
+        Ok(())
+    }
+
+    fn publish_status(&mut self) {
+        let raft = &self.raw.raft;
+        let status = NodeStatus {
+            id: self.settings.id,
+            leader_id: raft.leader_id,
+            term: raft.term,
+            commit: raft.raft_log.committed,
+            applied: self.applied,
+            role: raft.state,
+            voters: raft.prs().conf().voters().ids().iter().collect(),
+        };
+        let members = status.voters.len();
+        self.metrics.set_raft(status.term, status.commit, status.applied, status.role == StateRole::Leader, members);
+        self.shared.status.send_if_modified(|s| {
+            if *s != status {
+                *s = status;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}

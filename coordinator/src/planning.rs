@@ -1,0 +1,610 @@
+//! The leader's planning loop: per window, snapshot the replicated state, build the [`PlannerInput`] (forecasts
+//! from the arrivals agents report), run the configured policy, propose the plan, and once it is committed push each
+//! node its GPUs' targets with the plan epoch. A pusher re-sends committed targets to agents that have not
+//! acknowledged them (a new leader does so once for every node), so an agent converges to the newest committed
+//! plan and never receives an older epoch after a newer one from this leader (agents refuse older epochs anyway).
+//!
+//! Each round is a `planning_round` span, with a `gpu_solve` child per GPU and a `reconfiguration` child per GPU
+//! whose layout changes, carrying what an operator needs to see why a layout changed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tessera_core::fleet::{Command, FleetState, GpuHealth};
+use tessera_core::ids::{GpuId, NodeId, TenantId};
+use tessera_core::plan::GpuPlan;
+use tessera_core::tenant::DemandSource;
+use tessera_core::time::SimTime;
+use tessera_planner::forecast::{Ewma, Forecast, Forecaster};
+use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput, TenantInput};
+use tessera_planner::policy::{PlanOutcome, Policy};
+use tessera_proto::v1;
+use tessera_proto::v1::agent_client::AgentClient;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{Instrument, field::Empty};
+
+use crate::config::ClockMode;
+use crate::metrics::Metrics;
+use crate::node::{Node, NodeError};
+use crate::state::{CoordState, Op};
+
+/// Rate assumed for a tenant nobody has reported arrivals for and whose demand names no rate.
+const UNKNOWN_RATE_RPS: f64 = 1.0;
+
+/// Planning settings.
+#[derive(Debug, Clone)]
+pub struct PlanningSettings {
+    /// Policy name.
+    pub policy: String,
+    /// Workload clock.
+    pub clock: ClockMode,
+    /// Planning window.
+    pub plan_every: Duration,
+    /// Slot length.
+    pub slot: Duration,
+    /// Slots per horizon.
+    pub horizon_slots: usize,
+    /// Deadline of one push to an agent.
+    pub push_timeout: Duration,
+}
+
+/// What a round did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundResult {
+    /// `planned`, `infeasible` or `empty` (no GPU or no tenant).
+    pub outcome: String,
+    /// The committed epoch (0 when nothing was committed).
+    pub epoch: u64,
+    /// Expected goodput.
+    pub objective: f64,
+    /// Bound.
+    pub bound: f64,
+    /// Relative gap.
+    pub gap: f64,
+    /// Policy time, ms.
+    pub solve_ms: f64,
+    /// Why nothing was planned.
+    pub reason: String,
+    /// Nodes pushed to.
+    pub pushed: u32,
+    /// Failed pushes.
+    pub push_failures: u32,
+}
+
+/// The last round's decision for one GPU, for `Explain`.
+#[derive(Debug, Clone, Default)]
+pub struct GpuDecision {
+    /// Solver status.
+    pub status: String,
+    /// Expected goodput.
+    pub objective: f64,
+    /// Bound.
+    pub bound: f64,
+    /// Tenants planned on it.
+    pub tenants: usize,
+    /// Forecast mean per tenant, rps.
+    pub forecasts: BTreeMap<String, f64>,
+}
+
+/// Arrival counters reported by agents, per (node, tenant): (workload time ms, cumulative arrivals).
+#[derive(Default)]
+struct Observations {
+    counters: HashMap<(NodeId, TenantId), (u64, u64)>,
+    /// Per tenant: the total and time at the last round, and the forecaster fed with the rates in between.
+    tenants: HashMap<TenantId, (u64, u64, Ewma)>,
+}
+
+/// The planning loop's state on this node (only the leader plans).
+pub struct Planner {
+    node: Node,
+    policy: Box<dyn Policy>,
+    settings: PlanningSettings,
+    metrics: Arc<Metrics>,
+    round: tokio::sync::Mutex<()>,
+    observations: Mutex<Observations>,
+    last_input: Mutex<Option<(u64, String)>>,
+    decisions: Mutex<BTreeMap<GpuId, GpuDecision>>,
+    /// Per node: the epoch it acknowledged from this leader.
+    acked: Mutex<HashMap<NodeId, u64>>,
+    agents: Mutex<HashMap<String, AgentClient<Channel>>>,
+    started: Instant,
+}
+
+/// Workload time now on the wall clock.
+fn wall_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Planner {
+    /// A planner over `node` (the policy name is checked by the configuration).
+    pub fn new(node: Node, settings: PlanningSettings, metrics: Arc<Metrics>) -> Result<Arc<Planner>, String> {
+        let policy = tessera_planner::policy::by_name(&settings.policy)?;
+        Ok(Arc::new(Planner {
+            node,
+            policy,
+            settings,
+            metrics,
+            round: tokio::sync::Mutex::new(()),
+            observations: Mutex::new(Observations::default()),
+            last_input: Mutex::new(None),
+            decisions: Mutex::new(BTreeMap::new()),
+            acked: Mutex::new(HashMap::new()),
+            agents: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+        }))
+    }
+
+    /// The workload time now: the replicated virtual clock, or the wall clock.
+    pub fn now_ms(&self) -> u64 {
+        match self.settings.clock {
+            ClockMode::Virtual => self.node.read(|s| s.clock_ms),
+            ClockMode::Wall => wall_ms(),
+        }
+    }
+
+    /// Settings.
+    pub fn settings(&self) -> &PlanningSettings {
+        &self.settings
+    }
+
+    /// Records an agent's cumulative arrival counters (from a heartbeat).
+    pub fn observe(&self, node: &NodeId, now_ms: u64, metrics: &[v1::TenantMetrics]) {
+        let mut obs = self.observations.lock().expect("observations lock");
+        for m in metrics {
+            if let Ok(t) = TenantId::new(m.tenant.clone()) {
+                obs.counters.insert((node.clone(), t), (now_ms, m.arrivals));
+            }
+        }
+    }
+
+    /// The last round's input as JSON, with its epoch.
+    pub fn last_input(&self) -> Option<(u64, String)> {
+        self.last_input.lock().expect("input lock").clone()
+    }
+
+    /// The last round's decision for a GPU on this node.
+    pub fn decision(&self, gpu: &GpuId) -> Option<GpuDecision> {
+        self.decisions.lock().expect("decisions lock").get(gpu).cloned()
+    }
+
+    /// Forgets which nodes acknowledged what (on losing or gaining leadership).
+    pub fn reset_pushes(&self) {
+        self.acked.lock().expect("acked lock").clear();
+    }
+
+    fn forecasts(
+        &self,
+        state: &CoordState,
+        now_ms: u64,
+        horizon: usize,
+        advance: bool,
+    ) -> BTreeMap<TenantId, Forecast> {
+        let mut obs = self.observations.lock().expect("observations lock");
+        let mut totals: HashMap<TenantId, (u64, u64)> = HashMap::new();
+        for ((_, t), (at, count)) in &obs.counters {
+            let e = totals.entry(t.clone()).or_default();
+            e.0 = e.0.max(*at);
+            e.1 += count;
+        }
+        let mut out = BTreeMap::new();
+        for spec in state.fleet.active_tenants() {
+            let fallback = match &spec.demand {
+                DemandSource::Poisson { rate_rps } => *rate_rps,
+                DemandSource::Trace { .. } => UNKNOWN_RATE_RPS,
+            };
+            let seen = totals.get(&spec.id).copied();
+            let entry = obs.tenants.entry(spec.id.clone()).or_insert_with(|| {
+                let mut f = Ewma::new(0.5);
+                f.observe(fallback);
+                (seen.map_or(0, |s| s.1), seen.map_or(now_ms, |s| s.0), f)
+            });
+            if advance && let Some((at, total)) = seen {
+                let (last_total, last_at, f) = entry;
+                if at > *last_at && total >= *last_total {
+                    f.observe((total - *last_total) as f64 / ((at - *last_at) as f64 / 1000.0));
+                    *last_total = total;
+                    *last_at = at;
+                }
+            }
+            out.insert(spec.id.clone(), entry.2.forecast(horizon));
+        }
+        out
+    }
+
+    /// Builds the round's input from the state.
+    pub fn build_input(&self, state: &CoordState, now_ms: u64, advance_forecasts: bool) -> PlannerInput {
+        let horizon = self.settings.horizon_slots;
+        let mut forecasts = self.forecasts(state, now_ms, horizon, advance_forecasts);
+        let fleet: &FleetState = &state.fleet;
+        let gpus = fleet
+            .gpus
+            .iter()
+            .filter(|(_, g)| g.mig_enabled && g.health != GpuHealth::Failed)
+            .map(|(id, g)| {
+                let input = GpuInput {
+                    model: g.model,
+                    health: g.health,
+                    layout: g.applied.clone(),
+                    assignments: g.applied_assignments.clone(),
+                };
+                (id.clone(), input)
+            })
+            .collect();
+        let tenants = fleet
+            .active_tenants()
+            .map(|spec| {
+                let status = fleet.tenant_status.get(&spec.id);
+                let done = status.map_or(0.0, |s| s.retraining_done_gpu_s);
+                let due = spec.retraining.as_ref().is_some_and(|r| done < r.work_gpu_s);
+                let t = TenantInput {
+                    spec: spec.clone(),
+                    forecast: forecasts.remove(&spec.id).unwrap_or_else(|| Forecast::flat(UNKNOWN_RATE_RPS, horizon)),
+                    actual: None,
+                    accuracy: status.map_or_else(|| spec.initial_accuracy(), |s| s.accuracy),
+                    retraining_due: due,
+                    retraining_done_gpu_s: done,
+                };
+                (spec.id.clone(), t)
+            })
+            .collect();
+        PlannerInput {
+            epoch: fleet.plan_epoch + 1,
+            now: SimTime::from_ms(now_ms),
+            config: PlannerConfig {
+                slot_s: self.settings.slot.as_secs_f64(),
+                horizon_slots: horizon,
+                ..PlannerConfig::default()
+            },
+            models: fleet.models.clone(),
+            gpus,
+            tenants,
+            interference: None,
+        }
+    }
+
+    /// Runs one planning round on the leader: plan, commit, push.
+    pub async fn round(self: &Arc<Self>, trigger: &'static str) -> Result<RoundResult, NodeError> {
+        let _one_at_a_time = self.round.lock().await;
+        if let Some(e) = self.node.not_leader() {
+            return Err(e);
+        }
+        self.node.read_index().await?;
+        let now_ms = self.now_ms();
+        let (input, old_targets) = self.node.read(|s| {
+            let targets: BTreeMap<GpuId, Option<GpuPlan>> =
+                s.fleet.gpus.iter().map(|(id, g)| (id.clone(), g.target.clone())).collect();
+            (self.build_input(s, now_ms, true), targets)
+        });
+        let span = tracing::info_span!(
+            "planning_round",
+            trigger,
+            policy = %self.settings.policy,
+            epoch = input.epoch,
+            workload_time_ms = now_ms,
+            gpus = input.gpus.len(),
+            tenants = input.tenants.len(),
+            outcome = Empty,
+            objective = Empty,
+            bound = Empty,
+            gap = Empty,
+            solve_ms = Empty,
+            pushed = Empty,
+            push_failures = Empty,
+        );
+        let result = self.round_in(input, old_targets, &span).instrument(span.clone()).await;
+        match &result {
+            Ok(r) => {
+                span.record("outcome", r.outcome.as_str());
+                self.metrics.observe_round(&r.outcome, r.solve_ms / 1000.0);
+            }
+            Err(e) => {
+                span.record("outcome", "error");
+                tracing::warn!(parent: &span, error = %e, "planning round failed");
+                self.metrics.observe_round("error", 0.0);
+            }
+        }
+        result
+    }
+
+    async fn round_in(
+        self: &Arc<Self>,
+        input: PlannerInput,
+        old_targets: BTreeMap<GpuId, Option<GpuPlan>>,
+        span: &tracing::Span,
+    ) -> Result<RoundResult, NodeError> {
+        *self.last_input.lock().expect("input lock") =
+            Some((input.epoch, serde_json::to_string_pretty(&input).expect("planner input serialises")));
+        if input.gpus.is_empty() || input.tenants.is_empty() {
+            return Ok(RoundResult {
+                outcome: "empty".into(),
+                reason: format!("{} GPUs and {} tenants: nothing to plan", input.gpus.len(), input.tenants.len()),
+                ..Default::default()
+            });
+        }
+        let started = Instant::now();
+        let me = Arc::clone(self);
+        let input = Arc::new(input);
+        let planned_input = Arc::clone(&input);
+        let outcome = tokio::task::spawn_blocking(move || me.policy.plan(&planned_input))
+            .await
+            .map_err(|e| NodeError::Raft(format!("the planner panicked: {e}")))?
+            .map_err(|e| NodeError::Raft(format!("planner: {e}")))?;
+        let solve_ms = started.elapsed().as_secs_f64() * 1000.0;
+        span.record("solve_ms", solve_ms);
+        let report = match outcome {
+            PlanOutcome::Infeasible { reason } => {
+                return Ok(RoundResult { outcome: "infeasible".into(), solve_ms, reason, ..Default::default() });
+            }
+            PlanOutcome::Planned(report) => report,
+        };
+        let stats = &report.stats;
+        span.record("objective", stats.objective);
+        span.record("bound", stats.bound);
+        span.record("gap", stats.gap);
+        let mut decisions = BTreeMap::new();
+        for g in &stats.gpus {
+            let outcome = report.outcomes.get(&g.gpu);
+            let tenants: Vec<String> =
+                outcome.map(|o| o.problem.tenants.iter().map(|t| t.id.to_string()).collect()).unwrap_or_default();
+            let forecasts: BTreeMap<String, f64> = tenants
+                .iter()
+                .filter_map(|t| {
+                    let id = TenantId::new(t.clone()).ok()?;
+                    let f = &input.tenants.get(&id)?.forecast;
+                    Some((t.clone(), f.mean.iter().sum::<f64>() / f.mean.len().max(1) as f64))
+                })
+                .collect();
+            let target = report.plan.gpus.get(&g.gpu);
+            let candidates = outcome.map_or(0, |o| o.problem.profiles.len());
+            self.metrics.observe_gpu_solve(solve_ms / 1000.0 / stats.gpus.len().max(1) as f64);
+            tracing::info_span!(
+                parent: span,
+                "gpu_solve",
+                gpu = %g.gpu,
+                tenants = %tenants.join(","),
+                forecasts_rps = %forecasts.iter().map(|(k, v)| format!("{k}={v:.1}")).collect::<Vec<_>>().join(","),
+                candidate_profiles = candidates,
+                current_layout = %input.gpus.get(&g.gpu).map(|x| x.layout.to_string()).unwrap_or_default(),
+                chosen_layout = %target.map(|t| t.layout.to_string()).unwrap_or_default(),
+                objective = g.objective,
+                bound = g.bound,
+                status = ?g.status,
+                explanation = %target.map(|t| t.explanation.as_str()).unwrap_or_default(),
+            )
+            .in_scope(|| tracing::debug!("solved"));
+            decisions.insert(
+                g.gpu.clone(),
+                GpuDecision {
+                    status: format!("{:?}", g.status),
+                    objective: g.objective,
+                    bound: g.bound,
+                    tenants: g.tenants,
+                    forecasts,
+                },
+            );
+        }
+        *self.decisions.lock().expect("decisions lock") = decisions;
+        let plan = report.plan.clone();
+        let epoch = plan.epoch;
+        let changed: Vec<(GpuId, String, String)> = plan
+            .gpus
+            .iter()
+            .filter_map(|(id, t)| {
+                let before = old_targets.get(id).cloned().flatten();
+                let from = before.as_ref().map_or_else(
+                    || input.gpus.get(id).map(|g| g.layout.to_string()).unwrap_or_default(),
+                    |b| b.layout.to_string(),
+                );
+                (before.as_ref().is_none_or(|b| b.layout != t.layout || b.assignments != t.assignments))
+                    .then(|| (id.clone(), from, t.layout.to_string()))
+            })
+            .collect();
+        self.node.propose(Op::Fleet { command: Command::CommitPlan { plan } }).await?;
+        let (pushed, push_failures) = self.push_all(Some(span), &changed).await;
+        span.record("pushed", pushed);
+        span.record("push_failures", push_failures);
+        self.metrics.reconfigurations(changed.len() as u64);
+        Ok(RoundResult {
+            outcome: "planned".into(),
+            epoch,
+            objective: stats.objective,
+            bound: stats.bound,
+            gap: stats.gap,
+            solve_ms,
+            reason: String::new(),
+            pushed,
+            push_failures,
+        })
+    }
+
+    fn agent(&self, address: &str) -> Result<AgentClient<Channel>, String> {
+        let mut agents = self.agents.lock().expect("agents lock");
+        if let Some(c) = agents.get(address) {
+            return Ok(c.clone());
+        }
+        let channel = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| format!("bad agent address {address}: {e}"))?
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(self.settings.push_timeout)
+            .connect_lazy();
+        let client = AgentClient::new(channel);
+        agents.insert(address.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// Pushes every node whose committed targets it has not acknowledged; returns (pushed, failed).
+    /// `changed` lists the GPUs whose layout this round changes (one `reconfiguration` span each).
+    pub async fn push_all(&self, round: Option<&tracing::Span>, changed: &[(GpuId, String, String)]) -> (u32, u32) {
+        if self.node.not_leader().is_some() {
+            return (0, 0);
+        }
+        // Per node: its address, the newest epoch among its GPUs' targets, and all its targets.
+        let work: Vec<(NodeId, String, u64, Vec<(u32, GpuPlan)>)> = self.node.read(|s| {
+            s.fleet
+                .nodes
+                .iter()
+                .filter_map(|(node, n)| {
+                    let mut epoch = 0;
+                    let mut targets = Vec::new();
+                    for idx in &n.gpus {
+                        let g = s.fleet.gpus.get(&GpuId::new(node.clone(), *idx))?;
+                        if let Some(t) = &g.target {
+                            epoch = epoch.max(g.target_epoch);
+                            targets.push((*idx, t.clone()));
+                        }
+                    }
+                    (!targets.is_empty()).then(|| (node.clone(), n.address.clone(), epoch, targets))
+                })
+                .collect()
+        });
+        let pending: Vec<_> = {
+            let acked = self.acked.lock().expect("acked lock");
+            work.into_iter().filter(|(node, _, epoch, _)| acked.get(node).is_none_or(|a| a < epoch)).collect()
+        };
+        let mut calls = Vec::new();
+        for (node, address, epoch, targets) in pending {
+            let spans: Vec<tracing::Span> = changed
+                .iter()
+                .filter(|(gpu, _, _)| gpu.node == node)
+                .map(|(gpu, from, to)| {
+                    let steps = layout_steps(from, to);
+                    match round {
+                        Some(parent) => tracing::info_span!(
+                            parent: parent, "reconfiguration",
+                            gpu = %gpu, node = %node, epoch, from_layout = %from, to_layout = %to,
+                            steps, result = Empty
+                        ),
+                        None => tracing::Span::none(),
+                    }
+                })
+                .collect();
+            let client = self.agent(&address);
+            let timeout = self.settings.push_timeout;
+            calls.push(async move {
+                let req = v1::ApplyLayoutRequest {
+                    epoch,
+                    targets: targets
+                        .iter()
+                        .map(|(idx, plan)| v1::GpuTarget { gpu: *idx, plan: Some(plan.into()) })
+                        .collect(),
+                };
+                let result = match client {
+                    Err(e) => Err(e),
+                    Ok(mut c) => match tokio::time::timeout(timeout, c.apply_layout(req)).await {
+                        Ok(Ok(r)) => Ok(r.into_inner()),
+                        Ok(Err(s)) => Err(format!("{}: {}", s.code(), s.message())),
+                        Err(_) => Err(format!("no answer within {timeout:?}")),
+                    },
+                };
+                (node, epoch, result, spans)
+            });
+        }
+        let results = futures::future::join_all(calls).await;
+        let (mut ok, mut failed) = (0, 0);
+        for (node, epoch, result, spans) in results {
+            let label = match &result {
+                Ok(r) if r.status == v1::ApplyStatus::Stale as i32 => "stale",
+                Ok(_) => "ok",
+                Err(_) => "error",
+            };
+            for s in &spans {
+                s.record("result", label);
+            }
+            self.metrics.push(label);
+            match result {
+                Ok(r) => {
+                    ok += 1;
+                    // A stale answer means the agent already holds a newer epoch (from a newer plan): done.
+                    let acked = if r.status == v1::ApplyStatus::Stale as i32 { r.epoch.max(epoch) } else { epoch };
+                    self.acked.lock().expect("acked lock").insert(node, acked);
+                }
+                Err(e) => {
+                    failed += 1;
+                    tracing::warn!(%node, epoch, error = %e, "push to agent failed; retried by the pusher");
+                }
+            }
+        }
+        (ok, failed)
+    }
+
+    /// The leader's background duties: load model profiles, plan every window (wall clock), re-push
+    /// unacknowledged targets. Runs until the process ends.
+    pub async fn run(self: Arc<Self>, models: BTreeMap<String, tessera_core::model::ModelProfile>) {
+        let mut status = self.node.watch_status();
+        let mut was_leader = false;
+        let mut next_round = Instant::now() + self.settings.plan_every;
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = status.changed() => if changed.is_err() { return },
+            }
+            let leader = self.node.not_leader().is_none();
+            if leader && !was_leader {
+                tracing::info!(id = self.node.id(), "became leader: resuming from the last committed plan");
+                self.reset_pushes();
+                self.load_models(&models).await;
+                next_round = Instant::now() + self.settings.plan_every;
+            }
+            if !leader && was_leader {
+                self.reset_pushes();
+            }
+            was_leader = leader;
+            if !leader {
+                continue;
+            }
+            if self.settings.clock == ClockMode::Wall && Instant::now() >= next_round {
+                next_round = Instant::now() + self.settings.plan_every;
+                if let Err(e) = self.round("window").await {
+                    tracing::warn!(error = %e, "scheduled planning round failed");
+                }
+            } else {
+                self.push_all(None, &[]).await;
+            }
+        }
+    }
+
+    /// Moves every agent's virtual workload clock to `now_ms` (nodes on the wall clock refuse; that is logged).
+    pub async fn advance_agents(&self, now_ms: u64) {
+        let addresses: Vec<String> = self.node.read(|s| s.fleet.nodes.values().map(|n| n.address.clone()).collect());
+        let calls = addresses.into_iter().map(|address| {
+            let client = self.agent(&address);
+            async move {
+                let mut c = client?;
+                c.advance_clock(v1::AdvanceClockRequest { to_ms: now_ms })
+                    .await
+                    .map_err(|s| format!("{address}: {}: {}", s.code(), s.message()))
+            }
+        });
+        for r in futures::future::join_all(calls).await {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "could not advance an agent's clock");
+            }
+        }
+    }
+
+    async fn load_models(&self, models: &BTreeMap<String, tessera_core::model::ModelProfile>) {
+        let missing: Vec<_> =
+            self.node.read(|s| models.values().filter(|m| s.fleet.models.get(&m.name) != Some(m)).cloned().collect());
+        for profile in missing {
+            let name = profile.name.clone();
+            if let Err(e) = self.node.propose(Op::Fleet { command: Command::PutModel { profile } }).await {
+                tracing::warn!(model = %name, error = %e, "could not load a model profile");
+            }
+        }
+    }
+
+    /// How long this planner has existed (for status pages).
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
+
+/// Placements that differ between two layouts written as text (`3g@0 4g@4`).
+fn layout_steps(from: &str, to: &str) -> usize {
+    let a: std::collections::BTreeSet<&str> = from.split_whitespace().collect();
+    let b: std::collections::BTreeSet<&str> = to.split_whitespace().collect();
+    a.symmetric_difference(&b).count()
+}

@@ -1,0 +1,111 @@
+//! `coordinator serve`: opens the sled store, starts the Raft node, the gRPC server (API, agents, peers), the
+//! Prometheus endpoint and the planning loop, and runs until SIGINT or SIGTERM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tessera_proto::v1;
+use tokio::net::TcpListener;
+
+use crate::config::CoordinatorConfig;
+use crate::metrics::Metrics;
+use crate::node::Node;
+use crate::planning::{Planner, PlanningSettings};
+use crate::service::{RaftService, Services};
+use crate::storage::SledStore;
+use crate::transport::{MAX_MESSAGE_BYTES, Transport};
+
+/// Runs a coordinator node until a shutdown signal (or a fatal error).
+pub async fn serve(config: CoordinatorConfig) -> anyhow::Result<()> {
+    let models = match &config.models_dir {
+        Some(dir) => tessera_core::config::load_model_dir(dir).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => Default::default(),
+    };
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| anyhow::anyhow!("cannot create data_dir {}: {e}", config.data_dir.display()))?;
+    let store = SledStore::open(&config.data_dir.join("raft"))
+        .map_err(|e| anyhow::anyhow!("cannot open the Raft store in {}: {e}", config.data_dir.display()))?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    let metrics = Arc::new(Metrics::new());
+    let transport = Transport::new(config.raft.id, config.advertise.clone(), tokio::runtime::Handle::current());
+    let node =
+        Node::start(config.raft.clone(), store, config.peers.clone(), config.join, transport, Arc::clone(&metrics))?;
+    let planner = Planner::new(
+        node.clone(),
+        PlanningSettings {
+            policy: config.policy.clone(),
+            clock: config.clock,
+            plan_every: config.plan_every,
+            slot: config.slot,
+            horizon_slots: config.horizon_slots,
+            push_timeout: Duration::from_secs(5),
+        },
+        Arc::clone(&metrics),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let services = Services::new(node.clone(), Arc::clone(&planner), config.allow_fault_injection);
+    let raft = RaftService::new(node.clone(), config.allow_fault_injection);
+
+    if let Some(addr) = config.metrics_listen {
+        let l =
+            TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr} for /metrics: {e}"))?;
+        let m = Arc::clone(&metrics);
+        tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve(l, m).await {
+                tracing::error!(error = %e, "the /metrics server stopped");
+            }
+        });
+    }
+    {
+        let node = node.clone();
+        let metrics = Arc::clone(&metrics);
+        tokio::spawn(async move {
+            let mut applied = node.watch_applied();
+            while applied.changed().await.is_ok() {
+                let (t, g) = node.read(|s| (s.fleet.tenants.len(), s.fleet.gpus.len()));
+                metrics.set_fleet(t, g);
+            }
+        });
+    }
+    tokio::spawn(Arc::clone(&planner).run(models));
+
+    let local = listener.local_addr()?;
+    tracing::info!(id = config.raft.id, listen = %local, advertise = %config.advertise, peers = ?config.peers, "coordinator serving");
+    // Scripts and tests read this line to learn the bound address.
+    println!("coordinator id={} addr={}", config.raft.id, local);
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(
+            v1::coordinator_api_server::CoordinatorApiServer::new(services.clone())
+                .max_decoding_message_size(16 * 1024 * 1024),
+        )
+        .add_service(v1::coordinator_server::CoordinatorServer::new(services))
+        .add_service(
+            v1::raft_server::RaftServer::new(raft)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .serve_with_incoming_shutdown(incoming, shutdown_signal())
+        .await?;
+    tracing::info!("coordinator stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -1,0 +1,573 @@
+//! The coordinator's gRPC services: `CoordinatorApi` (operators, replay), `Coordinator` (agents' registration
+//! and heartbeats) and `Raft` (peers). Every error becomes a `tonic::Status` in [`status`], one place.
+//!
+//! Any node accepts any call. Writes are proposed on this node (raft-rs forwards a follower's proposal to the
+//! leader) and answered once applied here; reads go through a read index unless the request asks for a stale read.
+//! Calls that only the leader can serve (planning, membership, the clock) are forwarded to the leader by this node.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tessera_core::fleet::{Command, GpuHealth, Rejected, TenantStatus};
+use tessera_core::ids::{GpuId, NodeId, TenantId};
+use tessera_core::plan::Assignment;
+use tessera_core::tenant::TenantSpec;
+use tessera_core::time::SimTime;
+use tessera_core::{Layout, Placement};
+use tessera_proto::v1;
+use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+use crate::config::ClockMode;
+use crate::node::{Node, NodeError};
+use crate::planning::Planner;
+use crate::state::{CoordState, Op, Outcome};
+use crate::transport::Transport;
+
+/// Metadata key carrying the leader's address on a `NotLeader` answer.
+pub const LEADER_KEY: &str = "tessera-leader";
+
+/// Maps every coordinator error to a gRPC status (the one place that does).
+pub fn status(e: NodeError) -> Status {
+    match e {
+        NodeError::NoLeader => Status::unavailable(e.to_string()),
+        NodeError::NotLeader { ref address, .. } => {
+            let mut s = Status::unavailable(e.to_string());
+            if let Ok(v) = address.parse() {
+                s.metadata_mut().insert(LEADER_KEY, v);
+            }
+            s
+        }
+        NodeError::Timeout(_) | NodeError::Stopped => Status::unavailable(e.to_string()),
+        NodeError::Rejected(r) => rejected(r),
+        NodeError::Raft(_) | NodeError::Store(_) => Status::internal(e.to_string()),
+    }
+}
+
+fn rejected(r: Rejected) -> Status {
+    let msg = r.to_string();
+    match r {
+        Rejected::TenantExists(_) => Status::already_exists(msg),
+        Rejected::UnknownTenant(_) | Rejected::UnknownNode(_) | Rejected::UnknownGpu(_) => Status::not_found(msg),
+        Rejected::StaleReport { .. } | Rejected::FutureReport { .. } | Rejected::TenantRetiring(_) => {
+            Status::failed_precondition(msg)
+        }
+        _ => Status::invalid_argument(msg),
+    }
+}
+
+fn bad(field: &str, e: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("field `{field}`: {e}"))
+}
+
+fn health_name(h: GpuHealth) -> &'static str {
+    match h {
+        GpuHealth::Healthy => "healthy",
+        GpuHealth::Draining => "draining",
+        GpuHealth::Failed => "failed",
+    }
+}
+
+/// Shared by the three services.
+#[derive(Clone)]
+pub struct Services {
+    node: Node,
+    planner: Arc<Planner>,
+    leader_clients: Arc<Mutex<std::collections::HashMap<String, CoordinatorApiClient<Channel>>>>,
+    fault_injection: bool,
+}
+
+impl Services {
+    /// Services over a node and its planner.
+    pub fn new(node: Node, planner: Arc<Planner>, fault_injection: bool) -> Services {
+        Services { node, planner, leader_clients: Arc::default(), fault_injection }
+    }
+
+    async fn read<R>(&self, stale: bool, f: impl FnOnce(&CoordState) -> R) -> Result<R, Status> {
+        if stale { Ok(self.node.read(f)) } else { self.node.read_current(f).await.map_err(status) }
+    }
+
+    async fn propose(&self, command: Command) -> Result<(u64, Outcome), Status> {
+        self.node.propose(Op::Fleet { command }).await.map_err(status)
+    }
+
+    /// A client of the leader, for calls this follower forwards; `None` when this node leads.
+    fn leader_client(&self) -> Result<Option<CoordinatorApiClient<Channel>>, Status> {
+        match self.node.not_leader() {
+            None => Ok(None),
+            Some(NodeError::NotLeader { address, .. }) if !address.is_empty() => {
+                let mut clients = self.leader_clients.lock().expect("clients lock");
+                if let Some(c) = clients.get(&address) {
+                    return Ok(Some(c.clone()));
+                }
+                let channel = Endpoint::from_shared(format!("http://{address}"))
+                    .map_err(|e| Status::internal(format!("bad leader address {address}: {e}")))?
+                    .connect_timeout(Duration::from_secs(1))
+                    .connect_lazy();
+                let c = CoordinatorApiClient::new(channel);
+                clients.insert(address, c.clone());
+                Ok(Some(c))
+            }
+            Some(e) => Err(status(e)),
+        }
+    }
+}
+
+fn tenant_response(s: &CoordState, id: &TenantId, index: u64) -> Option<v1::TenantResponse> {
+    s.fleet.tenants.get(id).map(|spec| v1::TenantResponse {
+        spec: Some(spec.into()),
+        retiring: s.fleet.retiring.contains(id),
+        index,
+    })
+}
+
+fn gpu_status(id: &GpuId, g: &tessera_core::fleet::GpuState) -> v1::GpuStatus {
+    v1::GpuStatus {
+        id: id.to_string(),
+        index: id.index,
+        model: g.model.to_string(),
+        health: health_name(g.health).into(),
+        mig_enabled: g.mig_enabled,
+        applied: Some((&g.applied).into()),
+        applied_assignments: g.applied_assignments.iter().map(Into::into).collect(),
+        applied_epoch: g.applied_epoch,
+        target: g.target.as_ref().map(Into::into),
+        target_epoch: g.target_epoch,
+    }
+}
+
+#[tonic::async_trait]
+impl v1::coordinator_api_server::CoordinatorApi for Services {
+    async fn create_tenant(&self, req: Request<v1::TenantRequest>) -> Result<Response<v1::TenantResponse>, Status> {
+        let spec = req.into_inner().spec.ok_or_else(|| bad("spec", "is required"))?;
+        let spec = TenantSpec::try_from(spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
+        let id = spec.id.clone();
+        let (index, _) = self.propose(Command::CreateTenant { spec }).await?;
+        let r = self.node.read(|s| tenant_response(s, &id, index));
+        r.map(Response::new).ok_or_else(|| Status::aborted("the tenant was deleted right after its creation"))
+    }
+
+    async fn update_tenant(&self, req: Request<v1::TenantRequest>) -> Result<Response<v1::TenantResponse>, Status> {
+        let spec = req.into_inner().spec.ok_or_else(|| bad("spec", "is required"))?;
+        let spec = TenantSpec::try_from(spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
+        let id = spec.id.clone();
+        let (index, _) = self.propose(Command::UpdateTenant { spec }).await?;
+        let r = self.node.read(|s| tenant_response(s, &id, index));
+        r.map(Response::new).ok_or_else(|| Status::aborted("the tenant was deleted right after its update"))
+    }
+
+    async fn delete_tenant(
+        &self,
+        req: Request<v1::TenantIdRequest>,
+    ) -> Result<Response<v1::DeleteTenantResponse>, Status> {
+        let id = TenantId::new(req.into_inner().id).map_err(|e| bad("id", e))?;
+        let (index, _) = self.propose(Command::DeleteTenant { id: id.clone() }).await?;
+        let retiring = self.node.read(|s| s.fleet.retiring.contains(&id));
+        Ok(Response::new(v1::DeleteTenantResponse { retiring, index }))
+    }
+
+    async fn get_tenant(&self, req: Request<v1::TenantIdRequest>) -> Result<Response<v1::TenantResponse>, Status> {
+        let id = TenantId::new(req.into_inner().id).map_err(|e| bad("id", e))?;
+        self.read(false, |s| tenant_response(s, &id, 0))
+            .await?
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("unknown tenant {id}")))
+    }
+
+    async fn list_tenants(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::ListTenantsResponse>, Status> {
+        let tenants = self
+            .read(req.into_inner().stale, |s| {
+                s.fleet.tenants.keys().filter_map(|id| tenant_response(s, id, 0)).collect()
+            })
+            .await?;
+        Ok(Response::new(v1::ListTenantsResponse { tenants }))
+    }
+
+    async fn list_nodes(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::ListNodesResponse>, Status> {
+        let nodes = self
+            .read(req.into_inner().stale, |s| {
+                s.fleet
+                    .nodes
+                    .iter()
+                    .map(|(id, n)| v1::NodeInfo {
+                        id: id.to_string(),
+                        address: n.address.clone(),
+                        registered_at_ms: n.registered_at.as_ms(),
+                        gpus: n
+                            .gpus
+                            .iter()
+                            .filter_map(|i| {
+                                let gid = GpuId::new(id.clone(), *i);
+                                s.fleet.gpus.get(&gid).map(|g| gpu_status(&gid, g))
+                            })
+                            .collect(),
+                    })
+                    .collect()
+            })
+            .await?;
+        Ok(Response::new(v1::ListNodesResponse { nodes }))
+    }
+
+    async fn drain_gpu(&self, req: Request<v1::DrainGpuRequest>) -> Result<Response<v1::DrainGpuResponse>, Status> {
+        let r = req.into_inner();
+        let gpu: GpuId = r.gpu.parse().map_err(|e| bad("gpu", e))?;
+        let health = if r.drain { GpuHealth::Draining } else { GpuHealth::Healthy };
+        let (index, _) = self.propose(Command::SetGpuHealth { gpu, health }).await?;
+        Ok(Response::new(v1::DrainGpuResponse { index }))
+    }
+
+    async fn get_plan(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::PlanResponse>, Status> {
+        let r = self
+            .read(req.into_inner().stale, |s| {
+                let Some(last) = &s.fleet.last_plan else { return v1::PlanResponse::default() };
+                v1::PlanResponse {
+                    epoch: last.epoch,
+                    made_at_ms: last.made_at.as_ms(),
+                    policy: last.policy.clone(),
+                    expected_goodput: last.expected_goodput,
+                    gpus: s
+                        .fleet
+                        .gpus
+                        .iter()
+                        .filter_map(|(id, g)| {
+                            g.target.as_ref().map(|t| v1::PlanGpu { gpu: id.to_string(), plan: Some(t.into()) })
+                        })
+                        .collect(),
+                }
+            })
+            .await?;
+        Ok(Response::new(r))
+    }
+
+    async fn plan_history(&self, req: Request<v1::GpuRequest>) -> Result<Response<v1::PlanHistoryResponse>, Status> {
+        let r = req.into_inner();
+        let gpu: GpuId = r.gpu.parse().map_err(|e| bad("gpu", e))?;
+        let entries = self
+            .read(r.stale, |s| {
+                s.history.get(&gpu).map(|h| {
+                    h.iter()
+                        .rev()
+                        .map(|e| v1::PlanHistoryEntry {
+                            epoch: e.epoch,
+                            made_at_ms: e.made_at.as_ms(),
+                            policy: e.policy.clone(),
+                            plan: Some((&e.plan).into()),
+                        })
+                        .collect()
+                })
+            })
+            .await?
+            .unwrap_or_default();
+        Ok(Response::new(v1::PlanHistoryResponse { entries }))
+    }
+
+    async fn trigger_plan(
+        &self,
+        req: Request<v1::TriggerPlanRequest>,
+    ) -> Result<Response<v1::TriggerPlanResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.trigger_plan(req.into_inner()).await;
+        }
+        let r = self.planner.round("api").await.map_err(status)?;
+        Ok(Response::new(v1::TriggerPlanResponse {
+            outcome: r.outcome,
+            epoch: r.epoch,
+            objective: r.objective,
+            bound: r.bound,
+            gap: r.gap,
+            solve_ms: r.solve_ms,
+            reason: r.reason,
+            pushed: r.pushed,
+            push_failures: r.push_failures,
+        }))
+    }
+
+    async fn explain(&self, req: Request<v1::GpuRequest>) -> Result<Response<v1::ExplainResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.explain(req.into_inner()).await;
+        }
+        let r = req.into_inner();
+        let gpu: GpuId = r.gpu.parse().map_err(|e| bad("gpu", e))?;
+        let (epoch, policy, target) = self
+            .read(r.stale, |s| {
+                let g = s.fleet.gpus.get(&gpu)?;
+                let policy = s.history.get(&gpu).and_then(|h| h.back()).map(|e| e.policy.clone()).unwrap_or_default();
+                Some((g.target_epoch, policy, g.target.clone()))
+            })
+            .await?
+            .ok_or_else(|| Status::not_found(format!("unknown GPU {gpu}")))?;
+        let d = self.planner.decision(&gpu).unwrap_or_default();
+        Ok(Response::new(v1::ExplainResponse {
+            gpu: gpu.to_string(),
+            epoch,
+            policy,
+            explanation: target.as_ref().map(|t| t.explanation.clone()).unwrap_or_default(),
+            plan: target.as_ref().map(Into::into),
+            status: d.status,
+            objective: d.objective,
+            bound: d.bound,
+            tenants: d.tenants as u32,
+            forecasts: d.forecasts,
+        }))
+    }
+
+    async fn dump_planner_input(
+        &self,
+        req: Request<v1::ListRequest>,
+    ) -> Result<Response<v1::DumpPlannerInputResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.dump_planner_input(req.into_inner()).await;
+        }
+        let (epoch, json) = self
+            .planner
+            .last_input()
+            .ok_or_else(|| Status::failed_precondition("no planning round has run on the current leader yet"))?;
+        Ok(Response::new(v1::DumpPlannerInputResponse { json, epoch }))
+    }
+
+    async fn cluster_status(
+        &self,
+        _req: Request<v1::ClusterStatusRequest>,
+    ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        let st = self.node.status();
+        let leader_address = self.node.leader().map(|(_, a)| a).unwrap_or_default();
+        let (clock, epoch) = self.node.read(|s| (s.clock_ms, s.fleet.plan_epoch));
+        Ok(Response::new(v1::ClusterStatusResponse {
+            id: st.id,
+            leader_id: st.leader_id,
+            leader_address,
+            term: st.term,
+            commit_index: st.commit,
+            applied_index: st.applied,
+            members: self.node.members().into_iter().map(|(id, address)| v1::Member { id, address }).collect(),
+            role: st.role_name().into(),
+            workload_time_ms: if self.planner.settings().clock == ClockMode::Virtual {
+                clock
+            } else {
+                self.planner.now_ms()
+            },
+            plan_epoch: epoch,
+        }))
+    }
+
+    async fn add_member(&self, req: Request<v1::AddMemberRequest>) -> Result<Response<v1::MembersResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.add_member(req.into_inner()).await;
+        }
+        let r = req.into_inner();
+        if r.id == 0 {
+            return Err(bad("id", "must be > 0"));
+        }
+        if !r.address.contains(':') {
+            return Err(bad("address", "must be HOST:PORT"));
+        }
+        let index = self.node.add_member(r.id, &r.address).await.map_err(status)?;
+        let members = self.node.members().into_iter().map(|(id, address)| v1::Member { id, address }).collect();
+        Ok(Response::new(v1::MembersResponse { members, index }))
+    }
+
+    async fn remove_member(
+        &self,
+        req: Request<v1::RemoveMemberRequest>,
+    ) -> Result<Response<v1::MembersResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.remove_member(req.into_inner()).await;
+        }
+        let r = req.into_inner();
+        if !self.node.status().voters.contains(&r.id) {
+            return Err(Status::not_found(format!("node {} is not a member", r.id)));
+        }
+        let index = self.node.remove_member(r.id).await.map_err(status)?;
+        let members = self.node.members().into_iter().map(|(id, address)| v1::Member { id, address }).collect();
+        Ok(Response::new(v1::MembersResponse { members, index }))
+    }
+
+    async fn advance_clock(
+        &self,
+        req: Request<v1::AdvanceClockRequest>,
+    ) -> Result<Response<v1::AdvanceClockResponse>, Status> {
+        if self.planner.settings().clock != ClockMode::Virtual {
+            return Err(Status::failed_precondition(
+                "this cluster runs on the wall clock (start it with --clock virtual)",
+            ));
+        }
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.advance_clock(req.into_inner()).await;
+        }
+        let to = req.into_inner().to_ms;
+        let before = self.node.read(|s| s.clock_ms);
+        let (_, outcome) = self.node.propose(Op::Clock { now_ms: to }).await.map_err(status)?;
+        let now_ms = match outcome {
+            Outcome::Clock(t) => t,
+            _ => to,
+        };
+        self.planner.advance_agents(now_ms).await;
+        let window = self.planner.settings().plan_every.as_millis() as u64;
+        if window > 0 && now_ms / window > before / window {
+            self.planner.round("window").await.map_err(status)?;
+        }
+        Ok(Response::new(v1::AdvanceClockResponse { now_ms }))
+    }
+}
+
+/// What agents call.
+#[tonic::async_trait]
+impl v1::coordinator_server::Coordinator for Services {
+    async fn register(&self, req: Request<v1::RegisterRequest>) -> Result<Response<v1::RegisterResponse>, Status> {
+        let r = req.into_inner();
+        let node = NodeId::new(r.node_id).map_err(|e| bad("node_id", e))?;
+        if r.address.trim().is_empty() {
+            return Err(bad("address", "must not be empty"));
+        }
+        let gpus = r
+            .gpus
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| {
+                tessera_core::fleet::GpuDescriptor::try_from(g)
+                    .map_err(|e| bad(&format!("gpus[{i}].{}", e.field), e.message))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let at = SimTime::from_ms(self.planner.now_ms());
+        self.propose(Command::RegisterNode { node, address: r.address, gpus, at }).await?;
+        Ok(Response::new(v1::RegisterResponse { heartbeat_interval_ms: 0 }))
+    }
+
+    async fn heartbeat(&self, req: Request<v1::HeartbeatRequest>) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        let state = req.into_inner().state.ok_or_else(|| bad("state", "is required"))?;
+        let node = NodeId::new(state.node_id.clone()).map_err(|e| bad("state.node_id", e))?;
+        if !self.node.read(|s| s.fleet.nodes.contains_key(&node)) {
+            return Ok(Response::new(v1::HeartbeatResponse { registered: false }));
+        }
+        if let Some(m) = &state.metrics {
+            self.planner.observe(&node, m.now_ms, &m.tenants);
+        }
+        let commands = self.node.read(|s| reports(s, &node, &state));
+        if !commands.is_empty() {
+            let node_handle = self.node.clone();
+            // Reports are proposed in the background: a heartbeat never waits on consensus.
+            tokio::spawn(async move {
+                if let Err(e) = node_handle.propose(Op::Batch { commands }).await {
+                    tracing::debug!(error = %e, "heartbeat report not replicated; the next heartbeat retries");
+                }
+            });
+        }
+        Ok(Response::new(v1::HeartbeatResponse { registered: true }))
+    }
+}
+
+/// The commands a heartbeat implies: a `LayoutApplied` for each converged GPU whose observed layout, work or
+/// epoch differs from what the state records, and a `ReportTenantStatus` when retraining progressed.
+fn reports(s: &CoordState, node: &NodeId, state: &v1::NodeState) -> Vec<Command> {
+    let mut out = Vec::new();
+    for g in &state.gpus {
+        let id = GpuId::new(node.clone(), g.index);
+        let Some(known) = s.fleet.gpus.get(&id) else { continue };
+        if !g.converged || g.desired_epoch == 0 {
+            continue;
+        }
+        let mut placements = Vec::new();
+        let mut assignments = Vec::new();
+        let mut ok = true;
+        for inst in &g.instances {
+            let Some(p) = inst.placement.clone().and_then(|p| Placement::try_from(p).ok()) else {
+                ok = false;
+                break;
+            };
+            placements.push(p);
+            for w in &inst.work {
+                let (Ok(tenant), Ok(role)) =
+                    (TenantId::new(w.tenant.clone()), tessera_proto::convert::plan::role_from_wire("role", w.role))
+                else {
+                    ok = false;
+                    continue;
+                };
+                assignments.push(Assignment { placement: p, tenant, role, preinit: false });
+            }
+        }
+        let layout = Layout::new(placements);
+        if !ok {
+            continue;
+        }
+        assignments.sort_by(|a, b| (a.placement, &a.tenant, a.role).cmp(&(b.placement, &b.tenant, b.role)));
+        let mut recorded = known.applied_assignments.clone();
+        recorded.sort_by(|a, b| (a.placement, &a.tenant, a.role).cmp(&(b.placement, &b.tenant, b.role)));
+        if known.applied_epoch == g.desired_epoch && known.applied == layout && recorded == assignments {
+            continue;
+        }
+        if g.desired_epoch < known.applied_epoch {
+            continue;
+        }
+        out.push(Command::LayoutApplied { gpu: id, epoch: g.desired_epoch, layout, assignments });
+    }
+    if let Some(m) = &state.metrics {
+        for t in &m.tenants {
+            let Ok(id) = TenantId::new(t.tenant.clone()) else { continue };
+            let Some(spec) = s.fleet.tenants.get(&id) else { continue };
+            if spec.retraining.is_none() {
+                continue;
+            }
+            let prev = s.fleet.tenant_status.get(&id);
+            if prev.is_some_and(|p| (p.retraining_done_gpu_s - t.retraining_done_gpu_s).abs() < 1e-9) {
+                continue;
+            }
+            let status = TenantStatus {
+                accuracy: prev.map_or_else(|| spec.initial_accuracy(), |p| p.accuracy),
+                model_version: prev.map_or(0, |p| p.model_version),
+                retraining_done_gpu_s: t.retraining_done_gpu_s,
+                at: SimTime::from_ms(m.now_ms.max(prev.map_or(0, |p| p.at.as_ms()))),
+            };
+            out.push(Command::ReportTenantStatus { tenant: id, status });
+        }
+    }
+    out
+}
+
+/// Between coordinators.
+#[derive(Clone)]
+pub struct RaftService {
+    node: Node,
+    transport: Transport,
+    fault_injection: bool,
+}
+
+impl RaftService {
+    /// The peer service of `node`.
+    pub fn new(node: Node, fault_injection: bool) -> RaftService {
+        let transport = node.transport().clone();
+        RaftService { node, transport, fault_injection }
+    }
+}
+
+#[tonic::async_trait]
+impl v1::raft_server::Raft for RaftService {
+    async fn step(&self, req: Request<v1::RaftBatch>) -> Result<Response<v1::RaftAck>, Status> {
+        let batch = req.into_inner();
+        if self.transport.is_blocked(batch.from) {
+            return Err(Status::unavailable("partitioned (fault injection)"));
+        }
+        self.transport.set_address(batch.from, &batch.from_address);
+        let messages = Transport::decode(&batch).map_err(|e| bad("messages", e))?;
+        self.node.step(messages).map_err(status)?;
+        Ok(Response::new(v1::RaftAck {}))
+    }
+
+    async fn isolate(&self, req: Request<v1::IsolateRequest>) -> Result<Response<v1::RaftAck>, Status> {
+        if !self.fault_injection {
+            return Err(Status::permission_denied("fault injection is off (start with --allow-fault-injection)"));
+        }
+        let peers: BTreeSet<u64> = req.into_inner().peers.into_iter().collect();
+        tracing::warn!(?peers, "fault injection: dropping messages to and from these peers");
+        self.transport.set_blocked(peers);
+        Ok(Response::new(v1::RaftAck {}))
+    }
+}
+
+impl Services {
+    /// Whether the partition hook is on.
+    pub fn fault_injection(&self) -> bool {
+        self.fault_injection
+    }
+}

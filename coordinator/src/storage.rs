@@ -1,0 +1,876 @@
+//! The Raft log's durable storage (DESIGN.md section 5).
+//!
+//! [`RaftStore`] is what the Raft node needs from its storage: raft-rs's read side ([`raft::Storage`]) plus the
+//! writes a `Ready` asks for (entries, hard state, conf state, snapshots) and log compaction. Two implementations:
+//!
+//! - [`MemStore`]: in memory, a thin wrapper around raft-rs's [`MemStorage`] plus the latest snapshot's data; for
+//!   unit tests of the node.
+//! - [`SledStore`]: durable, in a sled database. Tree `raft_entries` maps an index (8 bytes, big-endian) to the
+//!   protobuf-encoded [`Entry`]; tree `raft_meta` holds `hard_state`, `conf_state` and `snapshot_meta` (protobuf)
+//!   and `snapshot_data` (the state machine's bytes). Every mutating call is one atomic sled batch or transaction
+//!   followed by `Db::flush` (fsync), so it is durable when it returns, as raft requires before messages are sent.
+//!
+//! Semantics follow raft-rs's `MemStorage`: the snapshot index acts as the log's dummy entry, so
+//! `term(snapshot index)` is the snapshot's term; an empty log has `first_index = snapshot index + 1` and
+//! `last_index = snapshot index`; reads below `first_index` fail with [`StorageError::Compacted`] and past
+//! `last_index` with [`StorageError::Unavailable`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use raft::prelude::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
+use raft::storage::MemStorage;
+use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+
+/// Errors of the durable log.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// sled failed (I/O error, corruption detected by sled itself, ...).
+    #[error("sled: {0}")]
+    Sled(#[from] sled::Error),
+    /// The store's directory could not be created.
+    #[error("cannot create raft store directory {path}: {source}")]
+    Io {
+        /// The directory.
+        path: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// Another handle (this process or another) has the sled database open; sled holds an exclusive file lock.
+    #[error("raft store at {path} is already open elsewhere (sled's file lock is held): {source}")]
+    Locked {
+        /// The database directory.
+        path: PathBuf,
+        /// sled's error.
+        source: std::io::Error,
+    },
+    /// A stored value or key could not be decoded or contradicts the rest of the store; the message names the tree
+    /// and key.
+    #[error("corrupt raft store: {0}")]
+    Corrupt(String),
+    /// A protobuf message could not be encoded.
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// Which message.
+        what: &'static str,
+        /// The encoder's error.
+        source: protobuf::ProtobufError,
+    },
+    /// Appended entries would leave a hole in the log (or are not consecutive among themselves).
+    #[error("raft log must be contiguous: expected entry index {expected}, got {got}")]
+    Discontiguous {
+        /// The index the next entry needed to have.
+        expected: u64,
+        /// The index it had.
+        got: u64,
+    },
+    /// A snapshot older than what the store already covers.
+    #[error("snapshot at index {index} is out of date (first index {first_index}, snapshot index {snapshot_index})")]
+    SnapshotOutOfDate {
+        /// The rejected snapshot's index.
+        index: u64,
+        /// The store's first log index.
+        first_index: u64,
+        /// The store's current snapshot index.
+        snapshot_index: u64,
+    },
+    /// `create_snapshot` at an index the log does not hold yet.
+    #[error("cannot snapshot at index {index}: last log index is {last_index}")]
+    SnapshotBeyondLog {
+        /// The requested index.
+        index: u64,
+        /// The store's last log index.
+        last_index: u64,
+    },
+    /// `compact` past what the latest snapshot covers.
+    #[error("cannot compact to {compact_index}: entries after snapshot index {snapshot_index} are not covered")]
+    CompactBeyondSnapshot {
+        /// The requested compact index (first index to keep).
+        compact_index: u64,
+        /// The store's snapshot index.
+        snapshot_index: u64,
+    },
+    /// An error raft-rs's own storage returned.
+    #[error("raft storage: {0}")]
+    Raft(raft::Error),
+}
+
+impl From<StoreError> for raft::Error {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Raft(e) => e,
+            other => raft::Error::Store(StorageError::Other(Box::new(other))),
+        }
+    }
+}
+
+/// What the Raft node needs to persist besides [`raft::Storage`]'s read side. Implementations are cheap-to-clone
+/// handles (an `Arc` inside), so the node can hand one to `RawNode` and keep one for writes. Every write is durable
+/// when it returns.
+pub trait RaftStore: Storage + Clone + Send + Sync + 'static {
+    /// Appends entries, first truncating any existing entries at or after `entries[0].index` (the conflicting
+    /// suffix). Entries at or below the snapshot index are ignored. The first remaining entry must be at most
+    /// `last_index + 1` and the entries must be consecutive, else [`StoreError::Discontiguous`]. Durable (fsync) when
+    /// it returns: raft requires entries persisted before messages are sent.
+    fn append(&self, entries: &[Entry]) -> Result<(), StoreError>;
+
+    /// Stores the hard state durably.
+    fn set_hard_state(&self, hs: &HardState) -> Result<(), StoreError>;
+
+    /// Stores the conf state durably.
+    fn set_conf_state(&self, cs: &ConfState) -> Result<(), StoreError>;
+
+    /// Installs a snapshot received from the leader: drops the whole log, records the snapshot (metadata and data)
+    /// as the latest, sets the conf state from its metadata and the hard state's term and commit to at least the
+    /// snapshot's. Afterwards `first_index = index + 1`, `last_index = index`. Rejects (with
+    /// [`StoreError::SnapshotOutOfDate`]) a snapshot below the first index or below the current snapshot. Durable.
+    fn apply_snapshot(&self, snap: &Snapshot) -> Result<(), StoreError>;
+
+    /// Records a snapshot this node made of its own state machine at `index` (the applied index), with the term of
+    /// that log entry, the given conf state and data. `index` must be greater than the current snapshot index
+    /// ([`StoreError::SnapshotOutOfDate`]) and at most the last index ([`StoreError::SnapshotBeyondLog`]). Does not
+    /// compact the log: call [`RaftStore::compact`] for that. The stored conf state is left as is. Durable.
+    fn create_snapshot(&self, index: u64, conf_state: ConfState, data: Vec<u8>) -> Result<(), StoreError>;
+
+    /// Removes the entries with index `< compact_index`, like `MemStorage::compact`; a `compact_index` at or below
+    /// the first index is a no-op. Requires `compact_index <= snapshot index + 1`
+    /// ([`StoreError::CompactBeyondSnapshot`]): only what a snapshot covers may go. Durable.
+    fn compact(&self, compact_index: u64) -> Result<(), StoreError>;
+
+    /// The latest stored snapshot (metadata and data), created or installed, or `None` if there never was one.
+    fn latest_snapshot(&self) -> Result<Option<Snapshot>, StoreError>;
+
+    /// Number of entries currently held (for tests and metrics).
+    fn entry_count(&self) -> u64;
+}
+
+/// `raft::Storage::snapshot`'s answer given the latest stored snapshot: the snapshot if it is at least
+/// `request_index`, else `SnapshotTemporarilyUnavailable` (also when there is none: raft treats an empty snapshot as
+/// fatal, and only asks after a compaction, which needs a snapshot).
+fn snapshot_for_request(latest: Option<Snapshot>, request_index: u64) -> raft::Result<Snapshot> {
+    match latest {
+        Some(snap) if snap.get_metadata().index >= request_index => Ok(snap),
+        _ => Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)),
+    }
+}
+
+/// The entries of `entries` above `snapshot_index`, checked to be consecutive and to start at most at
+/// `last_index + 1`. `None` if there is nothing to append.
+fn entries_to_append(entries: &[Entry], snapshot_index: u64, last_index: u64) -> Result<Option<&[Entry]>, StoreError> {
+    let Some(start) = entries.iter().position(|e| e.index > snapshot_index) else {
+        return Ok(None);
+    };
+    let ents = &entries[start..];
+    if ents[0].index > last_index + 1 {
+        return Err(StoreError::Discontiguous { expected: last_index + 1, got: ents[0].index });
+    }
+    for pair in ents.windows(2) {
+        if pair[1].index != pair[0].index + 1 {
+            return Err(StoreError::Discontiguous { expected: pair[0].index + 1, got: pair[1].index });
+        }
+    }
+    Ok(Some(ents))
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().expect("raft store lock poisoned")
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().expect("raft store lock poisoned")
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// MemStore
+// ---------------------------------------------------------------------------------------------------------------
+
+/// In-memory [`RaftStore`] for unit tests of the node: raft-rs's [`MemStorage`] plus the latest snapshot (with its
+/// data). Clones share the same storage.
+#[derive(Clone, Default)]
+pub struct MemStore {
+    storage: MemStorage,
+    /// The latest snapshot. Its write lock also serializes the mutating calls; it is always taken before the
+    /// `MemStorage` lock.
+    snapshot: Arc<RwLock<Option<Snapshot>>>,
+}
+
+impl MemStore {
+    /// An empty, uninitialized store (no conf state): a node that joins an existing cluster and waits for a
+    /// snapshot.
+    pub fn new() -> MemStore {
+        MemStore::default()
+    }
+
+    /// A store initialized with the given voters as its conf state, like `MemStorage::new_with_conf_state`: how a
+    /// brand-new cluster's members start.
+    pub fn new_with_conf_state(voters: Vec<u64>) -> MemStore {
+        MemStore { storage: MemStorage::new_with_conf_state((voters, Vec::<u64>::new())), snapshot: Arc::default() }
+    }
+
+    fn snapshot_index_term(snap: &Option<Snapshot>) -> (u64, u64) {
+        snap.as_ref().map_or((0, 0), |s| (s.get_metadata().index, s.get_metadata().term))
+    }
+}
+
+impl fmt::Debug for MemStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (snapshot_index, _) = MemStore::snapshot_index_term(&read(&self.snapshot));
+        f.debug_struct("MemStore")
+            .field("first_index", &self.storage.first_index().ok())
+            .field("last_index", &self.storage.last_index().ok())
+            .field("snapshot_index", &snapshot_index)
+            .finish()
+    }
+}
+
+impl Storage for MemStore {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        self.storage.initial_state()
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.storage.first_index()? {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.storage.last_index()? + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        if low >= high {
+            return Ok(Vec::new());
+        }
+        self.storage.entries(low, high, max_size, context)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let (snapshot_index, snapshot_term) = MemStore::snapshot_index_term(&read(&self.snapshot));
+        if idx == snapshot_index {
+            return Ok(snapshot_term);
+        }
+        if idx < self.storage.first_index()? {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if idx > self.storage.last_index()? {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        self.storage.term(idx)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        self.storage.first_index()
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        self.storage.last_index()
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        snapshot_for_request(read(&self.snapshot).clone(), request_index)
+    }
+}
+
+impl RaftStore for MemStore {
+    fn append(&self, entries: &[Entry]) -> Result<(), StoreError> {
+        let snap = write(&self.snapshot);
+        let (snapshot_index, _) = MemStore::snapshot_index_term(&snap);
+        let last_index = self.storage.last_index().map_err(StoreError::Raft)?;
+        if let Some(ents) = entries_to_append(entries, snapshot_index, last_index)? {
+            self.storage.wl().append(ents).map_err(StoreError::Raft)?;
+        }
+        Ok(())
+    }
+
+    fn set_hard_state(&self, hs: &HardState) -> Result<(), StoreError> {
+        let _snap = write(&self.snapshot);
+        self.storage.wl().set_hardstate(hs.clone());
+        Ok(())
+    }
+
+    fn set_conf_state(&self, cs: &ConfState) -> Result<(), StoreError> {
+        let _snap = write(&self.snapshot);
+        self.storage.wl().set_conf_state(cs.clone());
+        Ok(())
+    }
+
+    fn apply_snapshot(&self, snap: &Snapshot) -> Result<(), StoreError> {
+        let mut latest = write(&self.snapshot);
+        let (snapshot_index, _) = MemStore::snapshot_index_term(&latest);
+        let first_index = self.storage.first_index().map_err(StoreError::Raft)?;
+        let index = snap.get_metadata().index;
+        if index < first_index || index < snapshot_index {
+            return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
+        }
+        let mut core = self.storage.wl();
+        let commit = core.hard_state().commit;
+        core.apply_snapshot(snap.clone()).map_err(StoreError::Raft)?;
+        core.mut_hard_state().commit = commit.max(index);
+        *latest = Some(snap.clone());
+        Ok(())
+    }
+
+    fn create_snapshot(&self, index: u64, conf_state: ConfState, data: Vec<u8>) -> Result<(), StoreError> {
+        let mut latest = write(&self.snapshot);
+        let (snapshot_index, _) = MemStore::snapshot_index_term(&latest);
+        let first_index = self.storage.first_index().map_err(StoreError::Raft)?;
+        let last_index = self.storage.last_index().map_err(StoreError::Raft)?;
+        if index <= snapshot_index {
+            return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
+        }
+        if index > last_index {
+            return Err(StoreError::SnapshotBeyondLog { index, last_index });
+        }
+        let term = self.storage.term(index).map_err(StoreError::Raft)?;
+        let mut snap = Snapshot::default();
+        snap.set_data(data.into());
+        let meta = snap.mut_metadata();
+        meta.index = index;
+        meta.term = term;
+        meta.set_conf_state(conf_state);
+        *latest = Some(snap);
+        Ok(())
+    }
+
+    fn compact(&self, compact_index: u64) -> Result<(), StoreError> {
+        let latest = write(&self.snapshot);
+        let (snapshot_index, _) = MemStore::snapshot_index_term(&latest);
+        let first_index = self.storage.first_index().map_err(StoreError::Raft)?;
+        if compact_index <= first_index {
+            return Ok(());
+        }
+        if compact_index > snapshot_index + 1 {
+            return Err(StoreError::CompactBeyondSnapshot { compact_index, snapshot_index });
+        }
+        if compact_index <= snapshot_index {
+            // Entries from `compact_index` through the snapshot index stay, so `MemStorage::compact` keeps a
+            // non-empty log and its offsets right.
+            return self.storage.wl().compact(compact_index).map_err(StoreError::Raft);
+        }
+        // Everything through the snapshot index goes. `MemStorage::compact` would leave its own (older) snapshot
+        // metadata behind, making `first_index` wrong once the log is empty; re-base it on the snapshot instead,
+        // keeping hard state, conf state and the entries after the snapshot.
+        let last_index = self.storage.last_index().map_err(StoreError::Raft)?;
+        let tail = if last_index > snapshot_index {
+            self.storage
+                .entries(snapshot_index + 1, last_index + 1, None, GetEntriesContext::empty(false))
+                .map_err(StoreError::Raft)?
+        } else {
+            Vec::new()
+        };
+        let Some(snap) = latest.as_ref() else {
+            return Err(StoreError::CompactBeyondSnapshot { compact_index, snapshot_index });
+        };
+        let mut base = Snapshot::default();
+        base.set_metadata(snap.get_metadata().clone());
+        // Writers are serialized by `latest`'s lock, so the state read here is still current under `wl()`.
+        let RaftState { hard_state, conf_state } = self.storage.initial_state().map_err(StoreError::Raft)?;
+        let mut core = self.storage.wl();
+        core.apply_snapshot(base).map_err(StoreError::Raft)?;
+        core.set_hardstate(hard_state);
+        core.set_conf_state(conf_state);
+        core.append(&tail).map_err(StoreError::Raft)?;
+        Ok(())
+    }
+
+    fn latest_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
+        Ok(read(&self.snapshot).clone())
+    }
+
+    fn entry_count(&self) -> u64 {
+        let first = self.storage.first_index().unwrap_or(1);
+        let last = self.storage.last_index().unwrap_or(0);
+        (last + 1).saturating_sub(first)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// SledStore
+// ---------------------------------------------------------------------------------------------------------------
+
+const ENTRIES_TREE: &str = "raft_entries";
+const META_TREE: &str = "raft_meta";
+const KEY_HARD_STATE: &str = "hard_state";
+const KEY_CONF_STATE: &str = "conf_state";
+const KEY_SNAPSHOT_META: &str = "snapshot_meta";
+const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
+
+fn entry_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+fn encode<M: protobuf::Message>(what: &'static str, msg: &M) -> Result<Vec<u8>, StoreError> {
+    msg.write_to_bytes().map_err(|source| StoreError::Encode { what, source })
+}
+
+fn decode<M: protobuf::Message>(tree: &str, key: &str, bytes: &[u8]) -> Result<M, StoreError> {
+    M::parse_from_bytes(bytes).map_err(|e| StoreError::Corrupt(format!("tree {tree}, key {key}: cannot decode: {e}")))
+}
+
+/// Decodes one `raft_entries` record, checking that the key is an 8-byte index equal to the entry's own index.
+fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, StoreError> {
+    let Ok(raw) = <[u8; 8]>::try_from(key) else {
+        return Err(StoreError::Corrupt(format!("tree {ENTRIES_TREE}, key {key:02x?}: key is not an 8-byte index")));
+    };
+    let index = u64::from_be_bytes(raw);
+    let entry: Entry = decode(ENTRIES_TREE, &format!("{index} ({})", hex(&raw)), value)?;
+    if entry.index != index {
+        return Err(StoreError::Corrupt(format!(
+            "tree {ENTRIES_TREE}, key {index} ({}): holds the entry of index {}",
+            hex(&raw),
+            entry.index
+        )));
+    }
+    Ok(entry)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What `SledStore` keeps in memory: the log's bounds and the small metadata, mirrored from the trees.
+#[derive(Debug, Clone, Default)]
+struct Cache {
+    /// `snapshot index + 1` when the log is empty.
+    first_index: u64,
+    /// `snapshot index` when the log is empty.
+    last_index: u64,
+    /// Metadata of the latest snapshot, if any.
+    snapshot: Option<SnapshotMetadata>,
+    hard_state: HardState,
+    conf_state: ConfState,
+}
+
+impl Cache {
+    fn snapshot_index(&self) -> u64 {
+        self.snapshot.as_ref().map_or(0, |m| m.index)
+    }
+
+    fn snapshot_term(&self) -> u64 {
+        self.snapshot.as_ref().map_or(0, |m| m.term)
+    }
+}
+
+struct SledInner {
+    db: sled::Db,
+    entries: sled::Tree,
+    meta: sled::Tree,
+    /// Mutating calls hold the write lock from their first read to after the flush, so they are serialized.
+    cache: RwLock<Cache>,
+}
+
+/// Durable [`RaftStore`] in a sled database (layout in the module docs). Clones share the same database.
+#[derive(Clone)]
+pub struct SledStore {
+    inner: Arc<SledInner>,
+}
+
+impl fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cache = read(&self.inner.cache);
+        f.debug_struct("SledStore")
+            .field("first_index", &cache.first_index)
+            .field("last_index", &cache.last_index)
+            .field("snapshot_index", &cache.snapshot_index())
+            .field("hard_state", &cache.hard_state)
+            .finish()
+    }
+}
+
+impl SledStore {
+    /// Opens (creating it if needed) the sled database in directory `dir` and loads the Raft state from it.
+    ///
+    /// Fails with [`StoreError::Locked`] if the database is already open (sled holds an exclusive lock on its
+    /// files), and with [`StoreError::Corrupt`] if a stored value cannot be decoded or the log has holes.
+    pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io { path: dir.to_path_buf(), source })?;
+        let db = sled::Config::new().path(dir).open().map_err(|e| match e {
+            sled::Error::Io(source) if source.to_string().contains("could not acquire lock") => {
+                StoreError::Locked { path: dir.to_path_buf(), source }
+            }
+            other => StoreError::Sled(other),
+        })?;
+        SledStore::open_db(db)
+    }
+
+    /// Loads the Raft state from an already open sled database (trees `raft_entries` and `raft_meta`; the caller
+    /// may keep other trees in the same database).
+    ///
+    /// Entries that contradict the snapshot (all at or below its index while the snapshot is newer, or a different
+    /// term at its index: a log from before an installed snapshot) are removed. A value that cannot be decoded, or
+    /// a hole in the log, gives [`StoreError::Corrupt`] naming the tree and key.
+    pub fn open_db(db: sled::Db) -> Result<SledStore, StoreError> {
+        let entries = db.open_tree(ENTRIES_TREE)?;
+        let meta = db.open_tree(META_TREE)?;
+
+        let get = |key: &str| meta.get(key.as_bytes());
+        let hard_state: HardState = match get(KEY_HARD_STATE)? {
+            Some(v) => decode(META_TREE, KEY_HARD_STATE, &v)?,
+            None => HardState::default(),
+        };
+        let conf_state: ConfState = match get(KEY_CONF_STATE)? {
+            Some(v) => decode(META_TREE, KEY_CONF_STATE, &v)?,
+            None => ConfState::default(),
+        };
+        let snapshot: Option<SnapshotMetadata> = match (get(KEY_SNAPSHOT_META)?, get(KEY_SNAPSHOT_DATA)?) {
+            (Some(v), Some(_)) => Some(decode(META_TREE, KEY_SNAPSHOT_META, &v)?),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(StoreError::Corrupt(format!(
+                    "tree {META_TREE}: key {KEY_SNAPSHOT_META} present but {KEY_SNAPSHOT_DATA} missing"
+                )));
+            }
+            (None, Some(_)) => {
+                return Err(StoreError::Corrupt(format!(
+                    "tree {META_TREE}: key {KEY_SNAPSHOT_DATA} present but {KEY_SNAPSHOT_META} missing"
+                )));
+            }
+        };
+        let (snapshot_index, snapshot_term) = snapshot.as_ref().map_or((0, 0), |m| (m.index, m.term));
+
+        // Scan the whole log: every value must decode and the indexes must be consecutive.
+        let mut bounds: Option<(u64, u64)> = None;
+        let mut term_at_snapshot = None;
+        for item in entries.iter() {
+            let (key, value) = item?;
+            let entry = decode_entry(&key, &value)?;
+            if let Some((_, last)) = bounds
+                && entry.index != last + 1
+            {
+                return Err(StoreError::Corrupt(format!(
+                    "tree {ENTRIES_TREE}: entries {} to {} are missing",
+                    last + 1,
+                    entry.index - 1
+                )));
+            }
+            if entry.index == snapshot_index {
+                term_at_snapshot = Some(entry.term);
+            }
+            bounds = Some((bounds.map_or(entry.index, |(first, _)| first), entry.index));
+        }
+
+        let mut cache =
+            Cache { first_index: snapshot_index + 1, last_index: snapshot_index, snapshot, hard_state, conf_state };
+        if let Some((first, last)) = bounds {
+            let stale = cache.snapshot.is_some()
+                && (last < snapshot_index || term_at_snapshot.is_some_and(|t| t != snapshot_term));
+            if stale {
+                // Left over from before an installed snapshot (apply_snapshot clears the log in the same
+                // transaction, so only a store written otherwise gets here): the snapshot supersedes it.
+                let mut batch = sled::Batch::default();
+                for index in first..=last {
+                    batch.remove(&entry_key(index));
+                }
+                entries.apply_batch(batch)?;
+                db.flush()?;
+            } else if first > snapshot_index + 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "tree {ENTRIES_TREE}: first entry {first} leaves a hole after snapshot index {snapshot_index}"
+                )));
+            } else {
+                cache.first_index = first;
+                cache.last_index = last;
+            }
+        }
+        Ok(SledStore { inner: Arc::new(SledInner { db, entries, meta, cache: RwLock::new(cache) }) })
+    }
+
+    /// The sled database, for the coordinator's own trees. Do not touch the `raft_entries` and `raft_meta` trees.
+    pub fn db(&self) -> &sled::Db {
+        &self.inner.db
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        self.inner.db.flush()?;
+        Ok(())
+    }
+
+    fn read_entry(&self, index: u64) -> Result<Entry, StoreError> {
+        let key = entry_key(index);
+        match self.inner.entries.get(key)? {
+            Some(value) => decode_entry(&key, &value),
+            None => Err(StoreError::Corrupt(format!("tree {ENTRIES_TREE}, key {index} ({}): missing", hex(&key)))),
+        }
+    }
+
+    fn read_snapshot(&self, cache: &Cache) -> Result<Option<Snapshot>, StoreError> {
+        let Some(meta) = cache.snapshot.as_ref() else {
+            return Ok(None);
+        };
+        let Some(data) = self.inner.meta.get(KEY_SNAPSHOT_DATA.as_bytes())? else {
+            return Err(StoreError::Corrupt(format!("tree {META_TREE}, key {KEY_SNAPSHOT_DATA}: missing")));
+        };
+        let mut snap = Snapshot::default();
+        snap.set_metadata(meta.clone());
+        snap.set_data(data.to_vec().into());
+        Ok(Some(snap))
+    }
+}
+
+impl Storage for SledStore {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        let cache = read(&self.inner.cache);
+        Ok(RaftState::new(cache.hard_state.clone(), cache.conf_state.clone()))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        let max_size = max_size.into();
+        let cache = read(&self.inner.cache);
+        if low < cache.first_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > cache.last_index + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        if low >= high {
+            return Ok(Vec::new());
+        }
+        // Same cut as raft::util::limit_size: the first entry always, then while the running size fits.
+        let mut out = Vec::with_capacity(usize::try_from((high - low).min(1024)).unwrap_or(1024));
+        let mut size = 0u64;
+        let mut cut = false;
+        for item in self.inner.entries.range(entry_key(low)..entry_key(high)) {
+            let (key, value) = item.map_err(StoreError::from)?;
+            let entry = decode_entry(&key, &value)?;
+            let expected = low + out.len() as u64;
+            if entry.index != expected {
+                return Err(StoreError::Corrupt(format!("tree {ENTRIES_TREE}, key {expected}: missing")).into());
+            }
+            if let Some(max) = max_size {
+                size += u64::from(protobuf::Message::compute_size(&entry));
+                if !out.is_empty() && size > max {
+                    cut = true;
+                    break;
+                }
+            }
+            out.push(entry);
+        }
+        if !cut && out.len() as u64 != high - low {
+            let missing = low + out.len() as u64;
+            return Err(StoreError::Corrupt(format!("tree {ENTRIES_TREE}, key {missing}: missing")).into());
+        }
+        Ok(out)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let cache = read(&self.inner.cache);
+        if idx == cache.snapshot_index() {
+            return Ok(cache.snapshot_term());
+        }
+        if idx < cache.first_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if idx > cache.last_index {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        Ok(self.read_entry(idx)?.term)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(read(&self.inner.cache).first_index)
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(read(&self.inner.cache).last_index)
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        let cache = read(&self.inner.cache);
+        snapshot_for_request(self.read_snapshot(&cache)?, request_index)
+    }
+}
+
+impl RaftStore for SledStore {
+    fn append(&self, entries: &[Entry]) -> Result<(), StoreError> {
+        let mut cache = write(&self.inner.cache);
+        let Some(ents) = entries_to_append(entries, cache.snapshot_index(), cache.last_index)? else {
+            return Ok(());
+        };
+        let new_last = ents[ents.len() - 1].index;
+        let mut batch = sled::Batch::default();
+        // The conflicting suffix: what the new entries do not overwrite goes.
+        for index in new_last + 1..=cache.last_index {
+            batch.remove(&entry_key(index));
+        }
+        for entry in ents {
+            batch.insert(&entry_key(entry.index), encode("Entry", entry)?);
+        }
+        self.inner.entries.apply_batch(batch)?;
+        self.flush()?;
+        // first_index is unchanged: the new entries start at or after it (an empty log's first index is
+        // snapshot index + 1, the only place they may start then).
+        cache.last_index = new_last;
+        Ok(())
+    }
+
+    fn set_hard_state(&self, hs: &HardState) -> Result<(), StoreError> {
+        let mut cache = write(&self.inner.cache);
+        self.inner.meta.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", hs)?)?;
+        self.flush()?;
+        cache.hard_state = hs.clone();
+        Ok(())
+    }
+
+    fn set_conf_state(&self, cs: &ConfState) -> Result<(), StoreError> {
+        let mut cache = write(&self.inner.cache);
+        self.inner.meta.insert(KEY_CONF_STATE.as_bytes(), encode("ConfState", cs)?)?;
+        self.flush()?;
+        cache.conf_state = cs.clone();
+        Ok(())
+    }
+
+    fn apply_snapshot(&self, snap: &Snapshot) -> Result<(), StoreError> {
+        use sled::Transactional;
+
+        let mut cache = write(&self.inner.cache);
+        let meta = snap.get_metadata();
+        let index = meta.index;
+        let (first_index, snapshot_index) = (cache.first_index, cache.snapshot_index());
+        if index < first_index || index < snapshot_index {
+            return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
+        }
+        let mut hard_state = cache.hard_state.clone();
+        hard_state.term = hard_state.term.max(meta.term);
+        hard_state.commit = hard_state.commit.max(index);
+        let conf_state = meta.get_conf_state().clone();
+
+        let mut meta_batch = sled::Batch::default();
+        meta_batch.insert(KEY_SNAPSHOT_META.as_bytes(), encode("SnapshotMetadata", meta)?);
+        meta_batch.insert(KEY_SNAPSHOT_DATA.as_bytes(), snap.get_data());
+        meta_batch.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", &hard_state)?);
+        meta_batch.insert(KEY_CONF_STATE.as_bytes(), encode("ConfState", &conf_state)?);
+        let mut entries_batch = sled::Batch::default();
+        for index in cache.first_index..=cache.last_index {
+            entries_batch.remove(&entry_key(index));
+        }
+        // One transaction over both trees: the new snapshot and the dropped log are recovered together or not at
+        // all.
+        (&self.inner.meta, &self.inner.entries)
+            .transaction(|(meta_tree, entries_tree)| {
+                meta_tree.apply_batch(&meta_batch)?;
+                entries_tree.apply_batch(&entries_batch)?;
+                Ok::<(), sled::transaction::ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
+                sled::transaction::TransactionError::Abort(()) => {
+                    StoreError::Sled(sled::Error::ReportableBug("apply_snapshot transaction aborted".into()))
+                }
+            })?;
+        self.flush()?;
+
+        cache.first_index = index + 1;
+        cache.last_index = index;
+        cache.snapshot = Some(meta.clone());
+        cache.hard_state = hard_state;
+        cache.conf_state = conf_state;
+        Ok(())
+    }
+
+    fn create_snapshot(&self, index: u64, conf_state: ConfState, data: Vec<u8>) -> Result<(), StoreError> {
+        let mut cache = write(&self.inner.cache);
+        let (first_index, snapshot_index, last_index) = (cache.first_index, cache.snapshot_index(), cache.last_index);
+        if index <= snapshot_index {
+            return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
+        }
+        if index > last_index {
+            return Err(StoreError::SnapshotBeyondLog { index, last_index });
+        }
+        // first_index <= snapshot_index + 1 <= index <= last_index: the entry is in the log.
+        let term = self.read_entry(index)?.term;
+        let meta = SnapshotMetadata {
+            index,
+            term,
+            conf_state: protobuf::SingularPtrField::some(conf_state),
+            ..Default::default()
+        };
+
+        let mut batch = sled::Batch::default();
+        batch.insert(KEY_SNAPSHOT_META.as_bytes(), encode("SnapshotMetadata", &meta)?);
+        batch.insert(KEY_SNAPSHOT_DATA.as_bytes(), data);
+        self.inner.meta.apply_batch(batch)?;
+        self.flush()?;
+        cache.snapshot = Some(meta);
+        Ok(())
+    }
+
+    fn compact(&self, compact_index: u64) -> Result<(), StoreError> {
+        let mut cache = write(&self.inner.cache);
+        if compact_index <= cache.first_index {
+            return Ok(());
+        }
+        let snapshot_index = cache.snapshot_index();
+        if compact_index > snapshot_index + 1 {
+            return Err(StoreError::CompactBeyondSnapshot { compact_index, snapshot_index });
+        }
+        let mut batch = sled::Batch::default();
+        for index in cache.first_index..compact_index {
+            batch.remove(&entry_key(index));
+        }
+        self.inner.entries.apply_batch(batch)?;
+        self.flush()?;
+        // snapshot_index <= last_index, so compact_index <= last_index + 1 and the bounds stay consistent.
+        cache.first_index = compact_index;
+        Ok(())
+    }
+
+    fn latest_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
+        let cache = read(&self.inner.cache);
+        self.read_snapshot(&cache)
+    }
+
+    fn entry_count(&self) -> u64 {
+        let cache = read(&self.inner.cache);
+        (cache.last_index + 1).saturating_sub(cache.first_index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_keys_sort_by_index() {
+        assert!(entry_key(255) < entry_key(256));
+        assert_eq!(u64::from_be_bytes(entry_key(42)), 42);
+    }
+
+    #[test]
+    fn decode_entry_checks_key_and_index() {
+        let e = Entry { index: 7, term: 2, ..Default::default() };
+        let bytes = encode("Entry", &e).unwrap();
+        assert_eq!(decode_entry(&entry_key(7), &bytes).unwrap(), e);
+        let err = decode_entry(&entry_key(8), &bytes).unwrap_err().to_string();
+        assert!(err.contains("raft_entries") && err.contains("key 8"), "{err}");
+        let err = decode_entry(b"abc", &bytes).unwrap_err().to_string();
+        assert!(err.contains("not an 8-byte index"), "{err}");
+        let err = decode_entry(&entry_key(9), &[0xff; 4]).unwrap_err().to_string();
+        assert!(err.contains("key 9") && err.contains("cannot decode"), "{err}");
+    }
+
+    #[test]
+    fn store_errors_become_raft_errors() {
+        let e: raft::Error = StoreError::Raft(raft::Error::Store(StorageError::Compacted)).into();
+        assert_eq!(e, raft::Error::Store(StorageError::Compacted));
+        let e: raft::Error = StoreError::Corrupt("x".into()).into();
+        assert!(matches!(e, raft::Error::Store(StorageError::Other(_))));
+    }
+
+    #[test]
+    fn no_snapshot_is_temporarily_unavailable() {
+        assert_eq!(
+            snapshot_for_request(None, 0).unwrap_err(),
+            raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! Raft messages between coordinators over tonic: one sender task per peer drains a bounded queue into
+//! `Raft.Step` batches (raft tolerates lost messages, so a full queue or a failed call drops the batch and the
+//! protocol retransmits); the server side hands what arrives to the node.
+//!
+//! A test-only partition switch ([`Transport::set_blocked`], exposed over gRPC only when the node runs with
+//! `--allow-fault-injection`) drops every message to and from the listed peers, which is how the partition tests cut a
+//! node off without touching the network.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use protobuf::Message as _;
+use raft::prelude::Message;
+use tessera_proto::v1;
+use tessera_proto::v1::raft_client::RaftClient;
+use tokio::sync::mpsc;
+use tonic::transport::{Channel, Endpoint};
+
+/// Messages queued per peer before new ones are dropped.
+const QUEUE: usize = 4096;
+/// Messages per `Step` call at most.
+const BATCH: usize = 512;
+/// Largest message a peer may send (snapshots travel as one message).
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+struct Peer {
+    address: String,
+    queue: mpsc::Sender<Message>,
+}
+
+/// The sending side of the Raft transport, shared by the node thread and the gRPC server.
+#[derive(Clone)]
+pub struct Transport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: u64,
+    own_address: String,
+    runtime: tokio::runtime::Handle,
+    peers: Mutex<BTreeMap<u64, Peer>>,
+    blocked: RwLock<BTreeSet<u64>>,
+}
+
+impl Transport {
+    /// A transport for node `id` listening on `own_address`; sender tasks run on `runtime`.
+    pub fn new(id: u64, own_address: String, runtime: tokio::runtime::Handle) -> Transport {
+        Transport {
+            inner: Arc::new(Inner {
+                id,
+                own_address,
+                runtime,
+                peers: Mutex::new(BTreeMap::new()),
+                blocked: RwLock::new(BTreeSet::new()),
+            }),
+        }
+    }
+
+    /// Records (or changes) a peer's address; the next message to it goes there.
+    pub fn set_address(&self, id: u64, address: &str) {
+        if id == self.inner.id || address.is_empty() {
+            return;
+        }
+        let mut peers = self.inner.peers.lock().expect("peers lock");
+        if peers.get(&id).is_some_and(|p| p.address == address) {
+            return;
+        }
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let endpoint = format!("http://{address}");
+        let inner = Arc::clone(&self.inner);
+        self.inner.runtime.spawn(send_loop(inner, id, endpoint, rx));
+        peers.insert(id, Peer { address: address.to_string(), queue: tx });
+    }
+
+    /// Forgets a peer (removed from the cluster); its sender task ends.
+    pub fn remove(&self, id: u64) {
+        self.inner.peers.lock().expect("peers lock").remove(&id);
+    }
+
+    /// The known peer addresses.
+    pub fn addresses(&self) -> BTreeMap<u64, String> {
+        self.inner.peers.lock().expect("peers lock").iter().map(|(k, p)| (*k, p.address.clone())).collect()
+    }
+
+    /// This node's address as peers know it.
+    pub fn own_address(&self) -> &str {
+        &self.inner.own_address
+    }
+
+    /// Queues messages for their peers; returns the ids of peers whose queue was full or who are unknown.
+    pub fn send(&self, messages: Vec<Message>) -> Vec<u64> {
+        let mut unreachable = Vec::new();
+        let blocked = self.inner.blocked.read().expect("blocked lock").clone();
+        let peers = self.inner.peers.lock().expect("peers lock");
+        for m in messages {
+            if blocked.contains(&m.to) {
+                continue;
+            }
+            match peers.get(&m.to) {
+                Some(p) => {
+                    let to = m.to;
+                    if p.queue.try_send(m).is_err() {
+                        unreachable.push(to);
+                    }
+                }
+                None => unreachable.push(m.to),
+            }
+        }
+        unreachable
+    }
+
+    /// Test hook: drop every message to and from these peers (empty: heal).
+    pub fn set_blocked(&self, peers: BTreeSet<u64>) {
+        *self.inner.blocked.write().expect("blocked lock") = peers;
+    }
+
+    /// Whether messages from `peer` are dropped.
+    pub fn is_blocked(&self, peer: u64) -> bool {
+        self.inner.blocked.read().expect("blocked lock").contains(&peer)
+    }
+
+    /// Decodes a batch received from a peer.
+    pub fn decode(batch: &v1::RaftBatch) -> Result<Vec<Message>, String> {
+        batch
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Message::parse_from_bytes(b).map_err(|e| format!("messages[{i}]: {e}")))
+            .collect()
+    }
+}
+
+async fn send_loop(inner: Arc<Inner>, peer: u64, endpoint: String, mut rx: mpsc::Receiver<Message>) {
+    let channel: Channel = match Endpoint::from_shared(endpoint.clone()) {
+        Ok(e) => e.connect_timeout(Duration::from_secs(1)).timeout(Duration::from_secs(10)).connect_lazy(),
+        Err(e) => {
+            tracing::error!(peer, %endpoint, error = %e, "bad peer address");
+            return;
+        }
+    };
+    let mut client = RaftClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let mut failures = 0u32;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
+        }
+        let messages = batch.iter().filter_map(|m| m.write_to_bytes().ok()).collect();
+        let req = v1::RaftBatch { from: inner.id, from_address: inner.own_address.clone(), messages };
+        match client.step(req).await {
+            Ok(_) => failures = 0,
+            Err(status) => {
+                failures += 1;
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::debug!(peer, code = ?status.code(), failures, "raft send failed");
+                }
+                // Drop what queued up meanwhile (raft retransmits) and back off a little.
+                while rx.try_recv().is_ok() {}
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(failures.min(10)))).await;
+            }
+        }
+    }
+}

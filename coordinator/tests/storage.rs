@@ -1,0 +1,568 @@
+//! The Raft log stores: one suite run against both `MemStore` and `SledStore`, then `SledStore`'s durability,
+//! locking and corruption handling, and a single-node raft-rs `RawNode` driven on `SledStore` across a restart.
+
+use std::time::Instant;
+
+use protobuf::Message as _;
+use raft::prelude::{ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMetadata};
+use raft::{Config, GetEntriesContext, RawNode, Storage, StorageError};
+use tessera_coordinator::storage::{MemStore, RaftStore, SledStore, StoreError};
+
+fn ent(index: u64, term: u64) -> Entry {
+    Entry { index, term, data: format!("entry {index}").into_bytes().into(), ..Default::default() }
+}
+
+fn ents(indexes: std::ops::RangeInclusive<u64>, term: u64) -> Vec<Entry> {
+    indexes.map(|i| ent(i, term)).collect()
+}
+
+fn ctx() -> GetEntriesContext {
+    GetEntriesContext::empty(false)
+}
+
+fn index_terms(v: &[Entry]) -> Vec<(u64, u64)> {
+    v.iter().map(|e| (e.index, e.term)).collect()
+}
+
+fn store_err(e: StorageError) -> raft::Error {
+    raft::Error::Store(e)
+}
+
+fn bounds<S: RaftStore>(s: &S) -> (u64, u64) {
+    (s.first_index().unwrap(), s.last_index().unwrap())
+}
+
+fn conf(voters: Vec<u64>, learners: Vec<u64>) -> ConfState {
+    ConfState::from((voters, learners))
+}
+
+fn snapshot(index: u64, term: u64, cs: ConfState, data: &[u8]) -> Snapshot {
+    let mut s = Snapshot::default();
+    s.set_data(data.to_vec().into());
+    let m = s.mut_metadata();
+    m.index = index;
+    m.term = term;
+    m.set_conf_state(cs);
+    s
+}
+
+// ----- the suite, over any RaftStore ---------------------------------------------------------------------------
+
+fn append_read_back<S: RaftStore>(s: S) {
+    assert_eq!(bounds(&s), (1, 0));
+    assert_eq!(s.entry_count(), 0);
+    s.append(&[]).unwrap();
+    s.append(&ents(1..=5, 1)).unwrap();
+    assert_eq!(bounds(&s), (1, 5));
+    assert_eq!(s.entry_count(), 5);
+    assert_eq!(s.entries(1, 6, None, ctx()).unwrap(), ents(1..=5, 1));
+    assert_eq!(s.entries(2, 4, None, ctx()).unwrap(), ents(2..=3, 1));
+    assert_eq!(s.entries(3, 3, None, ctx()).unwrap(), vec![]);
+    assert_eq!(s.term(3).unwrap(), 1);
+    assert_eq!(s.term(0).unwrap(), 0);
+
+    // max_size cuts exactly like raft::util::limit_size, always returning at least one entry.
+    let all = ents(1..=5, 1);
+    let one = u64::from(all[0].compute_size());
+    for max in [0, one - 1, one, 2 * one, 2 * one + 1, 3 * one, 100 * one, raft::NO_LIMIT] {
+        let mut want = all.clone();
+        raft::util::limit_size(&mut want, Some(max));
+        assert_eq!(s.entries(1, 6, max, ctx()).unwrap(), want, "max_size {max}");
+    }
+    assert_eq!(s.entries(1, 6, 2 * one, ctx()).unwrap().len(), 2);
+
+    s.append(&ents(6..=7, 2)).unwrap();
+    assert_eq!(bounds(&s), (1, 7));
+    assert_eq!(s.term(7).unwrap(), 2);
+    // A hole after the last index, and non-consecutive entries, are refused and change nothing.
+    assert!(matches!(s.append(&ents(9..=9, 2)), Err(StoreError::Discontiguous { expected: 8, got: 9 })));
+    assert!(matches!(s.append(&[ent(8, 2), ent(10, 2)]), Err(StoreError::Discontiguous { expected: 9, got: 10 })));
+    assert_eq!(bounds(&s), (1, 7));
+}
+
+fn conflicting_append_truncates_suffix<S: RaftStore>(s: S) {
+    s.append(&ents(1..=5, 1)).unwrap();
+    s.append(&ents(3..=4, 2)).unwrap();
+    assert_eq!(bounds(&s), (1, 4));
+    assert_eq!(s.entry_count(), 4);
+    assert_eq!(index_terms(&s.entries(1, 5, None, ctx()).unwrap()), vec![(1, 1), (2, 1), (3, 2), (4, 2)]);
+    assert_eq!(s.term(5), Err(store_err(StorageError::Unavailable)));
+    // Overwriting from the very first entry, and with a longer tail.
+    s.append(&ents(1..=6, 3)).unwrap();
+    assert_eq!(index_terms(&s.entries(1, 7, None, ctx()).unwrap()), (1..=6).map(|i| (i, 3)).collect::<Vec<_>>());
+    // Appending right after the last index keeps everything.
+    s.append(&ents(7..=7, 3)).unwrap();
+    assert_eq!(bounds(&s), (1, 7));
+}
+
+fn term_and_entries_errors<S: RaftStore>(s: S) {
+    s.append(&ents(1..=3, 1)).unwrap();
+    assert_eq!(s.term(4), Err(store_err(StorageError::Unavailable)));
+    assert_eq!(s.entries(1, 5, None, ctx()), Err(store_err(StorageError::Unavailable)));
+    assert_eq!(s.entries(0, 2, None, ctx()), Err(store_err(StorageError::Compacted)));
+    s.create_snapshot(2, conf(vec![1], vec![]), b"s".to_vec()).unwrap();
+    s.compact(3).unwrap();
+    assert_eq!(bounds(&s), (3, 3));
+    assert_eq!(s.term(1), Err(store_err(StorageError::Compacted)));
+    assert_eq!(s.term(2).unwrap(), 1, "the snapshot index keeps its term");
+    assert_eq!(s.entries(2, 4, None, ctx()), Err(store_err(StorageError::Compacted)));
+    assert_eq!(s.entries(3, 4, None, ctx()).unwrap(), ents(3..=3, 1));
+}
+
+fn create_snapshot_and_compact<S: RaftStore>(s: S) {
+    s.append(&ents(1..=5, 1)).unwrap();
+    s.append(&ents(6..=10, 2)).unwrap();
+    assert!(s.latest_snapshot().unwrap().is_none());
+    assert_eq!(s.snapshot(0, 2), Err(store_err(StorageError::SnapshotTemporarilyUnavailable)));
+    assert!(matches!(s.compact(2), Err(StoreError::CompactBeyondSnapshot { compact_index: 2, snapshot_index: 0 })));
+    assert!(matches!(
+        s.create_snapshot(11, ConfState::default(), vec![]),
+        Err(StoreError::SnapshotBeyondLog { index: 11, last_index: 10 })
+    ));
+
+    let cs = conf(vec![1, 2, 3], vec![4]);
+    s.create_snapshot(7, cs.clone(), b"state@7".to_vec()).unwrap();
+    let snap = s.latest_snapshot().unwrap().unwrap();
+    assert_eq!((snap.get_metadata().index, snap.get_metadata().term), (7, 2));
+    assert_eq!(snap.get_metadata().get_conf_state(), &cs);
+    assert_eq!(snap.get_data(), b"state@7");
+    assert!(matches!(
+        s.create_snapshot(7, cs.clone(), vec![]),
+        Err(StoreError::SnapshotOutOfDate { index: 7, snapshot_index: 7, .. })
+    ));
+    // Creating a snapshot does not compact, nor change the stored conf state.
+    assert_eq!(bounds(&s), (1, 10));
+    assert_eq!(s.initial_state().unwrap().conf_state, ConfState::default());
+
+    assert!(matches!(s.compact(9), Err(StoreError::CompactBeyondSnapshot { compact_index: 9, snapshot_index: 7 })));
+    // Keep a tail before the snapshot.
+    s.compact(5).unwrap();
+    assert_eq!(bounds(&s), (5, 10));
+    assert_eq!(s.entry_count(), 6);
+    assert_eq!(s.term(4), Err(store_err(StorageError::Compacted)));
+    assert_eq!(s.term(5).unwrap(), 1);
+    assert_eq!(s.term(7).unwrap(), 2);
+    assert_eq!(s.entries(4, 6, None, ctx()), Err(store_err(StorageError::Compacted)));
+    assert_eq!(index_terms(&s.entries(5, 7, None, ctx()).unwrap()), vec![(5, 1), (6, 2)]);
+    s.compact(3).unwrap(); // no-op
+    assert_eq!(bounds(&s), (5, 10));
+
+    // Everything the snapshot covers.
+    s.compact(8).unwrap();
+    assert_eq!(bounds(&s), (8, 10));
+    assert_eq!(s.entry_count(), 3);
+    assert_eq!(s.term(7).unwrap(), 2);
+    assert_eq!(s.term(6), Err(store_err(StorageError::Compacted)));
+    assert_eq!(s.entries(7, 9, None, ctx()), Err(store_err(StorageError::Compacted)));
+    assert_eq!(s.entries(8, 11, None, ctx()).unwrap(), ents(8..=10, 2));
+
+    // snapshot(request_index): the stored one if new enough.
+    assert_eq!(s.snapshot(0, 2).unwrap(), snap);
+    assert_eq!(s.snapshot(7, 2).unwrap(), snap);
+    assert_eq!(s.snapshot(8, 2), Err(store_err(StorageError::SnapshotTemporarilyUnavailable)));
+
+    // Entries at or below the snapshot index are ignored by append; the rest truncates the suffix.
+    s.append(&[ent(6, 9), ent(7, 9), ent(8, 3)]).unwrap();
+    assert_eq!(bounds(&s), (8, 8));
+    assert_eq!(s.term(7).unwrap(), 2);
+    assert_eq!(s.term(8).unwrap(), 3);
+    s.append(&ents(2..=7, 9)).unwrap(); // all covered: no-op
+    assert_eq!(bounds(&s), (8, 8));
+
+    // Snapshot the last entry and compact the whole log away.
+    s.create_snapshot(8, cs.clone(), b"state@8".to_vec()).unwrap();
+    s.compact(9).unwrap();
+    assert_eq!(bounds(&s), (9, 8));
+    assert_eq!(s.entry_count(), 0);
+    assert_eq!(s.term(8).unwrap(), 3);
+    assert_eq!(s.term(9), Err(store_err(StorageError::Unavailable)));
+    assert_eq!(s.entries(9, 9, None, ctx()).unwrap(), vec![]);
+    assert!(matches!(s.append(&ents(10..=10, 3)), Err(StoreError::Discontiguous { expected: 9, got: 10 })));
+    s.append(&ents(9..=10, 3)).unwrap();
+    assert_eq!(bounds(&s), (9, 10));
+    assert_eq!(s.entries(9, 11, None, ctx()).unwrap(), ents(9..=10, 3));
+}
+
+fn apply_snapshot_replaces_log<S: RaftStore>(s: S) {
+    s.set_conf_state(&conf(vec![1, 2, 3], vec![])).unwrap();
+    s.append(&ents(1..=5, 1)).unwrap();
+    let mut hs = HardState { term: 1, vote: 2, commit: 3, ..Default::default() };
+    s.set_hard_state(&hs).unwrap();
+
+    let cs = conf(vec![1, 2, 4], vec![5]);
+    let snap = snapshot(20, 4, cs.clone(), b"state@20");
+    s.apply_snapshot(&snap).unwrap();
+    assert_eq!(bounds(&s), (21, 20));
+    assert_eq!(s.entry_count(), 0);
+    assert_eq!(s.term(20).unwrap(), 4);
+    assert_eq!(s.term(5), Err(store_err(StorageError::Compacted)));
+    assert_eq!(s.entries(5, 6, None, ctx()), Err(store_err(StorageError::Compacted)));
+    let state = s.initial_state().unwrap();
+    assert_eq!(state.conf_state, cs);
+    assert_eq!((state.hard_state.term, state.hard_state.vote, state.hard_state.commit), (4, 2, 20));
+    assert_eq!(s.latest_snapshot().unwrap().unwrap(), snap);
+    assert_eq!(s.snapshot(20, 3).unwrap(), snap);
+    assert_eq!(s.snapshot(21, 3), Err(store_err(StorageError::SnapshotTemporarilyUnavailable)));
+
+    // Older snapshots are refused.
+    assert!(matches!(
+        s.apply_snapshot(&snapshot(10, 3, cs.clone(), b"old")),
+        Err(StoreError::SnapshotOutOfDate { index: 10, first_index: 21, snapshot_index: 20 })
+    ));
+    // A hard state with a higher term than the snapshot keeps it.
+    hs.term = 9;
+    hs.commit = 20;
+    s.set_hard_state(&hs).unwrap();
+
+    s.append(&ents(21..=22, 9)).unwrap();
+    assert_eq!(bounds(&s), (21, 22));
+    assert_eq!(s.entries(21, 23, None, ctx()).unwrap(), ents(21..=22, 9));
+
+    s.apply_snapshot(&snapshot(30, 8, cs.clone(), b"state@30")).unwrap();
+    let state = s.initial_state().unwrap();
+    assert_eq!((state.hard_state.term, state.hard_state.commit), (9, 30));
+    assert_eq!(bounds(&s), (31, 30));
+}
+
+fn hard_and_conf_state_round_trip<S: RaftStore>(s: S) {
+    let state = s.initial_state().unwrap();
+    assert!(!state.initialized());
+    let hs = HardState { term: 3, vote: 1, commit: 0, ..Default::default() };
+    s.set_hard_state(&hs).unwrap();
+    s.set_conf_state(&conf(vec![1, 2, 3], vec![])).unwrap();
+    let state = s.initial_state().unwrap();
+    assert!(state.initialized());
+    assert_eq!(state.hard_state, hs);
+    assert_eq!(state.conf_state, conf(vec![1, 2, 3], vec![]));
+}
+
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn mem() {
+                super::$name(tessera_coordinator::storage::MemStore::new());
+            }
+
+            #[test]
+            fn sled() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(tessera_coordinator::storage::SledStore::open(dir.path()).unwrap());
+            }
+        }
+    )*};
+}
+
+both!(
+    append_read_back,
+    conflicting_append_truncates_suffix,
+    term_and_entries_errors,
+    create_snapshot_and_compact,
+    apply_snapshot_replaces_log,
+    hard_and_conf_state_round_trip,
+);
+
+#[test]
+fn mem_new_with_conf_state_is_initialized() {
+    let s = MemStore::new_with_conf_state(vec![1, 2, 3]);
+    let state = s.initial_state().unwrap();
+    assert!(state.initialized());
+    assert_eq!(state.conf_state.voters, vec![1, 2, 3]);
+    assert_eq!(bounds(&s), (1, 0));
+}
+
+// ----- SledStore only ------------------------------------------------------------------------------------------
+
+#[test]
+fn sled_reopen_restores_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let cs = conf(vec![1, 2, 3], vec![]);
+    let hs = HardState { term: 2, vote: 3, commit: 9, ..Default::default() };
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        s.set_conf_state(&cs).unwrap();
+        s.append(&ents(1..=5, 1)).unwrap();
+        s.append(&ents(6..=10, 2)).unwrap();
+        s.set_hard_state(&hs).unwrap();
+        s.create_snapshot(8, cs.clone(), b"state@8".to_vec()).unwrap();
+        s.compact(6).unwrap();
+    }
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(bounds(&s), (6, 10));
+    assert_eq!(s.entry_count(), 5);
+    let state = s.initial_state().unwrap();
+    assert_eq!(state.hard_state, hs);
+    assert_eq!(state.conf_state, cs);
+    assert_eq!(s.entries(6, 11, None, ctx()).unwrap(), ents(6..=10, 2));
+    assert_eq!(s.term(5), Err(store_err(StorageError::Compacted)));
+    let snap = s.latest_snapshot().unwrap().unwrap();
+    assert_eq!((snap.get_metadata().index, snap.get_metadata().term), (8, 2));
+    assert_eq!(snap.get_data(), b"state@8");
+    drop(s);
+
+    // After an installed snapshot.
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        s.apply_snapshot(&snapshot(50, 5, conf(vec![1, 2], vec![3]), b"state@50")).unwrap();
+        s.append(&ents(51..=52, 5)).unwrap();
+    }
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(bounds(&s), (51, 52));
+    assert_eq!(s.term(50).unwrap(), 5);
+    let state = s.initial_state().unwrap();
+    assert_eq!(state.conf_state, conf(vec![1, 2], vec![3]));
+    assert_eq!((state.hard_state.term, state.hard_state.commit), (5, 50));
+    assert_eq!(s.latest_snapshot().unwrap().unwrap().get_data(), b"state@50");
+}
+
+#[test]
+fn sled_second_open_is_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = SledStore::open(dir.path()).unwrap();
+    let err = SledStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+    assert!(err.to_string().contains("already open"), "{err}");
+    drop(first);
+    SledStore::open(dir.path()).unwrap();
+}
+
+#[test]
+fn sled_open_creates_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/raft");
+    let s = SledStore::open(&path).unwrap();
+    assert!(path.is_dir());
+    assert_eq!(bounds(&s), (1, 0));
+}
+
+fn expect_corrupt(result: Result<SledStore, StoreError>, needles: &[&str]) {
+    match result {
+        Err(StoreError::Corrupt(msg)) => {
+            for n in needles {
+                assert!(msg.contains(n), "{msg:?} should name {n:?}");
+            }
+        }
+        other => panic!("expected StoreError::Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn sled_corrupt_entry_is_reported_on_read_and_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        s.append(&ents(1..=3, 1)).unwrap();
+        let tree = s.db().open_tree("raft_entries").unwrap();
+        tree.insert(2u64.to_be_bytes(), &[0xff_u8; 4]).unwrap();
+        s.db().flush().unwrap();
+        let err = s.entries(1, 4, None, ctx()).unwrap_err().to_string();
+        assert!(err.contains("raft_entries") && err.contains("key 2"), "{err}");
+        let err = s.term(2).unwrap_err().to_string();
+        assert!(err.contains("raft_entries") && err.contains("key 2"), "{err}");
+        assert_eq!(s.term(3).unwrap(), 1);
+    }
+    expect_corrupt(SledStore::open(dir.path()), &["raft_entries", "key 2", "cannot decode"]);
+}
+
+#[test]
+fn sled_entry_under_the_wrong_key_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        s.append(&ents(1..=3, 1)).unwrap();
+        let tree = s.db().open_tree("raft_entries").unwrap();
+        tree.insert(3u64.to_be_bytes(), ent(2, 1).write_to_bytes().unwrap()).unwrap();
+        s.db().flush().unwrap();
+    }
+    expect_corrupt(SledStore::open(dir.path()), &["raft_entries", "key 3", "index 2"]);
+}
+
+#[test]
+fn sled_hole_in_log_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        s.append(&ents(1..=4, 1)).unwrap();
+        s.db().open_tree("raft_entries").unwrap().remove(2u64.to_be_bytes()).unwrap();
+        s.db().flush().unwrap();
+    }
+    expect_corrupt(SledStore::open(dir.path()), &["raft_entries", "entries 2 to 2 are missing"]);
+}
+
+#[test]
+fn sled_corrupt_meta_names_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        s.set_hard_state(&HardState::default()).unwrap();
+        s.db().open_tree("raft_meta").unwrap().insert("hard_state", &[0xff_u8; 3]).unwrap();
+        s.db().flush().unwrap();
+    }
+    expect_corrupt(SledStore::open(dir.path()), &["raft_meta", "hard_state"]);
+}
+
+#[test]
+fn sled_log_older_than_snapshot_is_dropped_on_open() {
+    // As if a snapshot's metadata had been written without its log being cleared: the stale log goes on open.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        s.append(&ents(1..=5, 1)).unwrap();
+        let meta = s.db().open_tree("raft_meta").unwrap();
+        // Entry 4 has term 1: a different history.
+        let m = SnapshotMetadata { index: 4, term: 3, ..Default::default() };
+        meta.insert("snapshot_meta", m.write_to_bytes().unwrap()).unwrap();
+        meta.insert("snapshot_data", b"x".to_vec()).unwrap();
+        s.db().flush().unwrap();
+    }
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(bounds(&s), (5, 4));
+    assert_eq!(s.term(4).unwrap(), 3);
+    assert_eq!(s.entry_count(), 0);
+}
+
+#[test]
+fn sled_shares_its_db() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    let mine = s.db().open_tree("fleet").unwrap();
+    mine.insert("k", "v").unwrap();
+    s.append(&ents(1..=2, 1)).unwrap();
+    drop(mine);
+    let db = s.db().clone();
+    drop(s);
+    let s = SledStore::open_db(db).unwrap();
+    assert_eq!(bounds(&s), (1, 2));
+    assert_eq!(s.db().open_tree("fleet").unwrap().get("k").unwrap().unwrap(), b"v");
+}
+
+// ----- raft-rs on SledStore --------------------------------------------------------------------------------------
+
+/// Drives a single-voter node until it has nothing ready, persisting as raft requires and applying normal entries'
+/// data to `applied`.
+fn drive<S: RaftStore>(node: &mut RawNode<S>, store: &S, applied: &mut Vec<String>) {
+    let apply = |entries: Vec<Entry>, applied: &mut Vec<String>| {
+        for e in entries {
+            if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
+                applied.push(String::from_utf8(e.data.to_vec()).unwrap());
+            }
+        }
+    };
+    while node.has_ready() {
+        let mut rd = node.ready();
+        assert!(rd.messages().is_empty());
+        if !rd.snapshot().is_empty() {
+            store.apply_snapshot(rd.snapshot()).unwrap();
+        }
+        apply(rd.take_committed_entries(), applied);
+        store.append(rd.entries()).unwrap();
+        if let Some(hs) = rd.hs() {
+            store.set_hard_state(hs).unwrap();
+        }
+        assert!(rd.persisted_messages().is_empty());
+        let mut light = node.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            let mut hs = store.initial_state().unwrap().hard_state;
+            hs.commit = commit;
+            store.set_hard_state(&hs).unwrap();
+        }
+        apply(light.take_committed_entries(), applied);
+        node.advance_apply();
+    }
+}
+
+fn config(applied: u64) -> Config {
+    let mut c = Config::new(1);
+    c.applied = applied;
+    c.validate().unwrap();
+    c
+}
+
+#[test]
+fn raft_node_runs_on_sled_across_restart() {
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot_index;
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        store.set_conf_state(&conf(vec![1], vec![])).unwrap();
+        let mut node = RawNode::new(&config(0), store.clone(), &logger).unwrap();
+        node.campaign().unwrap();
+        let mut applied = Vec::new();
+        drive(&mut node, &store, &mut applied);
+        for p in ["a", "b", "c"] {
+            node.propose(vec![], p.as_bytes().to_vec()).unwrap();
+            drive(&mut node, &store, &mut applied);
+        }
+        assert_eq!(applied, ["a", "b", "c"]);
+        // Snapshot after "b" (index 3: the leader's empty entry is 1), compact what it covers, then one more.
+        snapshot_index = 3;
+        store.create_snapshot(snapshot_index, conf(vec![1], vec![]), b"a,b".to_vec()).unwrap();
+        store.compact(snapshot_index + 1).unwrap();
+        node.propose(vec![], b"d".to_vec()).unwrap();
+        drive(&mut node, &store, &mut applied);
+        assert_eq!(applied, ["a", "b", "c", "d"]);
+        assert_eq!(bounds(&store), (4, 5));
+    }
+
+    // Restart: restore the state machine from the snapshot, replay the committed entries after it.
+    let store = SledStore::open(dir.path()).unwrap();
+    let snap = store.latest_snapshot().unwrap().unwrap();
+    assert_eq!(snap.get_metadata().index, snapshot_index);
+    let mut applied: Vec<String> =
+        String::from_utf8(snap.get_data().to_vec()).unwrap().split(',').map(String::from).collect();
+    let mut node = RawNode::new(&config(snapshot_index), store.clone(), &logger).unwrap();
+    drive(&mut node, &store, &mut applied);
+    assert_eq!(applied, ["a", "b", "c", "d"]);
+    node.campaign().unwrap();
+    drive(&mut node, &store, &mut applied);
+    node.propose(vec![], b"e".to_vec()).unwrap();
+    drive(&mut node, &store, &mut applied);
+    assert_eq!(applied, ["a", "b", "c", "d", "e"]);
+    assert_eq!(node.raft.term, 2);
+    assert_eq!(store.initial_state().unwrap().hard_state.commit, store.last_index().unwrap());
+}
+
+// ----- fsync cost ---------------------------------------------------------------------------------------------------
+
+/// Not a check: prints what appends with flush cost here. `cargo test --test storage -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn sled_append_flush_cost() {
+    let payload = vec![7u8; 256];
+    let mk = |index: u64| {
+        let mut e = ent(index, 1);
+        e.data = payload.clone().into();
+        e
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    let t = Instant::now();
+    for i in 1..=1000 {
+        s.append(&[mk(i)]).unwrap();
+    }
+    let single = t.elapsed();
+    let t = Instant::now();
+    for b in 0..10u64 {
+        let batch: Vec<Entry> = (1..=100).map(|i| mk(1000 + b * 100 + i)).collect();
+        s.append(&batch).unwrap();
+    }
+    let batched = t.elapsed();
+    let t = Instant::now();
+    let mut hs = HardState::default();
+    for i in 1..=1000 {
+        hs.commit = i;
+        s.set_hard_state(&hs).unwrap();
+    }
+    let hard = t.elapsed();
+    println!(
+        "sled in {}: 1000 x 1-entry appends {:?} ({:?}/append); 10 x 100-entry appends {:?} ({:?}/append); \
+         1000 x set_hard_state {:?}",
+        dir.path().display(),
+        single,
+        single / 1000,
+        batched,
+        batched / 10,
+        hard
+    );
+}

@@ -1,0 +1,106 @@
+//! End-to-end check of the OTLP pipeline: `tracing` spans built by the coordinator's `otel_layer` reach a real
+//! OTLP/gRPC receiver with their parent/child links, attributes and resource attributes.
+
+mod support;
+
+use std::time::Duration;
+
+use support::otlp::{OtlpReceiver, ReceivedSpan, children_of, named};
+use tessera_coordinator::telemetry::{EXPORT_INTERVAL, otel_layer};
+use tracing::field::Empty;
+use tracing_subscriber::layer::SubscriberExt as _;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Emits one `planning_round` with two `gpu_solve` children through a thread-local subscriber.
+fn emit_round(layer: impl tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync) {
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, || {
+        let round = tracing::info_span!("planning_round", epoch = 17u64, policy = "balanced", outcome = Empty);
+        {
+            let _entered = round.enter();
+            for (gpu, objective) in [("gpu-0", 1.5), ("gpu-1", 2.25)] {
+                let solve = tracing::info_span!("gpu_solve", gpu = %gpu, objective, status = Empty);
+                let _in_solve = solve.enter();
+                // Recorded after creation, as the solver learns it.
+                solve.record("status", "optimal");
+            }
+        }
+        round.record("outcome", "planned");
+    });
+}
+
+fn round_complete(spans: &[ReceivedSpan]) -> bool {
+    named(spans, "planning_round").first().is_some_and(|round| children_of(spans, round).len() == 2)
+}
+
+#[tokio::test]
+async fn round_and_solves_arrive_with_links_and_attributes() {
+    let receiver = OtlpReceiver::start().await;
+    let (layer, telemetry) = otel_layer(&receiver.endpoint(), "tessera-coordinator-test", 42).unwrap();
+    emit_round(layer);
+    // Synchronous flush on the test's current-thread runtime: must not need that runtime to make progress.
+    telemetry.try_flush().unwrap();
+
+    let spans = receiver.wait_for(WAIT, round_complete).await;
+    let rounds = named(&spans, "planning_round");
+    assert_eq!(rounds.len(), 1, "{spans:#?}");
+    let round = rounds[0];
+    assert!(round.is_root(), "{}", round.summary());
+    assert_eq!(round.trace_id.len(), 16);
+    assert_eq!(round.span_id.len(), 8);
+    assert_eq!(round.attr("epoch"), Some("17"), "{}", round.summary());
+    assert_eq!(round.attr("policy"), Some("balanced"), "{}", round.summary());
+    assert_eq!(round.attr("outcome"), Some("planned"), "{}", round.summary());
+    assert_eq!(round.service_name, "tessera-coordinator-test");
+    assert_eq!(round.service_instance, "42");
+
+    let mut solves = children_of(&spans, round);
+    solves.sort_by(|a, b| a.attr("gpu").cmp(&b.attr("gpu")));
+    assert_eq!(solves.len(), 2, "{spans:#?}");
+    for (solve, (gpu, objective)) in solves.iter().zip([("gpu-0", "1.5"), ("gpu-1", "2.25")]) {
+        assert_eq!(solve.name, "gpu_solve");
+        assert_eq!(solve.parent_span_id, round.span_id);
+        assert_eq!(solve.trace_id, round.trace_id);
+        assert_ne!(solve.span_id, round.span_id);
+        assert_eq!(solve.attr("gpu"), Some(gpu), "{}", solve.summary());
+        assert_eq!(solve.attr("objective"), Some(objective), "{}", solve.summary());
+        assert_eq!(solve.attr("status"), Some("optimal"), "{}", solve.summary());
+        assert_eq!(solve.service_name, "tessera-coordinator-test");
+        assert_eq!(solve.service_instance, "42");
+    }
+    assert_ne!(solves[0].span_id, solves[1].span_id);
+    assert_eq!(named(&spans, "gpu_solve").len(), 2, "{spans:#?}");
+
+    telemetry.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_exported_on_the_interval_without_flush() {
+    let receiver = OtlpReceiver::start().await;
+    let (layer, telemetry) = otel_layer(&receiver.endpoint(), "tessera-coordinator-test", 7).unwrap();
+    let started = std::time::Instant::now();
+    emit_round(layer);
+
+    let spans = receiver.wait_for(WAIT, round_complete).await;
+    assert!(started.elapsed() < EXPORT_INTERVAL * 6, "took {:?}", started.elapsed());
+    assert!(spans.iter().all(|s| s.service_instance == "7"), "{spans:#?}");
+
+    // Shutting down with nothing left to export is prompt.
+    let started = std::time::Instant::now();
+    telemetry.shutdown();
+    assert!(started.elapsed() < Duration::from_secs(3), "shutdown took {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn shutdown_is_bounded_when_the_collector_is_gone() {
+    let receiver = OtlpReceiver::start().await;
+    let endpoint = receiver.endpoint();
+    drop(receiver);
+    let (layer, telemetry) = otel_layer(&endpoint, "tessera-coordinator-test", 1).unwrap();
+    emit_round(layer);
+    let started = std::time::Instant::now();
+    telemetry.flush();
+    telemetry.shutdown();
+    assert!(started.elapsed() < Duration::from_secs(5), "flush + shutdown took {:?}", started.elapsed());
+}
