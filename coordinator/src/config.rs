@@ -150,6 +150,8 @@ pub struct Overrides {
     pub election_ticks: Option<usize>,
     /// `--snapshot-every`.
     pub snapshot_every: Option<u64>,
+    /// `--keep-tail`.
+    pub keep_tail: Option<u64>,
     /// `--join`.
     pub join: bool,
     /// `--allow-fault-injection`.
@@ -265,7 +267,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         election_ticks: over.election_ticks.or(r.election_ticks).unwrap_or(defaults.election_ticks),
         heartbeat_ticks: r.heartbeat_ticks.unwrap_or(defaults.heartbeat_ticks),
         snapshot_every: over.snapshot_every.or(r.snapshot_every).unwrap_or(defaults.snapshot_every),
-        keep_tail: r.keep_tail.unwrap_or(defaults.keep_tail),
+        keep_tail: over.keep_tail.or(r.keep_tail).unwrap_or(defaults.keep_tail),
         request_timeout: duration("raft.request_timeout", r.request_timeout.as_deref(), "5s")?,
     };
     if raft.heartbeat_ticks == 0 || raft.election_ticks <= raft.heartbeat_ticks {

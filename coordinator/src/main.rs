@@ -85,6 +85,9 @@ struct ServeArgs {
     /// Applied entries between snapshots.
     #[arg(long)]
     snapshot_every: Option<u64>,
+    /// Log entries kept behind a snapshot when the log is compacted.
+    #[arg(long)]
+    keep_tail: Option<u64>,
     /// Join an existing cluster (after `member add`) instead of bootstrapping.
     #[arg(long)]
     join: bool,
@@ -264,6 +267,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 otlp_endpoint: a.otlp_endpoint,
                 election_ticks: a.election_ticks,
                 snapshot_every: a.snapshot_every,
+                keep_tail: a.keep_tail,
                 join: a.join,
                 allow_fault_injection: a.allow_fault_injection,
             };

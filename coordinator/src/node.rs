@@ -133,6 +133,8 @@ struct Shared {
     status: watch::Sender<NodeStatus>,
     applied: watch::Sender<u64>,
     members: RwLock<BTreeMap<u64, String>>,
+    /// Voters as of the last applied configuration change.
+    voters: RwLock<Vec<u64>>,
 }
 
 /// A handle on the Raft node (cheap to clone).
@@ -213,7 +215,9 @@ impl Node {
             role: raw.raft.state,
             voters: raw.raft.prs().conf().voters().ids().iter().collect(),
         };
+        let voters: Vec<u64> = raw.raft.prs().conf().voters().ids().iter().collect();
         let shared = Arc::new(Shared {
+            voters: RwLock::new(voters),
             state: RwLock::new(state),
             status: watch::Sender::new(status),
             applied: watch::Sender::new(applied),
@@ -236,6 +240,7 @@ impl Node {
             applied,
             last_snapshot: applied,
             conf_state,
+            force_snapshot: false,
         };
         std::thread::Builder::new()
             .name(format!("raft-{}", settings.id))
@@ -329,7 +334,7 @@ impl Node {
     pub fn members(&self) -> BTreeMap<u64, String> {
         let mut m = self.shared.members.read().expect("members lock").clone();
         m.insert(self.id, self.transport.own_address().to_string());
-        let voters = self.status().voters;
+        let voters = self.shared.voters.read().expect("voters lock").clone();
         m.retain(|id, _| voters.contains(id));
         m
     }
@@ -397,6 +402,9 @@ struct Driver<S: RaftStore> {
     applied: u64,
     last_snapshot: u64,
     conf_state: ConfState,
+    /// Snapshot at the end of this batch: a configuration changed, and a member added later must receive a
+    /// snapshot whose configuration includes it (raft-rs ignores one that does not).
+    force_snapshot: bool,
 }
 
 impl<S: RaftStore> Driver<S> {
@@ -602,6 +610,7 @@ impl<S: RaftStore> Driver<S> {
         self.applied = meta.index;
         self.last_snapshot = meta.index;
         self.conf_state = meta.get_conf_state().clone();
+        *self.shared.voters.write().expect("voters lock") = self.conf_state.voters.clone();
         self.shared.applied.send_replace(self.applied);
         tracing::info!(index = meta.index, term = meta.term, "installed a snapshot from the leader");
         Ok(())
@@ -639,7 +648,9 @@ impl<S: RaftStore> Driver<S> {
                         cc.merge_from_bytes(&entry.data).map_err(|e| NodeError::Raft(e.to_string()))?;
                         let cs = self.raw.apply_conf_change(&cc).map_err(|e| NodeError::Raft(e.to_string()))?;
                         self.store.set_conf_state(&cs)?;
+                        *self.shared.voters.write().expect("voters lock") = cs.voters.clone();
                         self.conf_state = cs;
+                        self.force_snapshot = true;
                         let address = String::from_utf8_lossy(&cc.context).to_string();
                         match cc.get_change_type() {
                             ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
@@ -688,9 +699,11 @@ impl<S: RaftStore> Driver<S> {
     }
 
     fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
-        if self.applied < self.last_snapshot + self.settings.snapshot_every {
+        let due = self.applied >= self.last_snapshot + self.settings.snapshot_every;
+        if !(due || self.force_snapshot && self.applied > self.last_snapshot) {
             return Ok(());
         }
+        self.force_snapshot = false;
         let data = self.shared.state.read().expect("state lock").to_snapshot();
         self.store.create_snapshot(self.applied, self.conf_state.clone(), data)?;
         self.last_snapshot = self.applied;

@@ -29,10 +29,12 @@ pub enum StoreError {
     /// sled failed (I/O error, corruption detected by sled itself, ...).
     #[error("sled: {0}")]
     Sled(#[from] sled::Error),
-    /// The store's directory could not be created.
-    #[error("cannot create raft store directory {path}: {source}")]
+    /// A file-system call on the store's directory or files failed (creating the directory, syncing a file).
+    #[error("{what} {path}: {source}")]
     Io {
-        /// The directory.
+        /// What was being done.
+        what: &'static str,
+        /// The file or directory.
         path: PathBuf,
         /// What the file system said.
         source: std::io::Error,
@@ -428,6 +430,17 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, StoreError> {
     Ok(entry)
 }
 
+/// Maps an I/O error on `path` to [`StoreError::Io`].
+fn io_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {
+    let path = path.to_path_buf();
+    move |source| StoreError::Io { what, path, source }
+}
+
+/// fsyncs a directory, making the entries created in it durable.
+fn sync_path(dir: &Path) -> Result<(), StoreError> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_error("cannot fsync directory", dir))
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -459,6 +472,10 @@ struct SledInner {
     db: sled::Db,
     entries: sled::Tree,
     meta: sled::Tree,
+    /// The database directory.
+    dir: PathBuf,
+    /// sled's log file (`<dir>/db`), opened to fdatasync it after each flush.
+    log_file: std::fs::File,
     /// Mutating calls hold the write lock from their first read to after the flush, so they are serialized.
     cache: RwLock<Cache>,
 }
@@ -486,24 +503,26 @@ impl SledStore {
     ///
     /// Fails with [`StoreError::Locked`] if the database is already open (sled holds an exclusive lock on its
     /// files), and with [`StoreError::Corrupt`] if a stored value cannot be decoded or the log has holes.
+    ///
+    /// Entries that contradict the snapshot (all below its index, or a different term at its index: a log from
+    /// before an installed snapshot) are removed on open.
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io { path: dir.to_path_buf(), source })?;
+        std::fs::create_dir_all(dir).map_err(io_error("cannot create raft store directory", dir))?;
         let db = sled::Config::new().path(dir).open().map_err(|e| match e {
             sled::Error::Io(source) if source.to_string().contains("could not acquire lock") => {
                 StoreError::Locked { path: dir.to_path_buf(), source }
             }
             other => StoreError::Sled(other),
         })?;
-        SledStore::open_db(db)
+        let log_path = dir.join("db");
+        let log_file = std::fs::File::open(&log_path).map_err(io_error("cannot open sled log file", &log_path))?;
+        // Make the directory entries sled may just have created durable too.
+        sync_path(dir)?;
+        SledStore::load(db, dir.to_path_buf(), log_file)
     }
 
-    /// Loads the Raft state from an already open sled database (trees `raft_entries` and `raft_meta`; the caller
-    /// may keep other trees in the same database).
-    ///
-    /// Entries that contradict the snapshot (all at or below its index while the snapshot is newer, or a different
-    /// term at its index: a log from before an installed snapshot) are removed. A value that cannot be decoded, or
-    /// a hole in the log, gives [`StoreError::Corrupt`] naming the tree and key.
-    pub fn open_db(db: sled::Db) -> Result<SledStore, StoreError> {
+    /// Loads the Raft state from the open database's trees `raft_entries` and `raft_meta`.
+    fn load(db: sled::Db, dir: PathBuf, log_file: std::fs::File) -> Result<SledStore, StoreError> {
         let entries = db.open_tree(ENTRIES_TREE)?;
         let meta = db.open_tree(META_TREE)?;
 
@@ -567,6 +586,7 @@ impl SledStore {
                 }
                 entries.apply_batch(batch)?;
                 db.flush()?;
+                log_file.sync_data().map_err(io_error("cannot fdatasync", &dir.join("db")))?;
             } else if first > snapshot_index + 1 {
                 return Err(StoreError::Corrupt(format!(
                     "tree {ENTRIES_TREE}: first entry {first} leaves a hole after snapshot index {snapshot_index}"
@@ -576,16 +596,43 @@ impl SledStore {
                 cache.last_index = last;
             }
         }
-        Ok(SledStore { inner: Arc::new(SledInner { db, entries, meta, cache: RwLock::new(cache) }) })
+        Ok(SledStore { inner: Arc::new(SledInner { db, entries, meta, dir, log_file, cache: RwLock::new(cache) }) })
     }
 
-    /// The sled database, for the coordinator's own trees. Do not touch the `raft_entries` and `raft_meta` trees.
+    /// The sled database, for the coordinator's own trees (do not touch `raft_entries` and `raft_meta`). Its
+    /// `flush` is not an fsync on Linux (see [`SledStore::sync`]).
     pub fn db(&self) -> &sled::Db {
         &self.inner.db
     }
 
-    fn flush(&self) -> Result<(), StoreError> {
+    /// Makes everything written to the database so far durable, the coordinator's own trees included: sled's
+    /// `flush`, then an fdatasync of sled's log file. sled 0.34 flushes with `sync_file_range` on Linux, which
+    /// flushes neither the device's write cache nor the file's metadata (sled issue #1452), so its `flush` alone
+    /// does not survive a power loss. With `blobs`, also syncs the files sled keeps large values in (over about
+    /// 128 KiB, such as snapshot data), which sled writes without any sync.
+    pub fn sync(&self, blobs: bool) -> Result<(), StoreError> {
         self.inner.db.flush()?;
+        let log_path = || self.inner.dir.join("db");
+        self.inner.log_file.sync_data().map_err(io_error("cannot fdatasync", &log_path()))?;
+        if blobs {
+            let dir = self.inner.dir.join("blobs");
+            match std::fs::read_dir(&dir) {
+                Ok(files) => {
+                    for file in files {
+                        let path = file.map_err(io_error("cannot list", &dir))?.path();
+                        match std::fs::File::open(&path) {
+                            Ok(f) => f.sync_data().map_err(io_error("cannot fdatasync", &path))?,
+                            // sled garbage-collects old blobs concurrently.
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(io_error("cannot open", &path)(e)),
+                        }
+                    }
+                    sync_path(&dir)?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error("cannot list", &dir)(e)),
+            }
+        }
         Ok(())
     }
 
@@ -706,7 +753,7 @@ impl RaftStore for SledStore {
             batch.insert(&entry_key(entry.index), encode("Entry", entry)?);
         }
         self.inner.entries.apply_batch(batch)?;
-        self.flush()?;
+        self.sync(false)?;
         // first_index is unchanged: the new entries start at or after it (an empty log's first index is
         // snapshot index + 1, the only place they may start then).
         cache.last_index = new_last;
@@ -716,7 +763,7 @@ impl RaftStore for SledStore {
     fn set_hard_state(&self, hs: &HardState) -> Result<(), StoreError> {
         let mut cache = write(&self.inner.cache);
         self.inner.meta.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", hs)?)?;
-        self.flush()?;
+        self.sync(false)?;
         cache.hard_state = hs.clone();
         Ok(())
     }
@@ -724,7 +771,7 @@ impl RaftStore for SledStore {
     fn set_conf_state(&self, cs: &ConfState) -> Result<(), StoreError> {
         let mut cache = write(&self.inner.cache);
         self.inner.meta.insert(KEY_CONF_STATE.as_bytes(), encode("ConfState", cs)?)?;
-        self.flush()?;
+        self.sync(false)?;
         cache.conf_state = cs.clone();
         Ok(())
     }
@@ -767,7 +814,7 @@ impl RaftStore for SledStore {
                     StoreError::Sled(sled::Error::ReportableBug("apply_snapshot transaction aborted".into()))
                 }
             })?;
-        self.flush()?;
+        self.sync(true)?;
 
         cache.first_index = index + 1;
         cache.last_index = index;
@@ -799,7 +846,7 @@ impl RaftStore for SledStore {
         batch.insert(KEY_SNAPSHOT_META.as_bytes(), encode("SnapshotMetadata", &meta)?);
         batch.insert(KEY_SNAPSHOT_DATA.as_bytes(), data);
         self.inner.meta.apply_batch(batch)?;
-        self.flush()?;
+        self.sync(true)?;
         cache.snapshot = Some(meta);
         Ok(())
     }
@@ -818,7 +865,7 @@ impl RaftStore for SledStore {
             batch.remove(&entry_key(index));
         }
         self.inner.entries.apply_batch(batch)?;
-        self.flush()?;
+        self.sync(false)?;
         // snapshot_index <= last_index, so compact_index <= last_index + 1 and the bounds stay consistent.
         cache.first_index = compact_index;
         Ok(())

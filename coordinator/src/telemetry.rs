@@ -205,8 +205,9 @@ mod tests {
 
     #[test]
     fn pipeline_without_collector_shuts_down_promptly() {
-        // Nothing listens on port 9 (discard) on the test machines; the export fails fast or times out.
-        let (layer, telemetry) = otel_layer::<Registry>("http://127.0.0.1:9", "test", 7).unwrap();
+        // A port that was just free: nothing listens there, so exports fail (fast, or at the export timeout).
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (layer, telemetry) = otel_layer::<Registry>(&format!("http://127.0.0.1:{port}"), "test", 7).unwrap();
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, || {
             let _span = tracing::info_span!("orphan").entered();
@@ -215,14 +216,5 @@ mod tests {
         telemetry.flush();
         telemetry.shutdown();
         assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
-    }
-
-    #[test]
-    fn init_twice_fails_without_panicking() {
-        // Whichever call comes second (another test may have installed a global subscriber first) must fail cleanly.
-        let first = init(None, "test", 1);
-        let second = init(None, "test", 1);
-        assert!(first.is_err() || second.is_err());
-        assert!(second.is_err());
     }
 }

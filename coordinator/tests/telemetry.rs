@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use support::otlp::{OtlpReceiver, ReceivedSpan, children_of, named};
-use tessera_coordinator::telemetry::{EXPORT_INTERVAL, otel_layer};
+use tessera_coordinator::telemetry::{EXPORT_INTERVAL, init, otel_layer};
 use tracing::field::Empty;
 use tracing_subscriber::layer::SubscriberExt as _;
 
@@ -103,4 +103,31 @@ async fn shutdown_is_bounded_when_the_collector_is_gone() {
     telemetry.flush();
     telemetry.shutdown();
     assert!(started.elapsed() < Duration::from_secs(5), "flush + shutdown took {:?}", started.elapsed());
+}
+
+/// The only test in this binary that touches the global subscriber (the others use thread-local ones).
+#[tokio::test]
+async fn init_installs_the_global_subscriber_once() {
+    let receiver = OtlpReceiver::start().await;
+    let telemetry = init(Some(&receiver.endpoint()), "tessera-coordinator-global", 3)
+        .expect("first init")
+        .expect("an endpoint gives a Telemetry");
+    // A second call fails cleanly instead of panicking, whether or not it has an endpoint.
+    assert!(init(None, "tessera-coordinator-global", 3).is_err());
+    assert!(init(Some(&receiver.endpoint()), "tessera-coordinator-global", 3).is_err());
+
+    // A thread with no subscriber of its own uses the global one (info level passes the default filter).
+    std::thread::spawn(|| {
+        let _span = tracing::info_span!("global_round", epoch = 5u64).entered();
+        tracing::info!("inside the global round");
+    })
+    .join()
+    .unwrap();
+    telemetry.flush();
+    let spans = receiver.wait_for(WAIT, |spans| !named(spans, "global_round").is_empty()).await;
+    let round = named(&spans, "global_round")[0];
+    assert_eq!(round.attr("epoch"), Some("5"), "{}", round.summary());
+    assert_eq!(round.service_name, "tessera-coordinator-global");
+    assert_eq!(round.service_instance, "3");
+    telemetry.shutdown();
 }

@@ -1,0 +1,272 @@
+//! A real coordinator cluster for tests and benchmarks: each node is a `coordinator serve` process on loopback
+//! with its own sled directory; nodes can be SIGKILLed, restarted on their directory, and partitioned through the
+//! fault-injection RPC. Waits poll observable state with a deadline, never a fixed sleep.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tessera_proto::v1;
+use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
+use tessera_proto::v1::raft_client::RaftClient;
+use tonic::transport::{Channel, Endpoint};
+
+/// The `coordinator` binary under test.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_coordinator"))
+}
+
+/// The repository's `configs/` directory.
+pub fn configs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs")
+}
+
+/// A free loopback port (bound, then released for the child to take).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+struct Proc {
+    child: Option<Child>,
+    addr: String,
+    data_dir: PathBuf,
+    log: PathBuf,
+    extra: Vec<String>,
+}
+
+/// A cluster of coordinator processes.
+pub struct Cluster {
+    /// Scratch directory (sled files, logs).
+    pub dir: tempfile::TempDir,
+    peers: String,
+    nodes: BTreeMap<u64, Proc>,
+    common: Vec<String>,
+}
+
+impl Cluster {
+    /// Starts `n` nodes (ids 1..=n) with `common` extra flags each, and waits until each printed its address.
+    pub fn start(n: u64, common: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let addrs: BTreeMap<u64, String> = (1..=n).map(|i| (i, format!("127.0.0.1:{}", free_port()))).collect();
+        let peers = addrs.iter().map(|(i, a)| format!("{i}={a}")).collect::<Vec<_>>().join(",");
+        let mut c =
+            Cluster { dir, peers, nodes: BTreeMap::new(), common: common.iter().map(|s| s.to_string()).collect() };
+        for (id, addr) in addrs {
+            let data_dir = c.dir.path().join(format!("node-{id}"));
+            let log = c.dir.path().join(format!("node-{id}.log"));
+            c.nodes.insert(id, Proc { child: None, addr, data_dir, log, extra: vec![] });
+            c.spawn(id);
+        }
+        c
+    }
+
+    /// Adds node `id` (not started) that will join with `--join` (after `member add`).
+    pub fn prepare_joiner(&mut self, id: u64) -> String {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let data_dir = self.dir.path().join(format!("node-{id}"));
+        let log = self.dir.path().join(format!("node-{id}.log"));
+        self.nodes.insert(id, Proc { child: None, addr: addr.clone(), data_dir, log, extra: vec!["--join".into()] });
+        addr
+    }
+
+    /// Starts (or restarts) node `id` on its data directory.
+    pub fn spawn(&mut self, id: u64) {
+        let p = self.nodes.get_mut(&id).unwrap();
+        assert!(p.child.is_none(), "node {id} is running");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&p.log).unwrap();
+        let mut cmd = Command::new(binary());
+        cmd.args(["serve", "--id", &id.to_string(), "--listen", &p.addr, "--peers", &self.peers])
+            .arg("--data-dir")
+            .arg(&p.data_dir)
+            .arg("--models-dir")
+            .arg(configs().join("models"))
+            .args(&self.common)
+            .args(&p.extra)
+            .env("RUST_LOG", "info,raft=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        assert!(line.starts_with("coordinator id="), "node {id} did not start: {line:?}\n{}", self.log_tail(id));
+        self.nodes.get_mut(&id).unwrap().child = Some(child);
+    }
+
+    /// SIGKILLs node `id`.
+    pub fn kill(&mut self, id: u64) {
+        let p = self.nodes.get_mut(&id).unwrap();
+        if let Some(mut c) = p.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// The last lines of node `id`'s log.
+    pub fn log_tail(&self, id: u64) -> String {
+        let text = std::fs::read_to_string(&self.nodes[&id].log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Node `id`'s full log.
+    pub fn log(&self, id: u64) -> String {
+        std::fs::read_to_string(&self.nodes[&id].log).unwrap_or_default()
+    }
+
+    /// Node `id`'s address.
+    pub fn addr(&self, id: u64) -> String {
+        self.nodes[&id].addr.clone()
+    }
+
+    /// Every node's address, comma-separated (for `--endpoints`).
+    pub fn endpoints(&self) -> String {
+        self.nodes.values().map(|p| p.addr.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    /// Running node ids.
+    pub fn running(&self) -> Vec<u64> {
+        self.nodes.iter().filter(|(_, p)| p.child.is_some()).map(|(i, _)| *i).collect()
+    }
+
+    fn channel(&self, id: u64) -> Channel {
+        Endpoint::from_shared(format!("http://{}", self.addr(id)))
+            .unwrap()
+            .connect_timeout(Duration::from_millis(500))
+            .timeout(Duration::from_secs(10))
+            .connect_lazy()
+    }
+
+    /// An API client of node `id`.
+    pub fn client(&self, id: u64) -> CoordinatorApiClient<Channel> {
+        CoordinatorApiClient::new(self.channel(id))
+    }
+
+    /// Node `id`'s status, if it answers.
+    pub async fn status(&self, id: u64) -> Option<v1::ClusterStatusResponse> {
+        self.client(id).cluster_status(v1::ClusterStatusRequest {}).await.ok().map(|r| r.into_inner())
+    }
+
+    /// Waits until every node of `among` answers and names the same leader, itself one of `among`.
+    pub async fn wait_leader(&self, among: &[u64], timeout: Duration) -> u64 {
+        eventually(timeout, &format!("a leader among {among:?}"), || async {
+            let mut leader = None;
+            for id in among {
+                let s = self.status(*id).await?;
+                if s.leader_id == 0 || !among.contains(&s.leader_id) || leader.is_some_and(|l| l != s.leader_id) {
+                    return None;
+                }
+                leader = Some(s.leader_id);
+            }
+            leader
+        })
+        .await
+    }
+
+    /// Waits until the nodes of `among` have applied the same index (and answer), returning it.
+    pub async fn wait_converged(&self, among: &[u64], timeout: Duration) -> u64 {
+        eventually(timeout, &format!("{among:?} to apply the same index"), || async {
+            let mut index = None;
+            for id in among {
+                let s = self.status(*id).await?;
+                if s.applied_index != s.commit_index || index.is_some_and(|i| i != s.applied_index) {
+                    return None;
+                }
+                index = Some(s.applied_index);
+            }
+            index
+        })
+        .await
+    }
+
+    /// Cuts node `id` off the others (both directions), through the fault-injection RPC.
+    pub async fn isolate(&self, id: u64) {
+        let others: Vec<u64> = self.running().into_iter().filter(|o| *o != id).collect();
+        RaftClient::new(self.channel(id)).isolate(v1::IsolateRequest { peers: others.clone() }).await.unwrap();
+        for o in others {
+            RaftClient::new(self.channel(o)).isolate(v1::IsolateRequest { peers: vec![id] }).await.unwrap();
+        }
+    }
+
+    /// Heals every partition.
+    pub async fn heal(&self) {
+        for id in self.running() {
+            RaftClient::new(self.channel(id)).isolate(v1::IsolateRequest { peers: vec![] }).await.unwrap();
+        }
+    }
+
+    /// Tenant ids as node `id` has applied them (a local, possibly stale, read).
+    pub async fn tenants_on(&self, id: u64) -> Option<Vec<String>> {
+        let r = self.client(id).list_tenants(v1::ListRequest { stale: true }).await.ok()?.into_inner();
+        Some(r.tenants.into_iter().filter_map(|t| t.spec.map(|s| s.id)).collect())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in self.nodes.values_mut() {
+            if let Some(mut c) = p.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// A Poisson tenant on one of the shipped models.
+pub fn tenant(id: &str, model: &str, rate_rps: f64) -> v1::TenantSpec {
+    v1::TenantSpec {
+        id: id.into(),
+        name: id.into(),
+        model: model.into(),
+        slo_ms: 100.0,
+        slo_percentile: 0.99,
+        weight: 1.0,
+        demand: Some(v1::tenant_spec::Demand::Poisson(v1::PoissonDemand { rate_rps })),
+        retraining: None,
+    }
+}
+
+/// Creates a tenant through node `via`, retrying while the cluster is still electing or loading model profiles.
+pub async fn create(cluster: &Cluster, via: u64, spec: v1::TenantSpec) -> u64 {
+    let id = spec.id.clone();
+    eventually(Duration::from_secs(20), &format!("tenant {id} to be created via node {via}"), || {
+        let spec = spec.clone();
+        let id = id.clone();
+        async move {
+            match cluster.client(via).create_tenant(v1::TenantRequest { spec: Some(spec) }).await {
+                Ok(r) => Some(r.into_inner().index),
+                Err(s) if s.code() == tonic::Code::AlreadyExists => Some(0),
+                Err(s)
+                    if s.code() == tonic::Code::Unavailable
+                        || s.message().contains("unknown model")
+                        || s.message().contains("model") && s.code() == tonic::Code::InvalidArgument =>
+                {
+                    None
+                }
+                Err(s) => panic!("creating {id} via node {via}: {s:?}"),
+            }
+        }
+    })
+    .await
+}
