@@ -8,7 +8,9 @@
 //! - [`SledStore`]: durable, in a sled database. Tree `raft_entries` maps an index (8 bytes, big-endian) to the
 //!   protobuf-encoded [`Entry`]; tree `raft_meta` holds `hard_state`, `conf_state` and `snapshot_meta` (protobuf)
 //!   and `snapshot_data` (the state machine's bytes). Every mutating call is one atomic sled batch or transaction
-//!   followed by `Db::flush` (fsync), so it is durable when it returns, as raft requires before messages are sent.
+//!   followed by [`SledStore::sync`] (sled's flush plus an fdatasync of its log file), so it is durable when it
+//!   returns, as raft requires before messages are sent. `apply_snapshot` writes the snapshot, hard state and conf
+//!   state and drops the log in one transaction over both trees, so a crash leaves the old state or the new one.
 //!
 //! Semantics follow raft-rs's `MemStorage`: the snapshot index acts as the log's dummy entry, so
 //! `term(snapshot index)` is the snapshot's term; an empty log has `first_index = snapshot index + 1` and

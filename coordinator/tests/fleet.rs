@@ -1,0 +1,103 @@
+//! The whole control loop: a 3-process coordinator cluster, two simulated nodes (real agents with their own gRPC
+//! endpoints, hosted in this test process) registering with a follower, a tenant added through the API that ends
+//! up with an instance applied on a simulated GPU, and the planning decision arriving at a real OTLP receiver with
+//! its child spans and attributes.
+
+mod support;
+
+use std::time::Duration;
+
+use support::cluster::{Cluster, create, eventually, tenant};
+use support::otlp::{OtlpReceiver, children_of, named};
+use tessera_proto::v1;
+
+const T: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_decision_is_traced() {
+    let otlp = OtlpReceiver::start().await;
+    let endpoint = otlp.endpoint();
+    let c = Cluster::start(3, &["--otlp-endpoint", &endpoint, "--plan-every", "1s"]);
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    let follower = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
+
+    // Two simulated nodes with one A100 each, heartbeating to a follower.
+    let state = tempfile::tempdir().unwrap();
+    let args = tessera_sim::node::RunArgs {
+        nodes: 2,
+        gpus_per_node: 1,
+        gpu_model: "A100-40GB".into(),
+        listen_base: "127.0.0.1:0".parse().unwrap(),
+        clock: tessera_sim::node::ClockKind::Wall,
+        coordinator: Some(c.addr(follower)),
+        state_dir: Some(state.path().to_path_buf()),
+        node_prefix: "sim".into(),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let sim = tokio::spawn(async move {
+        let mut sink = std::io::sink();
+        tessera_sim::node::run(args, &mut sink, async {
+            let _ = stop_rx.await;
+        })
+        .await
+    });
+    eventually(T, "both simulated nodes to register", || async {
+        let r = c.client(leader).list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
+        (r.nodes.len() == 2).then_some(())
+    })
+    .await;
+
+    create(&c, follower, tenant("vision", "resnet50", 50.0)).await;
+
+    // The leader plans within a window, pushes, the agent reconciles and reports what it applied.
+    let (gpu, layout) = eventually(T, "an applied instance serving the tenant", || async {
+        let r = c.client(follower).list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
+        r.nodes.iter().flat_map(|n| n.gpus.iter()).find_map(|g| {
+            let serving = g.applied_assignments.iter().any(|a| a.tenant == "vision" && a.role == v1::Role::Inference as i32);
+            (serving && g.applied_epoch > 0).then(|| (g.id.clone(), g.applied.clone()))
+        })
+    })
+    .await;
+    assert!(layout.is_some_and(|l| !l.placements.is_empty()));
+
+    // Explain, history and the dumped PlannerInput answer through a follower.
+    let ex = c.client(follower).explain(v1::GpuRequest { gpu: gpu.clone(), stale: false }).await.unwrap().into_inner();
+    assert!(ex.epoch > 0 && !ex.explanation.is_empty(), "{ex:?}");
+    let hist = c.client(follower).plan_history(v1::GpuRequest { gpu: gpu.clone(), stale: false }).await.unwrap().into_inner();
+    assert!(!hist.entries.is_empty());
+    let dump = c.client(follower).dump_planner_input(v1::ListRequest { stale: false }).await.unwrap().into_inner();
+    let input: tessera_planner::input::PlannerInput = serde_json::from_str(&dump.json).unwrap();
+    assert!(input.tenants.keys().any(|t| t.as_str() == "vision"));
+
+    // The decision reached the OTLP receiver: a planning round with a gpu_solve child naming the tenant and the
+    // chosen layout, and a reconfiguration child for the GPU that changed.
+    let spans = otlp
+        .wait_for(T, |spans| {
+            named(spans, "planning_round").iter().any(|r| {
+                r.attr("outcome") == Some("planned")
+                    && children_of(spans, r).iter().any(|c| c.name == "gpu_solve" && c.attr("tenants") == Some("vision"))
+                    && children_of(spans, r).iter().any(|c| c.name == "reconfiguration")
+            })
+        })
+        .await;
+    let round = named(&spans, "planning_round")
+        .into_iter()
+        .find(|r| r.attr("outcome") == Some("planned") && children_of(&spans, r).iter().any(|c| c.name == "reconfiguration"))
+        .unwrap();
+    for key in ["epoch", "policy", "objective", "bound", "gap", "solve_ms", "pushed", "tenants", "gpus"] {
+        assert!(round.attr(key).is_some(), "planning_round lacks {key}: {}", round.summary());
+    }
+    assert_eq!(round.service_name, "tessera-coordinator");
+    let children = children_of(&spans, round);
+    let solve = children.iter().find(|c| c.name == "gpu_solve" && c.attr("tenants") == Some("vision")).unwrap();
+    for key in ["gpu", "forecasts_rps", "candidate_profiles", "chosen_layout", "objective", "bound", "status"] {
+        assert!(solve.attr(key).is_some(), "gpu_solve lacks {key}: {}", solve.summary());
+    }
+    let reconf = children.iter().find(|c| c.name == "reconfiguration").unwrap();
+    for key in ["gpu", "epoch", "from_layout", "to_layout", "steps", "result"] {
+        assert!(reconf.attr(key).is_some(), "reconfiguration lacks {key}: {}", reconf.summary());
+    }
+
+    let _ = stop_tx.send(());
+    sim.await.unwrap().unwrap();
+}
