@@ -48,9 +48,11 @@ pub async fn serve(config: CoordinatorConfig) -> anyhow::Result<()> {
     let services = Services::new(node.clone(), Arc::clone(&planner), config.allow_fault_injection);
     let raft = RaftService::new(node.clone(), config.allow_fault_injection);
 
+    let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
         let l =
             TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr} for /metrics: {e}"))?;
+        metrics_addr = Some(l.local_addr()?);
         let m = Arc::clone(&metrics);
         tokio::spawn(async move {
             if let Err(e) = crate::metrics::serve(l, m).await {
@@ -74,7 +76,10 @@ pub async fn serve(config: CoordinatorConfig) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     tracing::info!(id = config.raft.id, listen = %local, advertise = %config.advertise, peers = ?config.peers, "coordinator serving");
     // Scripts and tests read this line to learn the bound address.
-    println!("coordinator id={} addr={}", config.raft.id, local);
+    match metrics_addr {
+        Some(m) => println!("coordinator id={} addr={} metrics={}", config.raft.id, local, m),
+        None => println!("coordinator id={} addr={}", config.raft.id, local),
+    }
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(

@@ -17,7 +17,7 @@ const T: Duration = Duration::from_secs(30);
 async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_decision_is_traced() {
     let otlp = OtlpReceiver::start().await;
     let endpoint = otlp.endpoint();
-    let c = Cluster::start(3, &["--otlp-endpoint", &endpoint, "--plan-every", "1s"]);
+    let c = Cluster::start(3, &["--otlp-endpoint", &endpoint, "--plan-every", "1s", "--metrics-listen", "127.0.0.1:0"]);
     let leader = c.wait_leader(&[1, 2, 3], T).await;
     let follower = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
 
@@ -53,7 +53,8 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     let (gpu, layout) = eventually(T, "an applied instance serving the tenant", || async {
         let r = c.client(follower).list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
         r.nodes.iter().flat_map(|n| n.gpus.iter()).find_map(|g| {
-            let serving = g.applied_assignments.iter().any(|a| a.tenant == "vision" && a.role == v1::Role::Inference as i32);
+            let serving =
+                g.applied_assignments.iter().any(|a| a.tenant == "vision" && a.role == v1::Role::Inference as i32);
             (serving && g.applied_epoch > 0).then(|| (g.id.clone(), g.applied.clone()))
         })
     })
@@ -63,7 +64,8 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     // Explain, history and the dumped PlannerInput answer through a follower.
     let ex = c.client(follower).explain(v1::GpuRequest { gpu: gpu.clone(), stale: false }).await.unwrap().into_inner();
     assert!(ex.epoch > 0 && !ex.explanation.is_empty(), "{ex:?}");
-    let hist = c.client(follower).plan_history(v1::GpuRequest { gpu: gpu.clone(), stale: false }).await.unwrap().into_inner();
+    let hist =
+        c.client(follower).plan_history(v1::GpuRequest { gpu: gpu.clone(), stale: false }).await.unwrap().into_inner();
     assert!(!hist.entries.is_empty());
     let dump = c.client(follower).dump_planner_input(v1::ListRequest { stale: false }).await.unwrap().into_inner();
     let input: tessera_planner::input::PlannerInput = serde_json::from_str(&dump.json).unwrap();
@@ -75,14 +77,18 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
         .wait_for(T, |spans| {
             named(spans, "planning_round").iter().any(|r| {
                 r.attr("outcome") == Some("planned")
-                    && children_of(spans, r).iter().any(|c| c.name == "gpu_solve" && c.attr("tenants") == Some("vision"))
+                    && children_of(spans, r)
+                        .iter()
+                        .any(|c| c.name == "gpu_solve" && c.attr("tenants") == Some("vision"))
                     && children_of(spans, r).iter().any(|c| c.name == "reconfiguration")
             })
         })
         .await;
     let round = named(&spans, "planning_round")
         .into_iter()
-        .find(|r| r.attr("outcome") == Some("planned") && children_of(&spans, r).iter().any(|c| c.name == "reconfiguration"))
+        .find(|r| {
+            r.attr("outcome") == Some("planned") && children_of(&spans, r).iter().any(|c| c.name == "reconfiguration")
+        })
         .unwrap();
     for key in ["epoch", "policy", "objective", "bound", "gap", "solve_ms", "pushed", "tenants", "gpus"] {
         assert!(round.attr(key).is_some(), "planning_round lacks {key}: {}", round.summary());
@@ -98,6 +104,28 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
         assert!(reconf.attr(key).is_some(), "reconfiguration lacks {key}: {}", reconf.summary());
     }
 
+    // The leader's Prometheus endpoint counts the rounds and pushes.
+    let body = http_get(&c.metrics_addr(leader).unwrap(), "/metrics").await;
+    for name in [
+        "tessera_coordinator_raft_term",
+        "tessera_coordinator_raft_commit_index",
+        "tessera_coordinator_plan_rounds_total",
+        "tessera_coordinator_plan_round_seconds",
+        "tessera_coordinator_pushes_total",
+    ] {
+        assert!(body.contains(name), "/metrics lacks {name}:\n{body}");
+    }
+    assert!(body.contains("tessera_coordinator_raft_is_leader 1"), "{body}");
+
     let _ = stop_tx.send(());
     sim.await.unwrap().unwrap();
+}
+
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
 }

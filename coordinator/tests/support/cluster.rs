@@ -47,6 +47,7 @@ where
 
 struct Proc {
     child: Option<Child>,
+    metrics: Option<String>,
     addr: String,
     data_dir: PathBuf,
     log: PathBuf,
@@ -73,7 +74,7 @@ impl Cluster {
         for (id, addr) in addrs {
             let data_dir = c.dir.path().join(format!("node-{id}"));
             let log = c.dir.path().join(format!("node-{id}.log"));
-            c.nodes.insert(id, Proc { child: None, addr, data_dir, log, extra: vec![] });
+            c.nodes.insert(id, Proc { child: None, metrics: None, addr, data_dir, log, extra: vec![] });
             c.spawn(id);
         }
         c
@@ -84,7 +85,10 @@ impl Cluster {
         let addr = format!("127.0.0.1:{}", free_port());
         let data_dir = self.dir.path().join(format!("node-{id}"));
         let log = self.dir.path().join(format!("node-{id}.log"));
-        self.nodes.insert(id, Proc { child: None, addr: addr.clone(), data_dir, log, extra: vec!["--join".into()] });
+        self.nodes.insert(
+            id,
+            Proc { child: None, metrics: None, addr: addr.clone(), data_dir, log, extra: vec!["--join".into()] },
+        );
         addr
     }
 
@@ -110,7 +114,9 @@ impl Cluster {
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
         assert!(line.starts_with("coordinator id="), "node {id} did not start: {line:?}\n{}", self.log_tail(id));
-        self.nodes.get_mut(&id).unwrap().child = Some(child);
+        let p = self.nodes.get_mut(&id).unwrap();
+        p.child = Some(child);
+        p.metrics = line.split_whitespace().find_map(|w| w.strip_prefix("metrics=")).map(str::to_string);
     }
 
     /// SIGKILLs node `id`.
@@ -137,6 +143,11 @@ impl Cluster {
     /// Node `id`'s address.
     pub fn addr(&self, id: u64) -> String {
         self.nodes[&id].addr.clone()
+    }
+
+    /// Node `id`'s Prometheus endpoint (when started with `--metrics-listen`).
+    pub fn metrics_addr(&self, id: u64) -> Option<String> {
+        self.nodes[&id].metrics.clone()
     }
 
     /// Every node's address, comma-separated (for `--endpoints`).
