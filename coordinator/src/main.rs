@@ -21,7 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a coordinator node. Flags override the config file.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Cluster status: leader, term, commit index, members (as seen by the first endpoint that answers).
     Status(ClientArgs),
     /// Tenants.

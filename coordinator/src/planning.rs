@@ -440,7 +440,7 @@ impl Planner {
             return (0, 0);
         }
         // Per node: its address, the newest epoch among its GPUs' targets, and all its targets.
-        let work: Vec<(NodeId, String, u64, Vec<(u32, GpuPlan)>)> = self.node.read(|s| {
+        let work: Vec<NodePush> = self.node.read(|s| {
             s.fleet
                 .nodes
                 .iter()
@@ -601,6 +601,9 @@ impl Planner {
         self.started.elapsed()
     }
 }
+
+/// One node's push: its id, agent address, the newest epoch among its GPUs' targets, and every target by index.
+type NodePush = (NodeId, String, u64, Vec<(u32, GpuPlan)>);
 
 /// Placements that differ between two layouts written as text (`3g@0 4g@4`).
 fn layout_steps(from: &str, to: &str) -> usize {
