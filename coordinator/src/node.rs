@@ -70,6 +70,9 @@ pub enum NodeError {
         /// Leader address (empty if unknown).
         address: String,
     },
+    /// The leader changed while the request waited: it may or may not have been committed.
+    #[error("the leader changed while the request was in flight; the outcome is unknown, retry")]
+    LeaderChanged,
     /// Not committed (or read index not confirmed) in time: the outcome is unknown.
     #[error("not confirmed within {0:?} (leader change or partition); the outcome is unknown, retry")]
     Timeout(Duration),
@@ -241,6 +244,7 @@ impl Node {
             last_snapshot: applied,
             conf_state,
             force_snapshot: false,
+            last_leader: 0,
         };
         std::thread::Builder::new()
             .name(format!("raft-{}", settings.id))
@@ -405,6 +409,8 @@ struct Driver<S: RaftStore> {
     /// Snapshot at the end of this batch: a configuration changed, and a member added later must receive a
     /// snapshot whose configuration includes it (raft-rs ignores one that does not).
     force_snapshot: bool,
+    /// The leader as of the last status update (0: none).
+    last_leader: u64,
 }
 
 impl<S: RaftStore> Driver<S> {
@@ -717,6 +723,23 @@ impl<S: RaftStore> Driver<S> {
     }
 
     fn publish_status(&mut self) {
+        let leader = self.raw.raft.leader_id;
+        if leader != self.last_leader {
+            // Requests forwarded to (or accepted by) the old leader may be lost with it: answer them now, so
+            // clients retry against the new leader instead of waiting out their deadline.
+            if self.last_leader != 0 {
+                for (_, r) in self.proposals.drain() {
+                    let _ = r.send(Err(NodeError::LeaderChanged));
+                }
+                for (_, r) in self.reads.drain() {
+                    let _ = r.send(Err(NodeError::LeaderChanged));
+                }
+                for (_, r) in self.conf_changes.drain() {
+                    let _ = r.send(Err(NodeError::LeaderChanged));
+                }
+            }
+            self.last_leader = leader;
+        }
         let raft = &self.raw.raft;
         let status = NodeStatus {
             id: self.settings.id,

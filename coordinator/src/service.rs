@@ -40,7 +40,7 @@ pub fn status(e: NodeError) -> Status {
             }
             s
         }
-        NodeError::Timeout(_) | NodeError::Stopped => Status::unavailable(e.to_string()),
+        NodeError::Timeout(_) | NodeError::LeaderChanged | NodeError::Stopped => Status::unavailable(e.to_string()),
         NodeError::Rejected(r) => rejected(r),
         NodeError::Raft(_) | NodeError::Store(_) => Status::internal(e.to_string()),
     }

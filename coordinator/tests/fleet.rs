@@ -129,3 +129,90 @@ async fn http_get(addr: &str, path: &str) -> String {
     s.read_to_string(&mut out).await.unwrap();
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_time_moves_the_agents_and_plans_at_window_boundaries_and_a_new_leader_resumes() {
+    let mut c = Cluster::start(3, &["--clock", "virtual", "--plan-every", "60s"]);
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    let state = tempfile::tempdir().unwrap();
+    let args = tessera_sim::node::RunArgs {
+        nodes: 1,
+        gpus_per_node: 2,
+        gpu_model: "A100-40GB".into(),
+        listen_base: "127.0.0.1:0".parse().unwrap(),
+        clock: tessera_sim::node::ClockKind::Virtual,
+        coordinator: Some(c.endpoints().split(',').next().unwrap().to_string()),
+        state_dir: Some(state.path().to_path_buf()),
+        node_prefix: "v".into(),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
+    let sim = tokio::spawn(async move {
+        let mut out = Vec::new();
+        let mut addr_tx = Some(addr_tx);
+        struct Tee<'a>(&'a mut Vec<u8>, &'a mut Option<tokio::sync::oneshot::Sender<String>>);
+        impl std::io::Write for Tee<'_> {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                let text = String::from_utf8_lossy(self.0).to_string();
+                if let (Some(tx), Some(a)) = (self.1.take(), text.split_whitespace().find_map(|w| w.strip_prefix("addr="))) {
+                    let _ = tx.send(a.to_string());
+                }
+                Ok(())
+            }
+        }
+        let mut tee = Tee(&mut out, &mut addr_tx);
+        tessera_sim::node::run(args, &mut tee, async {
+            let _ = stop_rx.await;
+        })
+        .await
+    });
+    let agent_addr = addr_rx.await.unwrap();
+    let mut agent = v1::agent_client::AgentClient::connect(format!("http://{agent_addr}")).await.unwrap();
+    eventually(T, "the node to register", || async {
+        let r = c.client(leader).list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
+        (r.nodes.len() == 1).then_some(())
+    })
+    .await;
+    create(&c, leader, tenant("clocked", "resnet50", 30.0)).await;
+
+    // Within the first window: the clock moves, the agent follows, nothing is planned yet.
+    let follower = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
+    let r = c.client(follower).advance_clock(v1::AdvanceClockRequest { to_ms: 30_000 }).await.unwrap().into_inner();
+    assert_eq!(r.now_ms, 30_000);
+    let st = agent.get_state(v1::GetStateRequest {}).await.unwrap().into_inner();
+    assert_eq!(st.metrics.unwrap().now_ms, 30_000);
+    assert_eq!(c.status(follower).await.unwrap().plan_epoch, 0);
+    // Crossing the 60 s boundary plans (the call answers after the plan is committed and pushed).
+    c.client(follower).advance_clock(v1::AdvanceClockRequest { to_ms: 61_000 }).await.unwrap();
+    let epoch = c.status(leader).await.unwrap().plan_epoch;
+    assert_eq!(epoch, 1);
+    let plan = c.client(follower).get_plan(v1::ListRequest { stale: false }).await.unwrap().into_inner();
+    assert_eq!(plan.made_at_ms, 61_000);
+    // An earlier time is ignored.
+    let r = c.client(leader).advance_clock(v1::AdvanceClockRequest { to_ms: 10 }).await.unwrap().into_inner();
+    assert_eq!(r.now_ms, 61_000);
+
+    // The leader dies; the new one knows the time and the committed plan and plans the next epoch.
+    c.kill(leader);
+    let survivors: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != leader).collect();
+    let new_leader = c.wait_leader(&survivors, T).await;
+    let st = c.status(new_leader).await.unwrap();
+    assert_eq!((st.workload_time_ms, st.plan_epoch), (61_000, 1));
+    let r = c.client(new_leader).advance_clock(v1::AdvanceClockRequest { to_ms: 121_000 }).await;
+    // The agent heartbeats to the node that was killed if it was the first endpoint; the push still reaches it.
+    r.unwrap();
+    assert_eq!(c.status(new_leader).await.unwrap().plan_epoch, 2);
+    let desired = eventually(T, "the agent to hold epoch 2", || async {
+        let st = agent.clone().get_state(v1::GetStateRequest {}).await.ok()?.into_inner();
+        (st.epoch == 2).then_some(st.epoch)
+    })
+    .await;
+    assert_eq!(desired, 2);
+
+    let _ = stop_tx.send(());
+    sim.await.unwrap().unwrap();
+}
