@@ -58,7 +58,10 @@ async fn commits(updates: usize, inflight: usize) {
         println!("commits: run {run}: {ok}/{updates} updates acknowledged in {secs:.2} s = {:.0}/s", ok as f64 / secs);
         rates.push(ok as f64 / secs);
     }
-    println!("commits: median {:.0} commits/s ({inflight} in flight, 3-node loopback cluster, sled with fsync per batch)", median(&mut rates));
+    println!(
+        "commits: median {:.0} commits/s ({inflight} in flight, 3-node loopback cluster, sled with fsync per batch)",
+        median(&mut rates)
+    );
 }
 
 async fn failover(n: usize) {
@@ -87,7 +90,10 @@ async fn failover(n: usize) {
         c.spawn(leader);
         c.wait_converged(&[1, 2, 3], Duration::from_secs(30)).await;
     }
-    println!("failover: median {:.0} ms from leader SIGKILL to an acknowledged write (goal < 3000 ms)", median(&mut times));
+    println!(
+        "failover: median {:.0} ms from leader SIGKILL to an acknowledged write (goal < 3000 ms)",
+        median(&mut times)
+    );
 }
 
 async fn plan(rounds: usize) {

@@ -158,7 +158,9 @@ async fn virtual_time_moves_the_agents_and_plans_at_window_boundaries_and_a_new_
             }
             fn flush(&mut self) -> std::io::Result<()> {
                 let text = String::from_utf8_lossy(self.0).to_string();
-                if let (Some(tx), Some(a)) = (self.1.take(), text.split_whitespace().find_map(|w| w.strip_prefix("addr="))) {
+                if let (Some(tx), Some(a)) =
+                    (self.1.take(), text.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
+                {
                     let _ = tx.send(a.to_string());
                 }
                 Ok(())
