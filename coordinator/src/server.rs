@@ -15,8 +15,23 @@ use crate::service::{RaftService, Services};
 use crate::storage::SledStore;
 use crate::transport::{MAX_MESSAGE_BYTES, Transport};
 
-/// Runs a coordinator node until a shutdown signal (or a fatal error).
+/// Runs a coordinator node until SIGINT or SIGTERM (or a fatal error); prints `coordinator id=N addr=HOST:PORT`
+/// (and `metrics=HOST:PORT`) once serving.
 pub async fn serve(config: CoordinatorConfig) -> anyhow::Result<()> {
+    serve_until(config, shutdown_signal(), |id, addr, metrics| match metrics {
+        Some(m) => println!("coordinator id={id} addr={addr} metrics={m}"),
+        None => println!("coordinator id={id} addr={addr}"),
+    })
+    .await
+}
+
+/// Runs a coordinator node until `shutdown` completes; `ready` is called with the node id, the bound gRPC address
+/// and the bound metrics address once the node serves (several nodes may run in one process: `replay cluster-up`).
+pub async fn serve_until(
+    config: CoordinatorConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(u64, std::net::SocketAddr, Option<std::net::SocketAddr>),
+) -> anyhow::Result<()> {
     let models = match &config.models_dir {
         Some(dir) => tessera_core::config::load_model_dir(dir).map_err(|e| anyhow::anyhow!("{e}"))?,
         None => Default::default(),
@@ -76,10 +91,7 @@ pub async fn serve(config: CoordinatorConfig) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     tracing::info!(id = config.raft.id, listen = %local, advertise = %config.advertise, peers = ?config.peers, "coordinator serving");
     // Scripts and tests read this line to learn the bound address.
-    match metrics_addr {
-        Some(m) => println!("coordinator id={} addr={} metrics={}", config.raft.id, local, m),
-        None => println!("coordinator id={} addr={}", config.raft.id, local),
-    }
+    ready(config.raft.id, local, metrics_addr);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(
@@ -92,7 +104,7 @@ pub async fn serve(config: CoordinatorConfig) -> anyhow::Result<()> {
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(incoming, shutdown_signal())
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     tracing::info!("coordinator stopped");
     Ok(())

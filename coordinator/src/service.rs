@@ -446,13 +446,11 @@ impl v1::coordinator_server::Coordinator for Services {
         }
         let commands = self.node.read(|s| reports(s, &node, &state));
         if !commands.is_empty() {
-            let node_handle = self.node.clone();
-            // Reports are proposed in the background: a heartbeat never waits on consensus.
-            tokio::spawn(async move {
-                if let Err(e) = node_handle.propose(Op::Batch { commands }).await {
-                    tracing::debug!(error = %e, "heartbeat report not replicated; the next heartbeat retries");
-                }
-            });
+            // The reports are replicated before the heartbeat is answered, so an agent (or replay) that heartbeats
+            // and then asks for a plan is planned from what it reported; a failure is retried by the next beat.
+            if let Err(e) = self.node.propose(Op::Batch { commands }).await {
+                tracing::debug!(error = %e, "heartbeat report not replicated; the next heartbeat retries");
+            }
         }
         Ok(Response::new(v1::HeartbeatResponse { registered: true }))
     }
@@ -510,12 +508,21 @@ fn reports(s: &CoordState, node: &NodeId, state: &v1::NodeState) -> Vec<Command>
                 continue;
             }
             let prev = s.fleet.tenant_status.get(&id);
-            if prev.is_some_and(|p| (p.retraining_done_gpu_s - t.retraining_done_gpu_s).abs() < 1e-9) {
+            if prev.is_some_and(|p| {
+                (p.retraining_done_gpu_s - t.retraining_done_gpu_s).abs() < 1e-9
+                    && (t.accuracy <= 0.0 || (p.accuracy - t.accuracy).abs() < 1e-12)
+                    && t.model_version <= p.model_version
+            }) {
                 continue;
             }
+            // An agent whose workload knows the serving model's accuracy reports it (> 0); others keep the last.
             let status = TenantStatus {
-                accuracy: prev.map_or_else(|| spec.initial_accuracy(), |p| p.accuracy),
-                model_version: prev.map_or(0, |p| p.model_version),
+                accuracy: if t.accuracy > 0.0 {
+                    t.accuracy.min(1.0)
+                } else {
+                    prev.map_or_else(|| spec.initial_accuracy(), |p| p.accuracy)
+                },
+                model_version: t.model_version.max(prev.map_or(0, |p| p.model_version)),
                 retraining_done_gpu_s: t.retraining_done_gpu_s,
                 at: SimTime::from_ms(m.now_ms.max(prev.map_or(0, |p| p.at.as_ms()))),
             };

@@ -106,13 +106,12 @@ impl RunArgs {
     pub fn spec(&self) -> Result<RunSpec, ReplayError> {
         match self.mode.as_str() {
             "in-process" => {}
-            "cluster" => {
+            "cluster" if self.coordinator.is_none() => {
                 return Err(ReplayError::Usage(
-                    "--mode cluster: replay through a coordinator cluster is not available in this build (the \
-                     coordinator is not built yet); use --mode in-process"
-                        .into(),
+                    "--mode cluster needs --coordinator ADDR (start a local cluster with `replay cluster-up`)".into(),
                 ));
             }
+            "cluster" => {}
             other => return Err(ReplayError::Usage(format!("--mode: expected in-process or cluster, got {other:?}"))),
         }
         let gpu_model = GpuModel::lookup(&self.gpu_model)
@@ -222,7 +221,23 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayErro
         scenario.duration_ms,
     )?;
     let mut runs = Vec::new();
-    for policy in args.policies() {
+    if let (true, Some(endpoint)) = (args.mode == "cluster", &args.coordinator) {
+        let pb = bar((scenario.duration_ms / 1000.0 / scenario.window_s).ceil() as u64, "cluster".into());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| ReplayError::Sim(format!("cannot start the runtime: {e}")))?;
+        let r = runtime.block_on(super::cluster::run_cluster(
+            scenario,
+            prepared.arrivals.as_ref(),
+            endpoint,
+            &|done, _| pb.set_position(done as u64),
+        ));
+        pb.finish_and_clear();
+        runs.push(r?);
+    }
+    for policy in args.policies().into_iter().filter(|_| args.mode != "cluster") {
         let pb = bar((scenario.duration_ms / 1000.0 / scenario.window_s).ceil() as u64, policy.clone());
         let r =
             run_policy(scenario, &policy, prepared.arrivals.as_ref(), &truth, &|done, _| pb.set_position(done as u64));

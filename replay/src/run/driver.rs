@@ -29,7 +29,7 @@ use tessera_sim::executor::{
 };
 use tessera_sim::tlb::{TlbMode, TlbModel};
 
-use super::arrivals::Arrivals;
+use super::arrivals::{ArrivalSource, Arrivals};
 use super::{ReplayError, Scenario};
 
 /// Per-tenant arrival rates per slot over the whole run (requests per second), measured from the arrivals
@@ -145,8 +145,59 @@ pub struct PolicyRun {
     pub windows: Vec<WindowRow>,
 }
 
+/// The changes that targets schedule strictly inside `(t0, t1)`, as plans to apply at their times, in time order
+/// (ties by GPU).
+pub(crate) fn upcoming_within<'a>(
+    targets: impl Iterator<Item = (&'a GpuId, &'a GpuPlan)>,
+    t0: f64,
+    t1: f64,
+) -> Vec<(f64, GpuId, GpuPlan)> {
+    let mut later = Vec::new();
+    for (gpu, target) in targets {
+        for change in &target.upcoming {
+            let at = change.at.as_ms() as f64;
+            if at > t0 && at < t1 {
+                let step = GpuPlan {
+                    layout: change.layout.clone(),
+                    assignments: change.assignments.clone(),
+                    expected_goodput: 0.0,
+                    explanation: String::new(),
+                    upcoming: vec![],
+                    retraining_epochs: target.retraining_epochs.clone(),
+                };
+                later.push((at, gpu.clone(), step));
+            }
+        }
+    }
+    later.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    later
+}
+
+/// Feeds the arrivals before `t1` in time order, applying each scheduled change at its time, and advances the
+/// executor to `t1`.
+pub(crate) fn feed_window(
+    exec: &mut Executor,
+    src: &mut dyn ArrivalSource,
+    buf: &mut Vec<Arrival>,
+    later: &[(f64, GpuId, GpuPlan)],
+    t1: f64,
+) -> Result<(), ReplayError> {
+    buf.clear();
+    src.next_until(t1, buf)?;
+    let mut fed = 0;
+    for (at, gpu, step) in later {
+        let upto = fed + buf[fed..].partition_point(|a| a.at_ms < *at);
+        exec.arrive_all(&buf[fed..upto]).map_err(|e| ReplayError::Sim(e.to_string()))?;
+        fed = upto;
+        exec.advance_to(*at).map_err(|e| ReplayError::Sim(e.to_string()))?;
+        exec.apply_plan(gpu, step).map_err(|e| ReplayError::Sim(format!("{gpu} at {at} ms: {e}")))?;
+    }
+    exec.arrive_all(&buf[fed..]).map_err(|e| ReplayError::Sim(e.to_string()))?;
+    exec.advance_to(t1).map_err(|e| ReplayError::Sim(e.to_string()))
+}
+
 /// Builds the executor for `scenario` under `policy` (PARIS dispatches with ELSA).
-fn executor_for(scenario: &Scenario, policy: &str) -> Result<Executor, ReplayError> {
+pub(crate) fn executor_for(scenario: &Scenario, policy: &str) -> Result<Executor, ReplayError> {
     let config = ExecutorConfig {
         seed: scenario.seed,
         dispatch: if policy == "paris" { Dispatch::Elsa } else { Dispatch::EarliestFinish },
@@ -249,26 +300,10 @@ pub fn run_policy(
             PlanOutcome::Planned(report) => {
                 let plan = &report.plan;
                 exec.apply(plan).map_err(|e| ReplayError::Sim(format!("window {w}: applying the plan: {e}")))?;
-                for (gpu, target) in &plan.gpus {
-                    for change in &target.upcoming {
-                        let at = change.at.as_ms() as f64;
-                        if at > t0 && at < t1 {
-                            let step = GpuPlan {
-                                layout: change.layout.clone(),
-                                assignments: change.assignments.clone(),
-                                expected_goodput: 0.0,
-                                explanation: String::new(),
-                                upcoming: vec![],
-                                retraining_epochs: target.retraining_epochs.clone(),
-                            };
-                            later.push((at, gpu.clone(), step));
-                        }
-                    }
-                }
+                later = upcoming_within(plan.gpus.iter(), t0, t1);
             }
             PlanOutcome::Infeasible { .. } => infeasible += 1,
         }
-        later.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         let active = gpu_ids.iter().filter(|(i, _)| !exec.gpu_layout(*i).is_empty()).count() as u32;
         let layouts = gpu_ids
             .iter()
@@ -276,18 +311,7 @@ pub fn run_policy(
             .map(|(i, id)| exec.gpu_layout(*i).display_for(scenario.gpus[id]))
             .collect();
 
-        buf.clear();
-        src.next_until(t1, &mut buf)?;
-        let mut fed = 0;
-        for (at, gpu, step) in &later {
-            let upto = fed + buf[fed..].partition_point(|a| a.at_ms < *at);
-            exec.arrive_all(&buf[fed..upto]).map_err(|e| ReplayError::Sim(e.to_string()))?;
-            fed = upto;
-            exec.advance_to(*at).map_err(|e| ReplayError::Sim(e.to_string()))?;
-            exec.apply_plan(gpu, step).map_err(|e| ReplayError::Sim(format!("{gpu} at {at} ms: {e}")))?;
-        }
-        exec.arrive_all(&buf[fed..]).map_err(|e| ReplayError::Sim(e.to_string()))?;
-        exec.advance_to(t1).map_err(|e| ReplayError::Sim(e.to_string()))?;
+        feed_window(&mut exec, src.as_mut(), &mut buf, &later, t1)?;
 
         for (i, f) in forecasters.iter_mut().enumerate() {
             for s in first_slot..first_slot + slots_per_window {
@@ -334,15 +358,15 @@ pub fn run_policy(
 
 /// Cumulative counters read off the executor.
 #[derive(Debug, Clone, Default)]
-struct Totals {
-    ledger: GoodputLedger,
-    reconfigurations: u64,
-    retrainings: u64,
-    drifts: u64,
+pub(crate) struct Totals {
+    pub(crate) ledger: GoodputLedger,
+    pub(crate) reconfigurations: u64,
+    pub(crate) retrainings: u64,
+    pub(crate) drifts: u64,
 }
 
 impl Totals {
-    fn read(exec: &Executor, gpus: &[(GpuIndex, GpuId)]) -> Totals {
+    pub(crate) fn read(exec: &Executor, gpus: &[(GpuIndex, GpuId)]) -> Totals {
         let mut t = Totals::default();
         for (i, _) in exec.tenant_ids() {
             let m = exec.tenant_metrics(i);
@@ -354,7 +378,7 @@ impl Totals {
         t
     }
 
-    fn since(&self, earlier: &Totals) -> Totals {
+    pub(crate) fn since(&self, earlier: &Totals) -> Totals {
         let (a, b) = (&self.ledger, &earlier.ledger);
         Totals {
             ledger: GoodputLedger {

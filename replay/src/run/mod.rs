@@ -15,6 +15,7 @@
 pub mod arrivals;
 pub mod capacity;
 pub mod cli;
+pub mod cluster;
 pub mod driver;
 pub mod mapping;
 pub mod report;

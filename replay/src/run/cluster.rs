@@ -1,0 +1,564 @@
+//! `--mode cluster`: the same scenario through a running coordinator cluster over gRPC.
+//!
+//! Replay hosts the simulated nodes itself: one gRPC `Agent` endpoint per node of the scenario's fleet, all backed
+//! by one shared [`Executor`] (the simulator's workload model: queues, batching, latency, retraining, accuracy
+//! drift), so the requests of the trace run on simulated GPUs exactly as in-process, but every layout comes from the
+//! coordinator: the nodes register and heartbeat (observed layouts, arrival counters, accuracy, retraining
+//! progress), the coordinator's leader plans with its own policy and forecasts, commits the plan through Raft and
+//! pushes epoch-numbered targets to the node endpoints, which apply them to the executor.
+//!
+//! Window by window, in virtual workload time: heartbeat every node (the reports are replicated before the call
+//! returns), move the cluster's clock to the window start (`AdvanceClock`; the coordinator plans when a window
+//! boundary passes, and replay asks for a round with `TriggerPlan` when it did not), then feed the window's arrivals
+//! to the executor and advance it, applying the pushed targets' scheduled changes at their times.
+//!
+//! The coordinator must run with `--clock virtual` (as `replay cluster-up` starts it) and start with no nodes of
+//! its own; the numbers differ from `--mode in-process` because the coordinator forecasts from the counters the
+//! nodes report (EWMA) where in-process replay uses `--forecaster` over the measured slot rates.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tessera_core::GpuModel;
+use tessera_core::ids::{GpuId, NodeId};
+use tessera_core::plan::GpuPlan;
+use tessera_proto::v1;
+use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
+use tessera_proto::v1::coordinator_client::CoordinatorClient;
+use tessera_sim::executor::{Arrival, Executor, GpuIndex};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use super::arrivals::Arrivals;
+use super::driver::{LAYOUT_GPUS, PolicyRun, Totals, WindowRow, executor_for, feed_window, upcoming_within};
+use super::{ReplayError, Scenario};
+
+/// The simulated fleet behind the node endpoints.
+struct Fleet {
+    exec: Executor,
+    /// Per node: the newest epoch and its targets.
+    epochs: BTreeMap<NodeId, (u64, BTreeMap<u32, GpuPlan>)>,
+    /// Targets accepted since the driver last looked (applied at once; their scheduled changes are queued).
+    pushed: Vec<(GpuId, GpuPlan)>,
+    reconfig_errors: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Fleet>>;
+
+fn lock(f: &Shared) -> std::sync::MutexGuard<'_, Fleet> {
+    f.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One simulated node's `Agent` endpoint over the shared executor.
+#[derive(Clone)]
+struct NodeFacade {
+    node: NodeId,
+    gpus: Vec<(u32, GpuId, GpuIndex, GpuModel)>,
+    fleet: Shared,
+    /// Whether this node reports the fleet's per-tenant counters (one node does, so the coordinator does not
+    /// count them once per node).
+    reports_tenants: bool,
+}
+
+impl NodeFacade {
+    fn state(&self) -> v1::NodeState {
+        let f = lock(&self.fleet);
+        let (epoch, targets) = f.epochs.get(&self.node).cloned().unwrap_or_default();
+        let gpus = self
+            .gpus
+            .iter()
+            .map(|(idx, id, gi, model)| {
+                let layout = f.exec.gpu_layout(*gi);
+                let assignments = f.exec.gpu_assignments(*gi);
+                let instances = layout
+                    .placements()
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| v1::Instance {
+                        id: k as u32,
+                        placement: Some((*p).into()),
+                        work: assignments
+                            .iter()
+                            .filter(|a| a.placement == *p)
+                            .map(|a| v1::Work { tenant: a.tenant.to_string(), role: v1::Role::from(a.role).into() })
+                            .collect(),
+                        serving: true,
+                    })
+                    .collect();
+                v1::GpuState {
+                    index: *idx,
+                    name: id.to_string(),
+                    model: model.to_string(),
+                    mig: Some(v1::MigMode { current: true, pending: true }),
+                    instances,
+                    desired: targets.get(idx).map(Into::into),
+                    desired_epoch: epoch,
+                    converged: true,
+                    last_error: String::new(),
+                }
+            })
+            .collect();
+        let now_ms = f.exec.now_ms().round() as u64;
+        let tenants = if self.reports_tenants {
+            f.exec
+                .tenant_ids()
+                .map(|(i, id)| {
+                    let m = f.exec.tenant_metrics(i);
+                    let st = f.exec.tenant_state(i);
+                    v1::TenantMetrics {
+                        tenant: id.to_string(),
+                        arrivals: m.ledger.requests,
+                        served_within_slo: m.ledger.within_slo,
+                        dropped: m.ledger.dropped,
+                        queued: st.queued,
+                        retraining_done_gpu_s: st.retraining_done_gpu_s,
+                        serving_instances: st.serving_instances,
+                        retraining_instances: 0,
+                        accuracy: st.accuracy,
+                        model_version: m.retrainings_completed,
+                    }
+                })
+                .collect()
+        } else {
+            vec![]
+        };
+        v1::NodeState {
+            node_id: self.node.to_string(),
+            epoch,
+            applied_epoch: epoch,
+            gpus,
+            metrics: Some(v1::WorkloadMetrics { now_ms, tenants }),
+            steps: 0,
+        }
+    }
+
+    fn register_request(&self, address: &str) -> v1::RegisterRequest {
+        let f = lock(&self.fleet);
+        v1::RegisterRequest {
+            node_id: self.node.to_string(),
+            address: address.to_string(),
+            gpus: self
+                .gpus
+                .iter()
+                .map(|(idx, _, gi, model)| v1::GpuDescriptor {
+                    index: *idx,
+                    model: model.to_string(),
+                    mig_enabled: true,
+                    layout: Some((&f.exec.gpu_layout(*gi)).into()),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl v1::agent_server::Agent for NodeFacade {
+    async fn apply_layout(
+        &self,
+        request: Request<v1::ApplyLayoutRequest>,
+    ) -> Result<Response<v1::ApplyLayoutResponse>, Status> {
+        let req = request.into_inner();
+        let targets = tessera_agent::service::targets_from_wire(req.targets)?;
+        let mut f = lock(&self.fleet);
+        let current = f.epochs.get(&self.node).map_or(0, |e| e.0);
+        let status = if req.epoch < current {
+            v1::ApplyStatus::Stale
+        } else if req.epoch == current && f.epochs.get(&self.node).is_some_and(|e| e.1 == targets) {
+            v1::ApplyStatus::AlreadyAccepted
+        } else if req.epoch == current {
+            return Err(Status::failed_precondition(format!("epoch {current} was accepted with other targets")));
+        } else {
+            for (idx, plan) in &targets {
+                let Some((_, id, _, _)) = self.gpus.iter().find(|g| g.0 == *idx) else {
+                    return Err(Status::invalid_argument(format!("node {} has no GPU {idx}", self.node)));
+                };
+                if let Err(e) = f.exec.apply_plan(id, plan) {
+                    f.reconfig_errors.push(format!("{id}: {e}"));
+                    return Err(Status::failed_precondition(format!("{id}: {e}")));
+                }
+                f.pushed.push((id.clone(), plan.clone()));
+            }
+            f.epochs.insert(self.node.clone(), (req.epoch, targets));
+            v1::ApplyStatus::Accepted
+        };
+        let epoch = f.epochs.get(&self.node).map_or(0, |e| e.0);
+        Ok(Response::new(v1::ApplyLayoutResponse { status: status.into(), epoch }))
+    }
+
+    async fn get_state(&self, _request: Request<v1::GetStateRequest>) -> Result<Response<v1::NodeState>, Status> {
+        Ok(Response::new(self.state()))
+    }
+
+    async fn advance_clock(
+        &self,
+        _request: Request<v1::AdvanceClockRequest>,
+    ) -> Result<Response<v1::AdvanceClockResponse>, Status> {
+        // Replay moves the shared executor itself, with the arrivals; the coordinator's clock only follows.
+        let now_ms = lock(&self.fleet).exec.now_ms().round() as u64;
+        Ok(Response::new(v1::AdvanceClockResponse { now_ms }))
+    }
+
+    async fn arrive(&self, _request: Request<v1::ArriveRequest>) -> Result<Response<v1::ArriveResponse>, Status> {
+        Err(Status::unimplemented("replay feeds its trace's requests to the simulated fleet itself"))
+    }
+}
+
+fn status_err(what: &str, s: Status) -> ReplayError {
+    ReplayError::Usage(format!("--mode cluster: {what}: {} ({:?})", s.message(), s.code()))
+}
+
+async fn connect(endpoint: &str) -> Result<Channel, ReplayError> {
+    let url = if endpoint.starts_with("http") { endpoint.to_string() } else { format!("http://{endpoint}") };
+    tonic::transport::Endpoint::from_shared(url)
+        .map_err(|e| ReplayError::Usage(format!("--coordinator {endpoint}: {e}")))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(600))
+        .connect()
+        .await
+        .map_err(|e| ReplayError::Usage(format!("--coordinator {endpoint}: cannot connect: {e}")))
+}
+
+/// Runs `scenario` through the coordinator at `endpoint` (see the module documentation). `policy` labels the run
+/// (the coordinator's own policy plans).
+pub async fn run_cluster(
+    scenario: &Scenario,
+    arrivals: &dyn Arrivals,
+    endpoint: &str,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<PolicyRun, ReplayError> {
+    let started = Instant::now();
+    // Any node serves every call (followers forward): the first endpoint of a list is enough.
+    let endpoint = endpoint.split(',').next().unwrap_or_default().trim();
+    let channel = connect(endpoint).await?;
+    let mut api = CoordinatorApiClient::new(channel.clone());
+    let mut agents_api = CoordinatorClient::new(channel);
+    let status = api
+        .cluster_status(v1::ClusterStatusRequest {})
+        .await
+        .map_err(|s| status_err("cluster status", s))?
+        .into_inner();
+    let nodes = api.list_nodes(v1::ListRequest { stale: false }).await.map_err(|s| status_err("list nodes", s))?;
+    if !nodes.get_ref().nodes.is_empty() {
+        return Err(ReplayError::Usage(format!(
+            "--mode cluster: the coordinator already has {} node(s); replay brings its own simulated fleet and \
+             needs a fresh cluster (`replay cluster-up`)",
+            nodes.get_ref().nodes.len()
+        )));
+    }
+
+    let exec = executor_for(scenario, "cluster")?;
+    let gpu_ids: Vec<(GpuIndex, GpuId)> = exec.gpu_ids().map(|(i, g)| (i, g.clone())).collect();
+    let fleet: Shared =
+        Arc::new(Mutex::new(Fleet { exec, epochs: BTreeMap::new(), pushed: Vec::new(), reconfig_errors: Vec::new() }));
+    let mut by_node: BTreeMap<NodeId, Vec<(u32, GpuId, GpuIndex, GpuModel)>> = BTreeMap::new();
+    for (gi, id) in &gpu_ids {
+        by_node.entry(id.node.clone()).or_default().push((id.index, id.clone(), *gi, scenario.gpus[id]));
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut facades = Vec::new();
+    for (k, (node, gpus)) in by_node.into_iter().enumerate() {
+        let facade = NodeFacade { node, gpus, fleet: Arc::clone(&fleet), reports_tenants: k == 0 };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| ReplayError::Sim(format!("cannot listen for a simulated node: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| ReplayError::Sim(e.to_string()))?.to_string();
+        let server = v1::agent_server::AgentServer::new(facade.clone());
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let _ = tonic::transport::Server::builder()
+                .add_service(server)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+        });
+        agents_api.register(facade.register_request(&addr)).await.map_err(|s| status_err("register a node", s))?;
+        facades.push(facade);
+    }
+    for t in &scenario.tenants {
+        let req = v1::TenantRequest { spec: Some(t.into()) };
+        match api.create_tenant(req.clone()).await {
+            Ok(_) => {}
+            Err(s) if s.code() == tonic::Code::AlreadyExists => {
+                api.update_tenant(req).await.map_err(|s| status_err(&format!("update tenant {}", t.id), s))?;
+            }
+            Err(s) => return Err(status_err(&format!("create tenant {}", t.id), s)),
+        }
+    }
+
+    let window_ms = scenario.window_s * 1000.0;
+    let windows = (scenario.duration_ms / window_ms).ceil() as usize;
+    let mut src = arrivals.open()?;
+    let mut buf: Vec<Arrival> = Vec::new();
+    let mut rows = Vec::with_capacity(windows);
+    let mut plan_ms = Vec::with_capacity(windows);
+    let mut infeasible = 0;
+    let mut gpu_ms = 0.0;
+    let mut prev = Totals::read(&lock(&fleet).exec, &gpu_ids);
+    let mut epoch = status.plan_epoch;
+    for w in 0..windows {
+        let t0 = w as f64 * window_ms;
+        let t1 = ((w + 1) as f64 * window_ms).min(scenario.duration_ms);
+        for f in &facades {
+            agents_api
+                .heartbeat(v1::HeartbeatRequest { state: Some(f.state()) })
+                .await
+                .map_err(|s| status_err("heartbeat", s))?;
+        }
+        let round = Instant::now();
+        api.advance_clock(v1::AdvanceClockRequest { to_ms: t0.round() as u64 })
+            .await
+            .map_err(|s| status_err("advance the clock (is the cluster on --clock virtual?)", s))?;
+        let now_epoch = api.cluster_status(v1::ClusterStatusRequest {}).await.map_err(|s| status_err("status", s))?;
+        if now_epoch.get_ref().plan_epoch == epoch {
+            let r = api.trigger_plan(v1::TriggerPlanRequest {}).await.map_err(|s| status_err("plan", s))?;
+            if r.get_ref().outcome == "infeasible" {
+                infeasible += 1;
+            }
+        }
+        let round_ms = round.elapsed().as_secs_f64() * 1000.0;
+        plan_ms.push(round_ms);
+        epoch = api
+            .cluster_status(v1::ClusterStatusRequest {})
+            .await
+            .map_err(|s| status_err("status", s))?
+            .get_ref()
+            .plan_epoch;
+
+        let mut f = lock(&fleet);
+        if let Some(e) = f.reconfig_errors.first() {
+            return Err(ReplayError::Sim(format!("window {w}: a pushed target did not apply: {e}")));
+        }
+        let pushed = std::mem::take(&mut f.pushed);
+        let later = upcoming_within(pushed.iter().map(|(g, p)| (g, p)), t0, t1);
+        let active = gpu_ids.iter().filter(|(i, _)| !f.exec.gpu_layout(*i).is_empty()).count() as u32;
+        let layouts = gpu_ids
+            .iter()
+            .take(LAYOUT_GPUS)
+            .map(|(i, id)| f.exec.gpu_layout(*i).display_for(scenario.gpus[id]))
+            .collect();
+        feed_window(&mut f.exec, src.as_mut(), &mut buf, &later, t1)?;
+        gpu_ms += f64::from(active) * (t1 - t0);
+        let now = Totals::read(&f.exec, &gpu_ids);
+        drop(f);
+        let d = now.since(&prev);
+        rows.push(WindowRow {
+            start_s: t0 / 1000.0,
+            requests: d.ledger.requests,
+            completed: d.ledger.completed,
+            within_slo: d.ledger.within_slo,
+            dropped: d.ledger.dropped,
+            goodput: d.ledger.goodput,
+            mean_accuracy: d.ledger.mean_accuracy(),
+            reconfigurations: d.reconfigurations,
+            active_gpus: active,
+            plan_ms: round_ms,
+            layouts,
+        });
+        prev = now;
+        progress(w + 1, windows);
+    }
+    let _ = stop_tx.send(true);
+    let end = Totals::read(&lock(&fleet).exec, &gpu_ids);
+    let mut sorted = plan_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(PolicyRun {
+        policy: "cluster".into(),
+        total: end.ledger,
+        retrainings_completed: end.retrainings,
+        drift_windows: end.drifts,
+        reconfigurations: end.reconfigurations,
+        gpu_hours: gpu_ms / 3_600_000.0,
+        infeasible_rounds: infeasible,
+        plan_ms_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+        wall_s: started.elapsed().as_secs_f64(),
+        windows: rows,
+    })
+}
+
+/// `replay cluster-up`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterUpArgs {
+    /// Coordinator nodes.
+    #[arg(long, default_value_t = 3)]
+    pub coordinators: u64,
+    /// Address of coordinator 1; coordinator i listens on the next ports (port 0: free ports).
+    #[arg(long, default_value = "127.0.0.1:7001")]
+    pub listen_base: std::net::SocketAddr,
+    /// Where the coordinators keep their sled files (default: a new temporary directory, removed on exit).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Planner policy of the cluster.
+    #[arg(long, default_value = "tessera")]
+    pub policy: String,
+    /// Planning window (give `replay --mode cluster` the same --plan-every).
+    #[arg(long, default_value = "60s")]
+    pub plan_every: String,
+    /// Workload clock: virtual (replay drives it) or wall.
+    #[arg(long, default_value = "virtual")]
+    pub clock: String,
+    /// Model profiles.
+    #[arg(long, default_value = "configs/models", value_name = "DIR")]
+    pub models: std::path::PathBuf,
+    /// Also host this many sim-agent nodes registered with the cluster, for driving it by hand
+    /// (`replay --mode cluster` brings its own simulated fleet and needs none).
+    #[arg(long, default_value_t = 0)]
+    pub sim_nodes: u32,
+    /// GPUs per sim-agent node.
+    #[arg(long, default_value_t = 2)]
+    pub gpus_per_node: u32,
+    /// OTLP endpoint for the coordinators' traces.
+    #[arg(long)]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// A local cluster started by [`start_cluster`].
+pub struct LocalCluster {
+    /// Coordinator addresses, in id order.
+    pub endpoints: Vec<String>,
+    /// sim-agent node lines (`node=ID addr=HOST:PORT`).
+    pub sim_nodes: Vec<String>,
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl LocalCluster {
+    /// Stops every node and waits for them.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Starts `args.coordinators` coordinator nodes in this process (each with its own sled directory and gRPC server),
+/// waits for a leader, then hosts the sim-agent nodes asked for.
+pub async fn start_cluster(args: &ClusterUpArgs) -> Result<LocalCluster, ReplayError> {
+    use tessera_coordinator::config::{CoordinatorConfig, Overrides};
+    if args.coordinators == 0 {
+        return Err(ReplayError::Usage("--coordinators: must be at least 1".into()));
+    }
+    let (tmp, dir) = match &args.data_dir {
+        Some(d) => (None, d.clone()),
+        None => {
+            let t =
+                tempfile::tempdir().map_err(|e| ReplayError::Sim(format!("cannot make a temporary directory: {e}")))?;
+            let p = t.path().to_path_buf();
+            (Some(t), p)
+        }
+    };
+    let mut addrs = BTreeMap::new();
+    for i in 0..args.coordinators {
+        let mut a = args.listen_base;
+        if a.port() == 0 {
+            let l =
+                std::net::TcpListener::bind(a).map_err(|e| ReplayError::Usage(format!("--listen-base {a}: {e}")))?;
+            a = l.local_addr().map_err(|e| ReplayError::Sim(e.to_string()))?;
+        } else {
+            a.set_port(a.port() + i as u16);
+        }
+        addrs.insert(i + 1, a.to_string());
+    }
+    let peers = addrs.iter().map(|(i, a)| format!("{i}={a}")).collect::<Vec<_>>().join(",");
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for (id, addr) in &addrs {
+        let over = Overrides {
+            id: Some(*id),
+            listen: Some(addr.clone()),
+            peers: Some(peers.clone()),
+            data_dir: Some(dir.join(format!("coordinator-{id}")).to_string_lossy().into_owned()),
+            policy: Some(args.policy.clone()),
+            models_dir: Some(args.models.to_string_lossy().into_owned()),
+            clock: Some(args.clock.clone()),
+            plan_every: Some(args.plan_every.clone()),
+            otlp_endpoint: args.otlp_endpoint.clone(),
+            ..Overrides::default()
+        };
+        let config = CoordinatorConfig::load(None, &over).map_err(|e| ReplayError::Usage(e.to_string()))?;
+        let mut stop = stop_rx.clone();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        tasks.push(tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            let r = tessera_coordinator::server::serve_until(config, shutdown, move |_, a, _| {
+                let _ = ready_tx.send(a);
+            })
+            .await;
+            if let Err(e) = r {
+                eprintln!("replay cluster-up: coordinator stopped: {e:#}");
+            }
+        }));
+        ready_rx.await.map_err(|_| ReplayError::Sim(format!("coordinator {id} did not start (see above)")))?;
+    }
+    let endpoints: Vec<String> = addrs.values().cloned().collect();
+    // Wait for a leader (its model profiles are loaded right after it is elected).
+    let channel = connect(&endpoints[0]).await?;
+    let mut api = CoordinatorApiClient::new(channel);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = api.cluster_status(v1::ClusterStatusRequest {}).await.map_err(|s| status_err("status", s))?;
+        if s.get_ref().leader_id != 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(ReplayError::Sim("no coordinator leader within 30 s".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut sim_nodes = Vec::new();
+    if args.sim_nodes > 0 {
+        let run = tessera_sim::node::RunArgs {
+            nodes: args.sim_nodes,
+            gpus_per_node: args.gpus_per_node,
+            gpu_model: "A100-40GB".into(),
+            listen_base: "127.0.0.1:0".parse().expect("an address"),
+            clock: if args.clock == "virtual" {
+                tessera_sim::node::ClockKind::Virtual
+            } else {
+                tessera_sim::node::ClockKind::Wall
+            },
+            coordinator: Some(endpoints[0].clone()),
+            state_dir: Some(dir.join("sim-agent")),
+            node_prefix: "node".into(),
+        };
+        let (lines_tx, lines_rx) = tokio::sync::oneshot::channel::<Vec<String>>();
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut out = LineSink { buf: Vec::new(), tx: Some(lines_tx) };
+            let r = tessera_sim::node::run(run, &mut out, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await;
+            if let Err(e) = r {
+                eprintln!("replay cluster-up: sim-agent stopped: {e}");
+            }
+        }));
+        sim_nodes = lines_rx.await.unwrap_or_default();
+    }
+    Ok(LocalCluster { endpoints, sim_nodes, stop, tasks, _tmp: tmp })
+}
+
+/// Collects `sim-agent run`'s node lines and hands them over at its first flush.
+struct LineSink {
+    buf: Vec<u8>,
+    tx: Option<tokio::sync::oneshot::Sender<Vec<String>>>,
+}
+
+impl std::io::Write for LineSink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(String::from_utf8_lossy(&self.buf).lines().map(String::from).collect());
+        }
+        Ok(())
+    }
+}
