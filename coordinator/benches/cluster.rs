@@ -99,25 +99,7 @@ async fn failover(n: usize) {
 async fn plan(rounds: usize) {
     let c = Cluster::start(3, &["--plan-every", "1h"]);
     let leader = c.wait_leader(&[1, 2, 3], Duration::from_secs(20)).await;
-    let state = tempfile::tempdir().unwrap();
-    let args = tessera_sim::node::RunArgs {
-        nodes: 10,
-        gpus_per_node: 10,
-        gpu_model: "A100-40GB".into(),
-        listen_base: "127.0.0.1:0".parse().unwrap(),
-        clock: tessera_sim::node::ClockKind::Wall,
-        coordinator: Some(c.addr(leader)),
-        state_dir: Some(state.path().to_path_buf()),
-        node_prefix: "sim".into(),
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let sim = tokio::spawn(async move {
-        let mut sink = std::io::sink();
-        tessera_sim::node::run(args, &mut sink, async {
-            let _ = stop_rx.await;
-        })
-        .await
-    });
+    let sim = cluster::start_sim(&c.addr(leader), 10, 10, tessera_sim::node::ClockKind::Wall, "sim").await;
     cluster::eventually(Duration::from_secs(60), "100 GPUs to register", || async {
         let r = c.client(leader).list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
         (r.nodes.iter().map(|n| n.gpus.len()).sum::<usize>() == 100).then_some(())
@@ -145,8 +127,7 @@ async fn plan(rounds: usize) {
         median(&mut solves),
         median(&mut totals)
     );
-    let _ = stop_tx.send(());
-    let _ = sim.await;
+    sim.stop().await;
 }
 
 fn main() {

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::cluster::{Cluster, create, eventually, tenant};
+use support::cluster::{Cluster, create, eventually, start_sim, tenant};
 use support::otlp::{OtlpReceiver, children_of, named};
 use tessera_proto::v1;
 
@@ -22,25 +22,7 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     let follower = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
 
     // Two simulated nodes with one A100 each, heartbeating to a follower.
-    let state = tempfile::tempdir().unwrap();
-    let args = tessera_sim::node::RunArgs {
-        nodes: 2,
-        gpus_per_node: 1,
-        gpu_model: "A100-40GB".into(),
-        listen_base: "127.0.0.1:0".parse().unwrap(),
-        clock: tessera_sim::node::ClockKind::Wall,
-        coordinator: Some(c.addr(follower)),
-        state_dir: Some(state.path().to_path_buf()),
-        node_prefix: "sim".into(),
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let sim = tokio::spawn(async move {
-        let mut sink = std::io::sink();
-        tessera_sim::node::run(args, &mut sink, async {
-            let _ = stop_rx.await;
-        })
-        .await
-    });
+    let sim = start_sim(&c.addr(follower), 2, 1, tessera_sim::node::ClockKind::Wall, "sim").await;
     eventually(T, "both simulated nodes to register", || async {
         let r = c.client(leader).list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
         (r.nodes.len() == 2).then_some(())
@@ -117,8 +99,7 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     }
     assert!(body.contains("tessera_coordinator_raft_is_leader 1"), "{body}");
 
-    let _ = stop_tx.send(());
-    sim.await.unwrap().unwrap();
+    sim.stop().await;
 }
 
 async fn http_get(addr: &str, path: &str) -> String {
@@ -134,45 +115,9 @@ async fn http_get(addr: &str, path: &str) -> String {
 async fn virtual_time_moves_the_agents_and_plans_at_window_boundaries_and_a_new_leader_resumes() {
     let mut c = Cluster::start(3, &["--clock", "virtual", "--plan-every", "60s"]);
     let leader = c.wait_leader(&[1, 2, 3], T).await;
-    let state = tempfile::tempdir().unwrap();
-    let args = tessera_sim::node::RunArgs {
-        nodes: 1,
-        gpus_per_node: 2,
-        gpu_model: "A100-40GB".into(),
-        listen_base: "127.0.0.1:0".parse().unwrap(),
-        clock: tessera_sim::node::ClockKind::Virtual,
-        coordinator: Some(c.endpoints().split(',').next().unwrap().to_string()),
-        state_dir: Some(state.path().to_path_buf()),
-        node_prefix: "v".into(),
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel::<String>();
-    let sim = tokio::spawn(async move {
-        let mut out = Vec::new();
-        let mut addr_tx = Some(addr_tx);
-        struct Tee<'a>(&'a mut Vec<u8>, &'a mut Option<tokio::sync::oneshot::Sender<String>>);
-        impl std::io::Write for Tee<'_> {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                let text = String::from_utf8_lossy(self.0).to_string();
-                if let (Some(tx), Some(a)) =
-                    (self.1.take(), text.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
-                {
-                    let _ = tx.send(a.to_string());
-                }
-                Ok(())
-            }
-        }
-        let mut tee = Tee(&mut out, &mut addr_tx);
-        tessera_sim::node::run(args, &mut tee, async {
-            let _ = stop_rx.await;
-        })
-        .await
-    });
-    let agent_addr = addr_rx.await.unwrap();
+    let first = c.endpoints().split(',').next().unwrap().to_string();
+    let sim = start_sim(&first, 1, 2, tessera_sim::node::ClockKind::Virtual, "v").await;
+    let agent_addr = sim.addr(0);
     let mut agent = v1::agent_client::AgentClient::connect(format!("http://{agent_addr}")).await.unwrap();
     eventually(T, "the node to register", || async {
         let r = c.client(leader).list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
@@ -215,6 +160,5 @@ async fn virtual_time_moves_the_agents_and_plans_at_window_boundaries_and_a_new_
     .await;
     assert_eq!(desired, 2);
 
-    let _ = stop_tx.send(());
-    sim.await.unwrap().unwrap();
+    sim.stop().await;
 }

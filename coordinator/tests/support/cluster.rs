@@ -281,3 +281,74 @@ pub async fn create(cluster: &Cluster, via: u64, spec: v1::TenantSpec) -> u64 {
     })
     .await
 }
+
+/// Simulated nodes hosted in this process (each a real agent with its own gRPC endpoint), registered with a
+/// coordinator.
+pub struct SimNodes {
+    /// The `node=ID addr=HOST:PORT` lines, one per node.
+    pub lines: Vec<String>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), String>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl SimNodes {
+    /// Node `i`'s agent address.
+    pub fn addr(&self, i: usize) -> String {
+        self.lines[i].split_whitespace().find_map(|w| w.strip_prefix("addr=")).unwrap().to_string()
+    }
+
+    /// Stops the nodes and checks they ended cleanly.
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap().unwrap();
+    }
+}
+
+/// Starts `nodes` simulated nodes of `gpus` A100-40GB each, heartbeating to `coordinator`.
+pub async fn start_sim(
+    coordinator: &str,
+    nodes: u32,
+    gpus: u32,
+    clock: tessera_sim::node::ClockKind,
+    prefix: &str,
+) -> SimNodes {
+    let dir = tempfile::tempdir().unwrap();
+    let args = tessera_sim::node::RunArgs {
+        nodes,
+        gpus_per_node: gpus,
+        gpu_model: "A100-40GB".into(),
+        listen_base: "127.0.0.1:0".parse().unwrap(),
+        clock,
+        coordinator: Some(coordinator.to_string()),
+        state_dir: Some(dir.path().to_path_buf()),
+        node_prefix: prefix.into(),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (lines_tx, lines_rx) = tokio::sync::oneshot::channel::<Vec<String>>();
+    let task = tokio::spawn(async move {
+        let mut sink = Lines(Vec::new(), Some(lines_tx));
+        tessera_sim::node::run(args, &mut sink, async {
+            let _ = stop_rx.await;
+        })
+        .await
+    });
+    let lines = lines_rx.await.unwrap();
+    SimNodes { lines, stop: Some(stop_tx), task: Some(task), _dir: dir }
+}
+
+/// Collects `sim-agent run`'s node lines and hands them over at its first flush.
+struct Lines(Vec<u8>, Option<tokio::sync::oneshot::Sender<Vec<String>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.1.take() {
+            let _ = tx.send(String::from_utf8_lossy(&self.0).lines().map(String::from).collect());
+        }
+        Ok(())
+    }
+}

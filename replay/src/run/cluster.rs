@@ -344,38 +344,13 @@ pub async fn run_cluster(
         let now = Totals::read(&f.exec, &gpu_ids);
         drop(f);
         let d = now.since(&prev);
-        rows.push(WindowRow {
-            start_s: t0 / 1000.0,
-            requests: d.ledger.requests,
-            completed: d.ledger.completed,
-            within_slo: d.ledger.within_slo,
-            dropped: d.ledger.dropped,
-            goodput: d.ledger.goodput,
-            mean_accuracy: d.ledger.mean_accuracy(),
-            reconfigurations: d.reconfigurations,
-            active_gpus: active,
-            plan_ms: round_ms,
-            layouts,
-        });
+        rows.push(WindowRow::new(t0, &d, active, round_ms, layouts));
         prev = now;
         progress(w + 1, windows);
     }
     let _ = stop_tx.send(true);
     let end = Totals::read(&lock(&fleet).exec, &gpu_ids);
-    let mut sorted = plan_ms.clone();
-    sorted.sort_by(f64::total_cmp);
-    Ok(PolicyRun {
-        policy: "cluster".into(),
-        total: end.ledger,
-        retrainings_completed: end.retrainings,
-        drift_windows: end.drifts,
-        reconfigurations: end.reconfigurations,
-        gpu_hours: gpu_ms / 3_600_000.0,
-        infeasible_rounds: infeasible,
-        plan_ms_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
-        wall_s: started.elapsed().as_secs_f64(),
-        windows: rows,
-    })
+    Ok(PolicyRun::finish("cluster", &end, gpu_ms, infeasible, &plan_ms, started, rows))
 }
 
 /// `replay cluster-up`'s arguments.

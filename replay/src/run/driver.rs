@@ -196,6 +196,53 @@ pub(crate) fn feed_window(
     exec.advance_to(t1).map_err(|e| ReplayError::Sim(e.to_string()))
 }
 
+impl WindowRow {
+    /// The row of the window starting at `t0` ms from its counters `d`.
+    pub(crate) fn new(t0: f64, d: &Totals, active_gpus: u32, plan_ms: f64, layouts: Vec<String>) -> WindowRow {
+        WindowRow {
+            start_s: t0 / 1000.0,
+            requests: d.ledger.requests,
+            completed: d.ledger.completed,
+            within_slo: d.ledger.within_slo,
+            dropped: d.ledger.dropped,
+            goodput: d.ledger.goodput,
+            mean_accuracy: d.ledger.mean_accuracy(),
+            reconfigurations: d.reconfigurations,
+            active_gpus,
+            plan_ms,
+            layouts,
+        }
+    }
+}
+
+impl PolicyRun {
+    /// A run's totals from the executor's final counters, its GPU time, infeasible rounds and round times.
+    pub(crate) fn finish(
+        policy: &str,
+        end: &Totals,
+        gpu_ms: f64,
+        infeasible_rounds: u64,
+        plan_ms: &[f64],
+        started: Instant,
+        windows: Vec<WindowRow>,
+    ) -> PolicyRun {
+        let mut sorted = plan_ms.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        PolicyRun {
+            policy: policy.to_string(),
+            total: end.ledger,
+            retrainings_completed: end.retrainings,
+            drift_windows: end.drifts,
+            reconfigurations: end.reconfigurations,
+            gpu_hours: gpu_ms / 3_600_000.0,
+            infeasible_rounds,
+            plan_ms_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+            wall_s: started.elapsed().as_secs_f64(),
+            windows,
+        }
+    }
+}
+
 /// Builds the executor for `scenario` under `policy` (PARIS dispatches with ELSA).
 pub(crate) fn executor_for(scenario: &Scenario, policy: &str) -> Result<Executor, ReplayError> {
     let config = ExecutorConfig {
@@ -323,37 +370,12 @@ pub fn run_policy(
         gpu_ms += f64::from(active) * (t1 - t0);
         let now = Totals::read(&exec, &gpu_ids);
         let d = now.since(&prev);
-        rows.push(WindowRow {
-            start_s: t0 / 1000.0,
-            requests: d.ledger.requests,
-            completed: d.ledger.completed,
-            within_slo: d.ledger.within_slo,
-            dropped: d.ledger.dropped,
-            goodput: d.ledger.goodput,
-            mean_accuracy: d.ledger.mean_accuracy(),
-            reconfigurations: d.reconfigurations,
-            active_gpus: active,
-            plan_ms: round_ms,
-            layouts,
-        });
+        rows.push(WindowRow::new(t0, &d, active, round_ms, layouts));
         prev = now;
         progress(w + 1, windows);
     }
     let end = Totals::read(&exec, &gpu_ids);
-    let mut sorted = plan_ms.clone();
-    sorted.sort_by(f64::total_cmp);
-    Ok(PolicyRun {
-        policy: policy_name.to_string(),
-        total: end.ledger,
-        retrainings_completed: end.retrainings,
-        drift_windows: end.drifts,
-        reconfigurations: end.reconfigurations,
-        gpu_hours: gpu_ms / 3_600_000.0,
-        infeasible_rounds: infeasible,
-        plan_ms_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
-        wall_s: started.elapsed().as_secs_f64(),
-        windows: rows,
-    })
+    Ok(PolicyRun::finish(policy_name, &end, gpu_ms, infeasible, &plan_ms, started, rows))
 }
 
 /// Cumulative counters read off the executor.
