@@ -100,6 +100,8 @@ pub fn metrics_to_wire(m: &WorkloadMetrics) -> v1::WorkloadMetrics {
                 // The agent's workload does not know the model's accuracy.
                 accuracy: 0.0,
                 model_version: 0,
+                retraining_due: None,
+                slot_rates: vec![],
             })
             .collect(),
     }

@@ -27,6 +27,7 @@
 //! [planner]                                # optional
 //! slot = "10s"
 //! horizon_slots = 12
+//! forecaster = "ewma"                      # last | ewma | seasonal (as replay's --forecaster)
 //! ```
 
 use std::collections::BTreeMap;
@@ -75,6 +76,8 @@ pub struct CoordinatorConfig {
     pub slot: Duration,
     /// Slots per horizon.
     pub horizon_slots: usize,
+    /// Forecaster of every tenant.
+    pub forecaster: tessera_planner::forecast::ForecasterConfig,
     /// Prometheus endpoint.
     pub metrics_listen: Option<SocketAddr>,
     /// OTLP endpoint.
@@ -119,6 +122,7 @@ struct RawRaft {
 struct RawPlanner {
     slot: Option<String>,
     horizon_slots: Option<usize>,
+    forecaster: Option<String>,
 }
 
 /// Command-line values that override the file (each `None` keeps the file's value).
@@ -150,6 +154,12 @@ pub struct Overrides {
     pub election_ticks: Option<usize>,
     /// `--snapshot-every`.
     pub snapshot_every: Option<u64>,
+    /// `--forecaster`.
+    pub forecaster: Option<String>,
+    /// `--slot`.
+    pub slot: Option<String>,
+    /// `--horizon-slots`.
+    pub horizon_slots: Option<usize>,
     /// `--keep-tail`.
     pub keep_tail: Option<u64>,
     /// `--join`.
@@ -276,12 +286,16 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     if raft.snapshot_every == 0 {
         return Err(field("raft.snapshot_every", "must be > 0"));
     }
-    let slot = duration("planner.slot", raw.planner.slot.as_deref(), "10s")?;
-    let horizon_slots = raw.planner.horizon_slots.unwrap_or(12);
+    let slot = duration("planner.slot", over.slot.as_deref().or(raw.planner.slot.as_deref()), "10s")?;
+    let horizon_slots = over.horizon_slots.or(raw.planner.horizon_slots).unwrap_or(12);
     if horizon_slots == 0 || horizon_slots > 10_000 {
         return Err(field("planner.horizon_slots", "must be in 1..=10000"));
     }
+    let forecaster_name = over.forecaster.clone().or(raw.planner.forecaster).unwrap_or_else(|| "ewma".into());
+    let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
+        .map_err(|m| field("planner.forecaster", m))?;
     Ok(CoordinatorConfig {
+        forecaster,
         raft,
         listen,
         advertise,

@@ -85,6 +85,15 @@ struct ServeArgs {
     /// Applied entries between snapshots.
     #[arg(long)]
     snapshot_every: Option<u64>,
+    /// Planner slot length (e.g. 10s).
+    #[arg(long)]
+    slot: Option<String>,
+    /// Slots in the planning horizon.
+    #[arg(long)]
+    horizon_slots: Option<usize>,
+    /// Forecaster of every tenant: last, ewma or seasonal.
+    #[arg(long)]
+    forecaster: Option<String>,
     /// Log entries kept behind a snapshot when the log is compacted.
     #[arg(long)]
     keep_tail: Option<u64>,
@@ -268,6 +277,9 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 election_ticks: a.election_ticks,
                 snapshot_every: a.snapshot_every,
                 keep_tail: a.keep_tail,
+                forecaster: a.forecaster,
+                slot: a.slot,
+                horizon_slots: a.horizon_slots,
                 join: a.join,
                 allow_fault_injection: a.allow_fault_injection,
             };

@@ -16,7 +16,7 @@ use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::tenant::DemandSource;
 use tessera_core::time::SimTime;
-use tessera_planner::forecast::{Ewma, Forecast, Forecaster};
+use tessera_planner::forecast::{Forecast, Forecaster, ForecasterConfig};
 use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput, TenantInput};
 use tessera_planner::policy::{PlanOutcome, Policy};
 use tessera_proto::v1;
@@ -45,6 +45,8 @@ pub struct PlanningSettings {
     pub slot: Duration,
     /// Slots per horizon.
     pub horizon_slots: usize,
+    /// Forecaster of every tenant.
+    pub forecaster: ForecasterConfig,
     /// Deadline of one push to an agent.
     pub push_timeout: Duration,
 }
@@ -87,12 +89,24 @@ pub struct GpuDecision {
     pub forecasts: BTreeMap<String, f64>,
 }
 
-/// Arrival counters reported by agents, per (node, tenant): (workload time ms, cumulative arrivals).
+/// What the agents reported about arrivals: cumulative counters per (node, tenant), and per-slot rates.
 #[derive(Default)]
 struct Observations {
+    /// (workload time ms, cumulative arrivals) per (node, tenant).
     counters: HashMap<(NodeId, TenantId), (u64, u64)>,
-    /// Per tenant: the total and time at the last round, and the forecaster fed with the rates in between.
-    tenants: HashMap<TenantId, (u64, u64, Ewma)>,
+    tenants: HashMap<TenantId, TenantObs>,
+}
+
+/// One tenant's forecaster and what it has learnt from.
+struct TenantObs {
+    forecaster: Box<dyn Forecaster>,
+    /// Observations fed so far.
+    observed: usize,
+    /// Fed from per-slot rates (agents that measure them); the counters are then ignored.
+    by_slot: bool,
+    /// Total arrivals and the time of the last counter-based observation.
+    last_total: u64,
+    last_at: u64,
 }
 
 /// The planning loop's state on this node (only the leader plans).
@@ -148,13 +162,30 @@ impl Planner {
         &self.settings
     }
 
-    /// Records an agent's cumulative arrival counters (from a heartbeat).
+    /// Records an agent's arrival counters and measured slot rates (from a heartbeat).
     pub fn observe(&self, node: &NodeId, now_ms: u64, metrics: &[v1::TenantMetrics]) {
         let mut obs = self.observations.lock().expect("observations lock");
         for m in metrics {
-            if let Ok(t) = TenantId::new(m.tenant.clone()) {
-                obs.counters.insert((node.clone(), t), (now_ms, m.arrivals));
+            let Ok(t) = TenantId::new(m.tenant.clone()) else { continue };
+            obs.counters.insert((node.clone(), t.clone()), (now_ms, m.arrivals));
+            if !m.slot_rates.is_empty() {
+                let o = obs.tenants.entry(t).or_insert_with(|| self.fresh_obs(now_ms));
+                o.by_slot = true;
+                for r in &m.slot_rates {
+                    o.forecaster.observe(*r);
+                    o.observed += 1;
+                }
             }
+        }
+    }
+
+    fn fresh_obs(&self, now_ms: u64) -> TenantObs {
+        TenantObs {
+            forecaster: self.settings.forecaster.build(),
+            observed: 0,
+            by_slot: false,
+            last_total: 0,
+            last_at: now_ms,
         }
     }
 
@@ -194,20 +225,26 @@ impl Planner {
                 DemandSource::Trace { .. } => UNKNOWN_RATE_RPS,
             };
             let seen = totals.get(&spec.id).copied();
-            let entry = obs.tenants.entry(spec.id.clone()).or_insert_with(|| {
-                let mut f = Ewma::new(0.5);
-                f.observe(fallback);
-                (seen.map_or(0, |s| s.1), seen.map_or(now_ms, |s| s.0), f)
-            });
-            if advance && let Some((at, total)) = seen {
-                let (last_total, last_at, f) = entry;
-                if at > *last_at && total >= *last_total {
-                    f.observe((total - *last_total) as f64 / ((at - *last_at) as f64 / 1000.0));
-                    *last_total = total;
-                    *last_at = at;
+            let fresh = self.fresh_obs(now_ms);
+            let o = obs.tenants.entry(spec.id.clone()).or_insert(fresh);
+            if advance && !o.by_slot {
+                match seen {
+                    // The first counters only set the baseline.
+                    Some((at, total)) if o.observed > 0 && at > o.last_at && total >= o.last_total => {
+                        o.forecaster.observe((total - o.last_total) as f64 / ((at - o.last_at) as f64 / 1000.0));
+                        o.observed += 1;
+                        (o.last_total, o.last_at) = (total, at);
+                    }
+                    Some((at, total)) => (o.last_total, o.last_at) = (total, at),
+                    None => {}
                 }
             }
-            out.insert(spec.id.clone(), entry.2.forecast(horizon));
+            if o.observed == 0 {
+                // Nothing measured yet: the rate the tenant declares (or a nominal one) primes the forecaster.
+                o.forecaster.observe(fallback);
+                o.observed = 1;
+            }
+            out.insert(spec.id.clone(), o.forecaster.forecast(horizon));
         }
         out
     }
@@ -236,7 +273,9 @@ impl Planner {
             .map(|spec| {
                 let status = fleet.tenant_status.get(&spec.id);
                 let done = status.map_or(0.0, |s| s.retraining_done_gpu_s);
-                let due = spec.retraining.as_ref().is_some_and(|r| done < r.work_gpu_s);
+                let due = status
+                    .and_then(|s| s.retraining_due)
+                    .unwrap_or_else(|| spec.retraining.as_ref().is_some_and(|r| done < r.work_gpu_s));
                 let t = TenantInput {
                     spec: spec.clone(),
                     forecast: forecasts.remove(&spec.id).unwrap_or_else(|| Forecast::flat(UNKNOWN_RATE_RPS, horizon)),

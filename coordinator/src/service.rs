@@ -489,10 +489,13 @@ fn reports(s: &CoordState, node: &NodeId, state: &v1::NodeState) -> Vec<Command>
         if !ok {
             continue;
         }
-        assignments.sort_by(|a, b| (a.placement, &a.tenant, a.role).cmp(&(b.placement, &b.tenant, b.role)));
+        // Recorded in the order reported (the agent's instance order); compared regardless of order.
+        let key = |a: &Assignment| (a.placement, a.tenant.clone(), a.role);
+        let mut reported = assignments.clone();
+        reported.sort_by_key(key);
         let mut recorded = known.applied_assignments.clone();
-        recorded.sort_by(|a, b| (a.placement, &a.tenant, a.role).cmp(&(b.placement, &b.tenant, b.role)));
-        if known.applied_epoch == g.desired_epoch && known.applied == layout && recorded == assignments {
+        recorded.sort_by_key(key);
+        if known.applied_epoch == g.desired_epoch && known.applied == layout && recorded == reported {
             continue;
         }
         if g.desired_epoch < known.applied_epoch {
@@ -504,17 +507,7 @@ fn reports(s: &CoordState, node: &NodeId, state: &v1::NodeState) -> Vec<Command>
         for t in &m.tenants {
             let Ok(id) = TenantId::new(t.tenant.clone()) else { continue };
             let Some(spec) = s.fleet.tenants.get(&id) else { continue };
-            if spec.retraining.is_none() {
-                continue;
-            }
             let prev = s.fleet.tenant_status.get(&id);
-            if prev.is_some_and(|p| {
-                (p.retraining_done_gpu_s - t.retraining_done_gpu_s).abs() < 1e-9
-                    && (t.accuracy <= 0.0 || (p.accuracy - t.accuracy).abs() < 1e-12)
-                    && t.model_version <= p.model_version
-            }) {
-                continue;
-            }
             // An agent whose workload knows the serving model's accuracy reports it (> 0); others keep the last.
             let status = TenantStatus {
                 accuracy: if t.accuracy > 0.0 {
@@ -525,7 +518,17 @@ fn reports(s: &CoordState, node: &NodeId, state: &v1::NodeState) -> Vec<Command>
                 model_version: t.model_version.max(prev.map_or(0, |p| p.model_version)),
                 retraining_done_gpu_s: t.retraining_done_gpu_s,
                 at: SimTime::from_ms(m.now_ms.max(prev.map_or(0, |p| p.at.as_ms()))),
+                retraining_due: t.retraining_due.or(prev.and_then(|p| p.retraining_due)),
             };
+            let unchanged = prev.is_some_and(|p| {
+                p.accuracy == status.accuracy
+                    && p.model_version == status.model_version
+                    && p.retraining_done_gpu_s == status.retraining_done_gpu_s
+                    && p.retraining_due == status.retraining_due
+            });
+            if unchanged || (spec.retraining.is_none() && t.accuracy <= 0.0) {
+                continue;
+            }
             out.push(Command::ReportTenantStatus { tenant: id, status });
         }
     }

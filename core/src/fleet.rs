@@ -119,6 +119,9 @@ pub struct TenantStatus {
     pub retraining_done_gpu_s: f64,
     /// Workload time of the report.
     pub at: SimTime,
+    /// Whether a retraining is due, when the agent knows (`None`: due while the work done is short of the job's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retraining_due: Option<bool>,
 }
 
 /// A committed plan's header.

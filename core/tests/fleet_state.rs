@@ -292,6 +292,7 @@ fn commands_round_trip_through_json() {
                 model_version: 2,
                 retraining_done_gpu_s: 12.5,
                 at: SimTime::from_secs(9),
+                retraining_due: Some(true),
             },
         },
     ];
@@ -317,7 +318,8 @@ fn arb_command() -> impl Strategy<Value = Command> {
                 accuracy: 0.7,
                 model_version: v,
                 retraining_done_gpu_s: 1.0,
-                at: SimTime::from_secs(at)
+                at: SimTime::from_secs(at),
+                retraining_due: None,
             },
         }),
         prop::sample::select(vec!["n", "m"]).prop_map(|n| register(n, &[GpuModel::A100_40GB, GpuModel::H100_80GB])),
@@ -444,7 +446,13 @@ fn tenant_status_is_recorded_in_order() {
     let a = TenantId::new("a").unwrap();
     let status = |accuracy, model_version, at| Command::ReportTenantStatus {
         tenant: a.clone(),
-        status: TenantStatus { accuracy, model_version, retraining_done_gpu_s: 3.0, at: SimTime::from_secs(at) },
+        status: TenantStatus {
+            accuracy,
+            model_version,
+            retraining_done_gpu_s: 3.0,
+            at: SimTime::from_secs(at),
+            retraining_due: None,
+        },
     };
     s.apply(status(0.72, 1, 10)).unwrap();
     s.apply(status(0.81, 2, 20)).unwrap();

@@ -409,6 +409,18 @@ impl Default for ForecasterConfig {
 }
 
 impl ForecasterConfig {
+    /// The forecaster a command line names: `last`, `ewma` (alpha 0.3) or `seasonal` (a day of `slot_s` slots,
+    /// alpha 0.3, gamma 0.2). Replay and the coordinator read `--forecaster` through this, so both forecast alike.
+    pub fn from_name(name: &str, slot_s: f64) -> Result<ForecasterConfig, String> {
+        let slots_per_day = (86_400.0 / slot_s).round().max(1.0) as usize;
+        match name {
+            "last" => Ok(ForecasterConfig::Last),
+            "ewma" => Ok(ForecasterConfig::Ewma { alpha: 0.3 }),
+            "seasonal" => Ok(ForecasterConfig::Seasonal { period_slots: slots_per_day, alpha: 0.3, gamma: 0.2 }),
+            other => Err(format!("expected last, ewma or seasonal, got {other:?}")),
+        }
+    }
+
     /// Checks the parameters: weights in `(0, 1]`, period at least 1. The error names the field and the value.
     pub fn validate(&self) -> Result<(), String> {
         fn weight(field: &str, v: f64) -> Result<(), String> {

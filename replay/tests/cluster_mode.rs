@@ -1,5 +1,5 @@
 //! `replay --mode cluster` through a real coordinator cluster started by `replay cluster-up` (3 Raft nodes over
-//! gRPC in a child process, virtual workload clock): the same requests as in-process, planned by the cluster.
+//! gRPC in a child process, virtual workload clock) gives the same numbers as `--mode in-process` for the same seed.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -25,9 +25,9 @@ impl Drop for Up {
 }
 
 #[test]
-fn a_replay_through_a_coordinator_cluster_serves_the_same_requests_with_the_clusters_plans() {
+fn a_replay_through_a_coordinator_cluster_gives_the_same_numbers_as_in_process() {
     let mut child = replay()
-        .args(["cluster-up", "--listen-base", "127.0.0.1:0", "--plan-every", "60s"])
+        .args(["cluster-up", "--listen-base", "127.0.0.1:0", "--plan-every", "60s", "--horizon", "6"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -59,16 +59,24 @@ fn a_replay_through_a_coordinator_cluster_serves_the_same_requests_with_the_clus
     };
     let c = run(&cluster, "cluster");
     let l = run(&local, "tessera");
-    // The same trace and seed: the same requests reached the simulated GPUs.
-    assert_eq!(c["requests"], l["requests"], "cluster {c}\nin-process {l}");
+    // The same trace and seed give the same numbers: the cluster's leader planned from what the nodes reported
+    // exactly what in-process replay planned from the executor, and the executor served the same requests.
     assert!(c["requests"].as_u64().unwrap() > 1000, "{c}");
-    // The cluster planned every window and its layouts served most of them within SLO.
-    assert!(c["slo_attainment"].as_f64().unwrap() > 0.5, "{c}");
-    assert!(c["goodput"].as_f64().unwrap() > 0.0, "{c}");
-    eprintln!(
-        "goodput: cluster {} vs in-process {}; SLO attainment {} vs {}",
-        c["goodput"], l["goodput"], c["slo_attainment"], l["slo_attainment"]
-    );
+    for key in [
+        "requests",
+        "requests_within_slo",
+        "completed",
+        "dropped",
+        "goodput",
+        "slo_attainment",
+        "mean_accuracy",
+        "reconfigurations",
+        "retrainings_completed",
+        "drift_windows",
+        "gpu_hours",
+    ] {
+        assert_eq!(c[key], l[key], "{key}: cluster {c}\nin-process {l}");
+    }
 
     // A second replay against the same cluster is refused: it already holds a fleet.
     let out = replay().args(SMALL).args(["--mode", "cluster", "--coordinator", &endpoints[0]]).output().unwrap();

@@ -116,17 +116,8 @@ impl RunArgs {
         }
         let gpu_model = GpuModel::lookup(&self.gpu_model)
             .ok_or_else(|| ReplayError::Usage(format!("--gpu-model: unknown GPU model {:?}", self.gpu_model)))?;
-        let slots_per_day = (86_400.0 / self.slot).round().max(1.0) as usize;
-        let forecaster = match self.forecaster.as_str() {
-            "last" => ForecasterConfig::Last,
-            "ewma" => ForecasterConfig::Ewma { alpha: 0.3 },
-            "seasonal" => ForecasterConfig::Seasonal { period_slots: slots_per_day, alpha: 0.3, gamma: 0.2 },
-            other => {
-                return Err(ReplayError::Usage(format!(
-                    "--forecaster: expected last, ewma or seasonal, got {other:?}"
-                )));
-            }
-        };
+        let forecaster = ForecasterConfig::from_name(&self.forecaster, self.slot)
+            .map_err(|e| ReplayError::Usage(format!("--forecaster: {e}")))?;
         for p in self.policies() {
             tessera_planner::policy::by_name(&p).map_err(|e| ReplayError::Usage(format!("--policy: {e}")))?;
         }
@@ -231,6 +222,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayErro
         let r = runtime.block_on(super::cluster::run_cluster(
             scenario,
             prepared.arrivals.as_ref(),
+            &truth,
             endpoint,
             &|done, _| pb.set_position(done as u64),
         ));

@@ -12,9 +12,13 @@
 //! boundary passes, and replay asks for a round with `TriggerPlan` when it did not), then feed the window's arrivals
 //! to the executor and advance it, applying the pushed targets' scheduled changes at their times.
 //!
-//! The coordinator must run with `--clock virtual` (as `replay cluster-up` starts it) and start with no nodes of
-//! its own; the numbers differ from `--mode in-process` because the coordinator forecasts from the counters the
-//! nodes report (EWMA) where in-process replay uses `--forecaster` over the measured slot rates.
+//! The nodes report what a real agent measures, and the coordinator plans from the replicated state only: observed
+//! layouts and assignments (in the executor's instance order), each tenant's accuracy, whether a retraining is due
+//! and its progress, and the measured arrival rate of every planner slot (before the first window, each tenant's
+//! first-window rate, the rate it declares when onboarded). With the same `--plan-every`, `--slot`, `--horizon` and
+//! `--forecaster` on both sides, the leader's `PlannerInput` is the one in-process replay builds, so both modes give
+//! the same numbers for the same seed (a test checks it). The coordinator must run with `--clock virtual` (as
+//! `replay cluster-up` starts it) and start with no nodes of its own.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -31,7 +35,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use super::arrivals::Arrivals;
-use super::driver::{LAYOUT_GPUS, PolicyRun, Totals, WindowRow, executor_for, feed_window, upcoming_within};
+use super::driver::{LAYOUT_GPUS, PolicyRun, RateTable, Totals, WindowRow, executor_for, feed_window, upcoming_within};
 use super::{ReplayError, Scenario};
 
 /// The simulated fleet behind the node endpoints.
@@ -42,6 +46,8 @@ struct Fleet {
     /// Targets accepted since the driver last looked (applied at once; their scheduled changes are queued).
     pushed: Vec<(GpuId, GpuPlan)>,
     reconfig_errors: Vec<String>,
+    /// Per tenant (executor order): measured rates of the slots completed since the last report.
+    slot_rates: Vec<Vec<f64>>,
 }
 
 type Shared = Arc<Mutex<Fleet>>;
@@ -63,16 +69,24 @@ struct NodeFacade {
 
 impl NodeFacade {
     fn state(&self) -> v1::NodeState {
-        let f = lock(&self.fleet);
+        let mut f = lock(&self.fleet);
+        let slot_rates = if self.reports_tenants { std::mem::take(&mut f.slot_rates) } else { vec![] };
         let (epoch, targets) = f.epochs.get(&self.node).cloned().unwrap_or_default();
         let gpus = self
             .gpus
             .iter()
             .map(|(idx, id, gi, model)| {
+                // Instances in the executor's order (the order the in-process planner input lists assignments in),
+                // then the idle ones.
                 let layout = f.exec.gpu_layout(*gi);
                 let assignments = f.exec.gpu_assignments(*gi);
-                let instances = layout
-                    .placements()
+                let mut order: Vec<tessera_core::Placement> = Vec::new();
+                for p in assignments.iter().map(|a| a.placement).chain(layout.placements().iter().copied()) {
+                    if !order.contains(&p) {
+                        order.push(p);
+                    }
+                }
+                let instances = order
                     .iter()
                     .enumerate()
                     .map(|(k, p)| v1::Instance {
@@ -117,6 +131,8 @@ impl NodeFacade {
                         retraining_instances: 0,
                         accuracy: st.accuracy,
                         model_version: m.retrainings_completed,
+                        retraining_due: Some(st.retraining_due),
+                        slot_rates: slot_rates.get(i.0 as usize).cloned().unwrap_or_default(),
                     }
                 })
                 .collect()
@@ -224,6 +240,7 @@ async fn connect(endpoint: &str) -> Result<Channel, ReplayError> {
 pub async fn run_cluster(
     scenario: &Scenario,
     arrivals: &dyn Arrivals,
+    truth: &RateTable,
     endpoint: &str,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<PolicyRun, ReplayError> {
@@ -249,8 +266,13 @@ pub async fn run_cluster(
 
     let exec = executor_for(scenario, "cluster")?;
     let gpu_ids: Vec<(GpuIndex, GpuId)> = exec.gpu_ids().map(|(i, g)| (i, g.clone())).collect();
-    let fleet: Shared =
-        Arc::new(Mutex::new(Fleet { exec, epochs: BTreeMap::new(), pushed: Vec::new(), reconfig_errors: Vec::new() }));
+    let fleet: Shared = Arc::new(Mutex::new(Fleet {
+        exec,
+        epochs: BTreeMap::new(),
+        pushed: Vec::new(),
+        reconfig_errors: Vec::new(),
+        slot_rates: Vec::new(),
+    }));
     let mut by_node: BTreeMap<NodeId, Vec<(u32, GpuId, GpuIndex, GpuModel)>> = BTreeMap::new();
     for (gi, id) in &gpu_ids {
         by_node.entry(id.node.clone()).or_default().push((id.index, id.clone(), *gi, scenario.gpus[id]));
@@ -298,9 +320,36 @@ pub async fn run_cluster(
     let mut gpu_ms = 0.0;
     let mut prev = Totals::read(&lock(&fleet).exec, &gpu_ids);
     let mut epoch = status.plan_epoch;
+    let slot_ms = scenario.planner.slot_s * 1000.0;
+    let slots_per_window = (window_ms / slot_ms).round() as usize;
+    // The executor numbers tenants in id order; the rate table follows the scenario's order.
+    let order: Vec<usize> = {
+        let f = lock(&fleet);
+        f.exec
+            .tenant_ids()
+            .map(|(_, id)| scenario.tenants.iter().position(|t| &t.id == id).expect("a scenario tenant"))
+            .collect()
+    };
     for w in 0..windows {
         let t0 = w as f64 * window_ms;
         let t1 = ((w + 1) as f64 * window_ms).min(scenario.duration_ms);
+        // What the nodes measured since their last report, as in-process replay's forecasters see it: before the
+        // first window, each tenant's first-window rate (the rate it declares when onboarded); then the rates of
+        // the slots of the window that ended.
+        lock(&fleet).slot_rates = order
+            .iter()
+            .map(|&i| {
+                if w == 0 {
+                    vec![truth.mean(i, 0, slots_per_window)]
+                } else {
+                    let first = (w - 1) * slots_per_window;
+                    (first..first + slots_per_window)
+                        .filter(|s| (*s as f64) * slot_ms < t0)
+                        .map(|s| truth.rates[i].get(s).copied().unwrap_or(0.0))
+                        .collect()
+                }
+            })
+            .collect();
         for f in &facades {
             agents_api
                 .heartbeat(v1::HeartbeatRequest { state: Some(f.state()) })
@@ -371,6 +420,15 @@ pub struct ClusterUpArgs {
     /// Planning window (give `replay --mode cluster` the same --plan-every).
     #[arg(long, default_value = "60s")]
     pub plan_every: String,
+    /// Planner slot, seconds (give `replay --mode cluster` the same --slot).
+    #[arg(long, default_value_t = 10.0)]
+    pub slot: f64,
+    /// Slots in the planning horizon (give `replay --mode cluster` the same --horizon).
+    #[arg(long, default_value_t = 12)]
+    pub horizon: usize,
+    /// Forecaster of every tenant: last, ewma or seasonal (give `replay --mode cluster` the same --forecaster).
+    #[arg(long, default_value = "ewma")]
+    pub forecaster: String,
     /// Workload clock: virtual (replay drives it) or wall.
     #[arg(long, default_value = "virtual")]
     pub clock: String,
@@ -452,6 +510,9 @@ pub async fn start_cluster(args: &ClusterUpArgs) -> Result<LocalCluster, ReplayE
             clock: Some(args.clock.clone()),
             plan_every: Some(args.plan_every.clone()),
             otlp_endpoint: args.otlp_endpoint.clone(),
+            slot: Some(format!("{}ms", (args.slot * 1000.0).round() as u64)),
+            horizon_slots: Some(args.horizon),
+            forecaster: Some(args.forecaster.clone()),
             ..Overrides::default()
         };
         let config = CoordinatorConfig::load(None, &over).map_err(|e| ReplayError::Usage(e.to_string()))?;
