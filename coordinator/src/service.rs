@@ -448,8 +448,11 @@ impl v1::coordinator_server::Coordinator for Services {
         if !commands.is_empty() {
             // The reports are replicated before the heartbeat is answered, so an agent (or replay) that heartbeats
             // and then asks for a plan is planned from what it reported; a failure is retried by the next beat.
-            if let Err(e) = self.node.propose(Op::Batch { commands }).await {
-                tracing::debug!(error = %e, "heartbeat report not replicated; the next heartbeat retries");
+            // Bounded, so an agent's heartbeat (2 s deadline by default) still succeeds during an election.
+            match tokio::time::timeout(Duration::from_secs(1), self.node.propose(Op::Batch { commands })).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "heartbeat report not replicated; the next beat retries"),
+                Err(_) => tracing::debug!("heartbeat report not replicated within 1 s; the next beat retries"),
             }
         }
         Ok(Response::new(v1::HeartbeatResponse { registered: true }))
