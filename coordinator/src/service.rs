@@ -75,14 +75,14 @@ fn health_name(h: GpuHealth) -> &'static str {
 pub struct Services {
     node: Node,
     planner: Arc<Planner>,
-    leader_clients: Arc<Mutex<std::collections::HashMap<String, CoordinatorApiClient<Channel>>>>,
+    leader_channels: Arc<Mutex<std::collections::HashMap<String, Channel>>>,
     fault_injection: bool,
 }
 
 impl Services {
     /// Services over a node and its planner.
     pub fn new(node: Node, planner: Arc<Planner>, fault_injection: bool) -> Services {
-        Services { node, planner, leader_clients: Arc::default(), fault_injection }
+        Services { node, planner, leader_channels: Arc::default(), fault_injection }
     }
 
     async fn read<R>(&self, stale: bool, f: impl FnOnce(&CoordState) -> R) -> Result<R, Status> {
@@ -93,25 +93,29 @@ impl Services {
         self.node.propose(Op::Fleet { command }).await.map_err(status)
     }
 
-    /// A client of the leader, for calls this follower forwards; `None` when this node leads.
-    fn leader_client(&self) -> Result<Option<CoordinatorApiClient<Channel>>, Status> {
+    /// A channel to the leader, for calls this follower forwards; `None` when this node leads.
+    fn leader_channel(&self) -> Result<Option<Channel>, Status> {
         match self.node.not_leader() {
             None => Ok(None),
             Some(NodeError::NotLeader { address, .. }) if !address.is_empty() => {
-                let mut clients = self.leader_clients.lock().expect("clients lock");
-                if let Some(c) = clients.get(&address) {
+                let mut channels = self.leader_channels.lock().expect("channels lock");
+                if let Some(c) = channels.get(&address) {
                     return Ok(Some(c.clone()));
                 }
                 let channel = Endpoint::from_shared(format!("http://{address}"))
                     .map_err(|e| Status::internal(format!("bad leader address {address}: {e}")))?
                     .connect_timeout(Duration::from_secs(1))
                     .connect_lazy();
-                let c = CoordinatorApiClient::new(channel);
-                clients.insert(address, c.clone());
-                Ok(Some(c))
+                channels.insert(address, channel.clone());
+                Ok(Some(channel))
             }
             Some(e) => Err(status(e)),
         }
+    }
+
+    /// An API client of the leader, for calls this follower forwards; `None` when this node leads.
+    fn leader_client(&self) -> Result<Option<CoordinatorApiClient<Channel>>, Status> {
+        Ok(self.leader_channel()?.map(CoordinatorApiClient::new))
     }
 }
 
@@ -436,6 +440,10 @@ impl v1::coordinator_server::Coordinator for Services {
     }
 
     async fn heartbeat(&self, req: Request<v1::HeartbeatRequest>) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        // The leader plans, so it is the one that learns from what agents measure: a follower forwards.
+        if let Some(channel) = self.leader_channel()? {
+            return v1::coordinator_client::CoordinatorClient::new(channel).heartbeat(req.into_inner()).await;
+        }
         let state = req.into_inner().state.ok_or_else(|| bad("state", "is required"))?;
         let node = NodeId::new(state.node_id.clone()).map_err(|e| bad("state.node_id", e))?;
         if !self.node.read(|s| s.fleet.nodes.contains_key(&node)) {

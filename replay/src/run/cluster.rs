@@ -250,11 +250,7 @@ pub async fn run_cluster(
     let channel = connect(endpoint).await?;
     let mut api = CoordinatorApiClient::new(channel.clone());
     let mut agents_api = CoordinatorClient::new(channel);
-    let status = api
-        .cluster_status(v1::ClusterStatusRequest {})
-        .await
-        .map_err(|s| status_err("cluster status", s))?
-        .into_inner();
+    api.cluster_status(v1::ClusterStatusRequest {}).await.map_err(|s| status_err("cluster status", s))?;
     let nodes = api.list_nodes(v1::ListRequest { stale: false }).await.map_err(|s| status_err("list nodes", s))?;
     if !nodes.get_ref().nodes.is_empty() {
         return Err(ReplayError::Usage(format!(
@@ -319,7 +315,6 @@ pub async fn run_cluster(
     let mut infeasible = 0;
     let mut gpu_ms = 0.0;
     let mut prev = Totals::read(&lock(&fleet).exec, &gpu_ids);
-    let mut epoch = status.plan_epoch;
     let slot_ms = scenario.planner.slot_s * 1000.0;
     let slots_per_window = (window_ms / slot_ms).round() as usize;
     // The executor numbers tenants in id order; the rate table follows the scenario's order.
@@ -360,8 +355,10 @@ pub async fn run_cluster(
         api.advance_clock(v1::AdvanceClockRequest { to_ms: t0.round() as u64 })
             .await
             .map_err(|s| status_err("advance the clock (is the cluster on --clock virtual?)", s))?;
-        let now_epoch = api.cluster_status(v1::ClusterStatusRequest {}).await.map_err(|s| status_err("status", s))?;
-        if now_epoch.get_ref().plan_epoch == epoch {
+        // The cluster plans by itself when the clock crosses one of its windows; otherwise (or when that round was
+        // infeasible) replay asks for the round. A linearizable read tells which: the last committed plan's time.
+        let last = api.get_plan(v1::ListRequest { stale: false }).await.map_err(|s| status_err("plan", s))?;
+        if last.get_ref().epoch == 0 || last.get_ref().made_at_ms != t0.round() as u64 {
             let r = api.trigger_plan(v1::TriggerPlanRequest {}).await.map_err(|s| status_err("plan", s))?;
             if r.get_ref().outcome == "infeasible" {
                 infeasible += 1;
@@ -369,12 +366,6 @@ pub async fn run_cluster(
         }
         let round_ms = round.elapsed().as_secs_f64() * 1000.0;
         plan_ms.push(round_ms);
-        epoch = api
-            .cluster_status(v1::ClusterStatusRequest {})
-            .await
-            .map_err(|s| status_err("status", s))?
-            .get_ref()
-            .plan_epoch;
 
         let mut f = lock(&fleet);
         if let Some(e) = f.reconfig_errors.first() {
