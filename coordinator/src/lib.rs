@@ -4,6 +4,17 @@
 //! hard state and snapshots in sled; a state machine that applies `tessera_core::fleet::Command`s; tonic services
 //! for tenants, fleet, plans and cluster membership; the leader-only planning loop that runs a `tessera-planner`
 //! policy each window and pushes epoch-numbered targets to agents; OpenTelemetry traces of every decision.
+//!
+//! ## Modules
+//! - [`node`]: the Raft node (one thread owns `RawNode`; proposals, read index, snapshots, membership).
+//! - [`storage`]: the durable log behind a trait: [`storage::SledStore`] and [`storage::MemStore`].
+//! - [`state`]: the replicated state machine ([`state::CoordState`]) and its operations.
+//! - [`transport`]: Raft messages between coordinators over tonic, with a test-only partition switch.
+//! - [`service`]: the gRPC services (API, agents, peers) and the one mapping of errors to `tonic::Status`.
+//! - [`planning`]: the leader's planning loop, forecasts, pushes and decision spans.
+//! - [`server`]: `coordinator serve`; [`client`]: the etcdctl-like client; [`config`]: the TOML file and flags.
+//! - [`telemetry`]: tracing with OTLP export; [`metrics`]: Prometheus `/metrics`; [`logging`]: raft-rs logs into
+//!   tracing.
 
 pub mod client;
 pub mod config;
