@@ -247,7 +247,7 @@ macro_rules! both {
             #[test]
             fn sled() {
                 let dir = tempfile::tempdir().unwrap();
-                super::$name(tessera_coordinator::storage::SledStore::open(dir.path()).unwrap());
+                super::$name(super::open_sled(dir.path()).unwrap());
             }
         }
     )*};
@@ -279,7 +279,7 @@ fn sled_reopen_restores_everything() {
     let cs = conf(vec![1, 2, 3], vec![]);
     let hs = HardState { term: 2, vote: 3, commit: 9, ..Default::default() };
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = open_sled(dir.path()).unwrap();
         s.set_conf_state(&cs).unwrap();
         s.append(&ents(1..=5, 1)).unwrap();
         s.append(&ents(6..=10, 2)).unwrap();
@@ -287,7 +287,7 @@ fn sled_reopen_restores_everything() {
         s.create_snapshot(8, cs.clone(), b"state@8".to_vec()).unwrap();
         s.compact(6).unwrap();
     }
-    let s = SledStore::open(dir.path()).unwrap();
+    let s = open_sled(dir.path()).unwrap();
     assert_eq!(bounds(&s), (6, 10));
     assert_eq!(s.entry_count(), 5);
     let state = s.initial_state().unwrap();
@@ -302,11 +302,11 @@ fn sled_reopen_restores_everything() {
 
     // After an installed snapshot.
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = open_sled(dir.path()).unwrap();
         s.apply_snapshot(&snapshot(50, 5, conf(vec![1, 2], vec![3]), b"state@50")).unwrap();
         s.append(&ents(51..=52, 5)).unwrap();
     }
-    let s = SledStore::open(dir.path()).unwrap();
+    let s = open_sled(dir.path()).unwrap();
     assert_eq!(bounds(&s), (51, 52));
     assert_eq!(s.term(50).unwrap(), 5);
     let state = s.initial_state().unwrap();
@@ -318,19 +318,19 @@ fn sled_reopen_restores_everything() {
 #[test]
 fn sled_second_open_is_locked() {
     let dir = tempfile::tempdir().unwrap();
-    let first = SledStore::open(dir.path()).unwrap();
+    let first = open_sled(dir.path()).unwrap();
     let err = SledStore::open(dir.path()).unwrap_err();
     assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
     assert!(err.to_string().contains("already open"), "{err}");
     drop(first);
-    SledStore::open(dir.path()).unwrap();
+    open_sled(dir.path()).unwrap();
 }
 
 #[test]
 fn sled_open_creates_the_directory() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a/b/raft");
-    let s = SledStore::open(&path).unwrap();
+    let s = open_sled(&path).unwrap();
     assert!(path.is_dir());
     assert_eq!(bounds(&s), (1, 0));
 }
@@ -350,7 +350,7 @@ fn expect_corrupt(result: Result<SledStore, StoreError>, needles: &[&str]) {
 fn sled_corrupt_entry_is_reported_on_read_and_open() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = open_sled(dir.path()).unwrap();
         s.append(&ents(1..=3, 1)).unwrap();
         let tree = s.db().open_tree("raft_entries").unwrap();
         tree.insert(2u64.to_be_bytes(), &[0xff_u8; 4]).unwrap();
@@ -361,44 +361,44 @@ fn sled_corrupt_entry_is_reported_on_read_and_open() {
         assert!(err.contains("raft_entries") && err.contains("key 2"), "{err}");
         assert_eq!(s.term(3).unwrap(), 1);
     }
-    expect_corrupt(SledStore::open(dir.path()), &["raft_entries", "key 2", "cannot decode"]);
+    expect_corrupt(open_sled(dir.path()), &["raft_entries", "key 2", "cannot decode"]);
 }
 
 #[test]
 fn sled_entry_under_the_wrong_key_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = open_sled(dir.path()).unwrap();
         s.append(&ents(1..=3, 1)).unwrap();
         let tree = s.db().open_tree("raft_entries").unwrap();
         tree.insert(3u64.to_be_bytes(), ent(2, 1).write_to_bytes().unwrap()).unwrap();
         s.db().flush().unwrap();
     }
-    expect_corrupt(SledStore::open(dir.path()), &["raft_entries", "key 3", "index 2"]);
+    expect_corrupt(open_sled(dir.path()), &["raft_entries", "key 3", "index 2"]);
 }
 
 #[test]
 fn sled_hole_in_log_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = open_sled(dir.path()).unwrap();
         s.append(&ents(1..=4, 1)).unwrap();
         s.db().open_tree("raft_entries").unwrap().remove(2u64.to_be_bytes()).unwrap();
         s.db().flush().unwrap();
     }
-    expect_corrupt(SledStore::open(dir.path()), &["raft_entries", "entries 2 to 2 are missing"]);
+    expect_corrupt(open_sled(dir.path()), &["raft_entries", "entries 2 to 2 are missing"]);
 }
 
 #[test]
 fn sled_corrupt_meta_names_the_key() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = open_sled(dir.path()).unwrap();
         s.set_hard_state(&HardState::default()).unwrap();
         s.db().open_tree("raft_meta").unwrap().insert("hard_state", &[0xff_u8; 3]).unwrap();
         s.db().flush().unwrap();
     }
-    expect_corrupt(SledStore::open(dir.path()), &["raft_meta", "hard_state"]);
+    expect_corrupt(open_sled(dir.path()), &["raft_meta", "hard_state"]);
 }
 
 #[test]
@@ -406,7 +406,7 @@ fn sled_log_older_than_snapshot_is_dropped_on_open() {
     // As if a snapshot's metadata had been written without its log being cleared: the stale log goes on open.
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = open_sled(dir.path()).unwrap();
         s.append(&ents(1..=5, 1)).unwrap();
         let meta = s.db().open_tree("raft_meta").unwrap();
         // Entry 4 has term 1: a different history.
@@ -415,7 +415,7 @@ fn sled_log_older_than_snapshot_is_dropped_on_open() {
         meta.insert("snapshot_data", b"x".to_vec()).unwrap();
         s.db().flush().unwrap();
     }
-    let s = SledStore::open(dir.path()).unwrap();
+    let s = open_sled(dir.path()).unwrap();
     assert_eq!(bounds(&s), (5, 4));
     assert_eq!(s.term(4).unwrap(), 3);
     assert_eq!(s.entry_count(), 0);
@@ -425,12 +425,12 @@ fn sled_log_older_than_snapshot_is_dropped_on_open() {
 fn sled_shares_its_db() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = open_sled(dir.path()).unwrap();
         s.db().open_tree("fleet").unwrap().insert("k", "v").unwrap();
         s.sync(false).unwrap();
         s.append(&ents(1..=2, 1)).unwrap();
     }
-    let s = SledStore::open(dir.path()).unwrap();
+    let s = open_sled(dir.path()).unwrap();
     assert_eq!(bounds(&s), (1, 2));
     assert_eq!(s.db().open_tree("fleet").unwrap().get("k").unwrap().unwrap(), b"v");
 }
@@ -441,16 +441,16 @@ fn sled_large_snapshot_round_trips() {
     let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = open_sled(dir.path()).unwrap();
         s.append(&ents(1..=3, 1)).unwrap();
         s.create_snapshot(2, conf(vec![1], vec![]), data.clone()).unwrap();
         s.compact(3).unwrap();
     }
-    let s = SledStore::open(dir.path()).unwrap();
+    let s = open_sled(dir.path()).unwrap();
     assert_eq!(s.latest_snapshot().unwrap().unwrap().get_data(), &data[..]);
     s.apply_snapshot(&snapshot(10, 2, conf(vec![1], vec![]), &data[..500_000])).unwrap();
     drop(s);
-    let s = SledStore::open(dir.path()).unwrap();
+    let s = open_sled(dir.path()).unwrap();
     assert_eq!(s.latest_snapshot().unwrap().unwrap().get_data(), &data[..500_000]);
     assert_eq!(bounds(&s), (11, 10));
 }
@@ -503,7 +503,7 @@ fn raft_node_runs_on_sled_across_restart() {
     let dir = tempfile::tempdir().unwrap();
     let snapshot_index;
     {
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = open_sled(dir.path()).unwrap();
         store.set_conf_state(&conf(vec![1], vec![])).unwrap();
         let mut node = RawNode::new(&config(0), store.clone(), &logger).unwrap();
         node.campaign().unwrap();
@@ -525,7 +525,7 @@ fn raft_node_runs_on_sled_across_restart() {
     }
 
     // Restart: restore the state machine from the snapshot, replay the committed entries after it.
-    let store = SledStore::open(dir.path()).unwrap();
+    let store = open_sled(dir.path()).unwrap();
     let snap = store.latest_snapshot().unwrap().unwrap();
     assert_eq!(snap.get_metadata().index, snapshot_index);
     let mut applied: Vec<String> =
@@ -555,7 +555,7 @@ fn sled_append_flush_cost() {
         e
     };
     let dir = tempfile::tempdir().unwrap();
-    let s = SledStore::open(dir.path()).unwrap();
+    let s = open_sled(dir.path()).unwrap();
     let t = Instant::now();
     for i in 1..=1000 {
         s.append(&[mk(i)]).unwrap();
@@ -584,4 +584,18 @@ fn sled_append_flush_cost() {
         batched / 10,
         hard
     );
+}
+
+/// Opens a sled store, waiting while an earlier handle in this process still holds the directory's lock: sled
+/// releases it from a background thread after the last handle is dropped.
+fn open_sled(path: &std::path::Path) -> Result<SledStore, tessera_coordinator::storage::StoreError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match SledStore::open(path) {
+            Err(tessera_coordinator::storage::StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
