@@ -12,7 +12,7 @@
 //! retry_interval = "200ms"         # optional
 //!
 //! [coordinator]                    # optional: without it the agent only serves its API
-//! address = "coordinator-1:7000"
+//! address = "coordinator-1:7000"   # or every node of the cluster: "c1:7000,c2:7000,c3:7000"
 //! heartbeat_interval = "2s"        # optional
 //! backoff_initial = "200ms"        # optional
 //! backoff_max = "10s"              # optional

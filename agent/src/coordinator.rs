@@ -23,7 +23,8 @@ use crate::service::node_state_to_wire;
 /// How the client talks to the coordinator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
-    /// The coordinator's address (`http://host:port`, or `host:port`).
+    /// The coordinator's address (`http://host:port`, or `host:port`), or a cluster's addresses comma-separated: on
+    /// a failure the agent moves on to the next.
     pub endpoint: String,
     /// The address the coordinator should use to reach this agent's service.
     pub advertise: String,
@@ -152,24 +153,36 @@ pub async fn run(
     stats: Arc<ClientStats>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let uri = if options.endpoint.contains("://") {
-        options.endpoint.clone()
-    } else {
-        format!("http://{}", options.endpoint)
-    };
-    let endpoint = match Endpoint::from_shared(uri) {
-        Ok(e) => e.connect_timeout(options.rpc_timeout).timeout(options.rpc_timeout),
-        Err(e) => {
-            tracing::error!("coordinator address `{}` is not a URI: {e}; not reporting", options.endpoint);
-            return;
+    // One address or several (a coordinator cluster, comma-separated): any node serves an agent, and a failing one
+    // makes the agent move on to the next.
+    let mut clients = Vec::new();
+    for address in options.endpoint.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let uri = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
+        match Endpoint::from_shared(uri) {
+            Ok(e) => clients.push((
+                address.to_string(),
+                CoordinatorClient::new(
+                    e.connect_timeout(options.rpc_timeout).timeout(options.rpc_timeout).connect_lazy(),
+                ),
+            )),
+            Err(e) => {
+                tracing::error!("coordinator address `{address}` is not a URI: {e}; not reporting");
+                return;
+            }
         }
-    };
-    let mut client = CoordinatorClient::new(endpoint.connect_lazy());
+    }
+    if clients.is_empty() {
+        tracing::error!("no coordinator address given; not reporting");
+        return;
+    }
+    let mut current = 0;
     let mut backoff = Backoff::new(options.backoff_initial, options.backoff_max);
     let mut interval = options.heartbeat_interval;
     let mut registered = false;
     loop {
-        let wait = match call(&mut client, &reconciler, &options, registered).await {
+        let (address, client) = &mut clients[current];
+        let address = address.clone();
+        let wait = match call(client, &reconciler, &options, registered).await {
             Ok(Step::Registered(asked)) => {
                 registered = true;
                 stats.registered.store(true, Ordering::SeqCst);
@@ -196,11 +209,12 @@ pub async fn run(
                 let delay = backoff.next_delay();
                 tracing::warn!(
                     node = %reconciler.node(),
-                    "coordinator {} unreachable or failing ({}: {}); keeping the current layout, retrying in {delay:?}",
-                    options.endpoint,
+                    "coordinator {address} unreachable or failing ({}: {}); keeping the current layout, retrying in \
+                     {delay:?}",
                     e.code(),
                     e.message()
                 );
+                current = (current + 1) % clients.len();
                 delay
             }
         };

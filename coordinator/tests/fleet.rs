@@ -115,8 +115,8 @@ async fn http_get(addr: &str, path: &str) -> String {
 async fn virtual_time_moves_the_agents_and_plans_at_window_boundaries_and_a_new_leader_resumes() {
     let mut c = Cluster::start(3, &["--clock", "virtual", "--plan-every", "60s"]);
     let leader = c.wait_leader(&[1, 2, 3], T).await;
-    let first = c.endpoints().split(',').next().unwrap().to_string();
-    let sim = start_sim(&first, 1, 2, tessera_sim::node::ClockKind::Virtual, "v").await;
+    // The node knows the whole cluster: when the node it talks to dies, it moves on to the next.
+    let sim = start_sim(&c.endpoints(), 1, 2, tessera_sim::node::ClockKind::Virtual, "v").await;
     let agent_addr = sim.addr(0);
     let mut agent = v1::agent_client::AgentClient::connect(format!("http://{agent_addr}")).await.unwrap();
     eventually(T, "the node to register", || async {
@@ -150,7 +150,6 @@ async fn virtual_time_moves_the_agents_and_plans_at_window_boundaries_and_a_new_
     let st = c.status(new_leader).await.unwrap();
     assert_eq!((st.workload_time_ms, st.plan_epoch), (61_000, 1));
     let r = c.client(new_leader).advance_clock(v1::AdvanceClockRequest { to_ms: 121_000 }).await;
-    // The agent heartbeats to the node that was killed if it was the first endpoint; the push still reaches it.
     r.unwrap();
     assert_eq!(c.status(new_leader).await.unwrap().plan_epoch, 2);
     let desired = eventually(T, "the agent to hold epoch 2", || async {
@@ -159,6 +158,12 @@ async fn virtual_time_moves_the_agents_and_plans_at_window_boundaries_and_a_new_
     })
     .await;
     assert_eq!(desired, 2);
+    // Its heartbeats reach a live coordinator, which records that it applied epoch 2.
+    eventually(T, "the new leader to record epoch 2 as applied", || async {
+        let r = c.client(new_leader).list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
+        r.nodes.iter().flat_map(|n| &n.gpus).all(|g| g.applied_epoch == 2).then_some(())
+    })
+    .await;
 
     sim.stop().await;
 }

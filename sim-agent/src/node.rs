@@ -414,7 +414,8 @@ pub struct RunArgs {
     /// Workload time: the wall clock, or virtual time moved by the AdvanceClock RPC.
     #[arg(long, value_enum, default_value_t = ClockKind::Wall)]
     pub clock: ClockKind,
-    /// The coordinator each node registers with and heartbeats to.
+    /// The coordinator each node registers with and heartbeats to (a cluster's addresses comma-separated: a node
+    /// moves on to the next when one fails).
     #[arg(long)]
     pub coordinator: Option<String>,
     /// Where each node keeps its agent state and simulated hardware (`DIR/node-<i>/`); a restart over the same
