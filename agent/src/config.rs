@@ -181,13 +181,7 @@ pub fn parse_agent_config(text: &str, file: &Path) -> Result<AgentConfig, Config
 
 /// Reads and parses an agent configuration file.
 pub fn load_agent_config(path: &Path) -> Result<AgentConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: path.to_path_buf(),
-        position: None,
-        field: None,
-        message: format!("cannot read: {e}"),
-    })?;
-    parse_agent_config(&text, path)
+    parse_agent_config(&tessera_core::config::read_config(path)?, path)
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use tessera_core::config::{ConfigError, FieldError, from_toml, parse_duration_ms};
+use tessera_core::config::{ConfigError, FieldError, from_toml, parse_duration_ms, read_config};
 
 use crate::node::RaftSettings;
 
@@ -206,12 +206,7 @@ impl CoordinatorConfig {
     pub fn load(file: Option<&Path>, over: &Overrides) -> Result<CoordinatorConfig, ConfigError> {
         let (raw, base, name) = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-                    file: path.to_path_buf(),
-                    position: None,
-                    field: None,
-                    message: format!("cannot read: {e}"),
-                })?;
+                let text = read_config(path)?;
                 let raw: RawConfig = from_toml(&text, path)?;
                 (raw, path.parent().map(Path::to_path_buf).unwrap_or_default(), path.to_path_buf())
             }

@@ -2,8 +2,8 @@
 //!
 //! Every family is named `tessera_coordinator_*`: gauges for the Raft state (`raft_term`, `raft_commit_index`,
 //! `raft_applied_index`, `raft_is_leader`, `raft_members`) and the fleet (`tenants`, `gpus`); counters
-//! `proposals_total`, `plan_rounds_total{outcome}`, `pushes_total{result}` and `reconfigurations_total`; histograms
-//! `plan_round_seconds` and `gpu_solve_seconds`. [`Metrics`] is `Send + Sync`: share it as `Arc<Metrics>` and update
+//! `proposals_total`, `plan_rounds_total{outcome}`, `pushes_total{result}` and `reconfigurations_total`; histogram
+//! `plan_round_seconds`. [`Metrics`] is `Send + Sync`: share it as `Arc<Metrics>` and update
 //! it from any task; [`serve`] exposes it at `GET /metrics`.
 
 use std::sync::Arc;
@@ -60,7 +60,6 @@ pub struct Metrics {
     pushes: Family<OneLabel, Counter>,
     reconfigurations: Counter,
     plan_round_seconds: Histogram,
-    gpu_solve_seconds: Histogram,
     tenants: Gauge,
     gpus: Gauge,
 }
@@ -86,7 +85,6 @@ impl Metrics {
             pushes: Family::default(),
             reconfigurations: Counter::default(),
             plan_round_seconds: Histogram::new(DURATION_BUCKETS),
-            gpu_solve_seconds: Histogram::new(DURATION_BUCKETS),
             tenants: Gauge::default(),
             gpus: Gauge::default(),
             registry: Registry::default(),
@@ -123,15 +121,9 @@ impl Metrics {
         );
         registry.register_with_unit(
             "plan_round",
-            "Wall time of one planning round",
+            "Wall time of one planning round (input, policy, commit and push)",
             Unit::Seconds,
             metrics.plan_round_seconds.clone(),
-        );
-        registry.register_with_unit(
-            "gpu_solve",
-            "Wall time of one per-GPU solve within a planning round",
-            Unit::Seconds,
-            metrics.gpu_solve_seconds.clone(),
         );
         // Known label values start at 0, so every series exists from the first scrape (and `rate()` sees it start).
         for outcome in [OUTCOME_PLANNED, OUTCOME_INFEASIBLE, OUTCOME_ERROR] {
@@ -159,11 +151,6 @@ impl Metrics {
     pub fn observe_round(&self, outcome: &str, secs: f64) {
         self.plan_rounds.get_or_create(&[("outcome", outcome.to_owned())]).inc();
         self.plan_round_seconds.observe(secs);
-    }
-
-    /// Records the duration of one per-GPU solve in `gpu_solve_seconds`.
-    pub fn observe_gpu_solve(&self, secs: f64) {
-        self.gpu_solve_seconds.observe(secs);
     }
 
     /// Counts one layout push with `result` (normally [`PUSH_OK`], [`OUTCOME_ERROR`] or [`PUSH_STALE`]).
@@ -231,7 +218,6 @@ mod tests {
         m.observe_round(OUTCOME_PLANNED, 0.25);
         m.observe_round(OUTCOME_PLANNED, 0.5);
         m.observe_round(OUTCOME_INFEASIBLE, 0.125);
-        m.observe_gpu_solve(0.002);
         m.push(PUSH_OK);
         m.push(PUSH_OK);
         m.push(PUSH_STALE);
@@ -258,9 +244,6 @@ mod tests {
             "tessera_coordinator_reconfigurations_total 5",
             "tessera_coordinator_plan_round_seconds_count 3",
             "tessera_coordinator_plan_round_seconds_sum 0.875",
-            "tessera_coordinator_gpu_solve_seconds_count 1",
-            "tessera_coordinator_gpu_solve_seconds_bucket{le=\"0.001\"} 0",
-            "tessera_coordinator_gpu_solve_seconds_bucket{le=\"+Inf\"} 1",
             "# UNIT tessera_coordinator_plan_round_seconds seconds",
             "tessera_coordinator_tenants 12",
             "tessera_coordinator_gpus 8",
@@ -292,9 +275,7 @@ mod tests {
         for family in ["proposals", "plan_rounds", "pushes", "reconfigurations"] {
             assert!(text.contains(&format!("# TYPE tessera_coordinator_{family} counter")), "{family} in:\n{text}");
         }
-        for family in ["plan_round_seconds", "gpu_solve_seconds"] {
-            assert!(text.contains(&format!("# TYPE tessera_coordinator_{family} histogram")), "{family} in:\n{text}");
-        }
+        assert!(text.contains("# TYPE tessera_coordinator_plan_round_seconds histogram"), "{text}");
     }
 
     async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {

@@ -128,7 +128,6 @@ enum Request {
     ReadIndex { reply: Reply<u64> },
     ConfChange { change: ConfChange, reply: Reply<u64> },
     Step(Vec<Message>),
-    Campaign,
 }
 
 struct Shared {
@@ -312,11 +311,6 @@ impl Node {
     /// Hands messages received from a peer to the node.
     pub fn step(&self, messages: Vec<Message>) -> Result<(), NodeError> {
         self.tx.send(Request::Step(messages)).map_err(|_| NodeError::Stopped)
-    }
-
-    /// Asks this node to start an election now (operators' leadership transfer to a chosen node).
-    pub fn campaign(&self) -> Result<(), NodeError> {
-        self.tx.send(Request::Campaign).map_err(|_| NodeError::Stopped)
     }
 
     /// The current status.
@@ -515,11 +509,6 @@ impl<S: RaftStore> Driver<S> {
                     if let Err(e) = self.raw.step(m) {
                         tracing::trace!(error = %e, "raft step refused a message");
                     }
-                }
-            }
-            Request::Campaign => {
-                if let Err(e) = self.raw.campaign() {
-                    tracing::warn!(error = %e, "campaign refused");
                 }
             }
         }

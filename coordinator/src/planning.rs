@@ -122,7 +122,6 @@ pub struct Planner {
     /// Per node: the epoch it acknowledged from this leader.
     acked: Mutex<HashMap<NodeId, u64>>,
     agents: Mutex<HashMap<String, AgentClient<Channel>>>,
-    started: Instant,
 }
 
 /// Workload time now on the wall clock.
@@ -145,7 +144,6 @@ impl Planner {
             decisions: Mutex::new(BTreeMap::new()),
             acked: Mutex::new(HashMap::new()),
             agents: Mutex::new(HashMap::new()),
-            started: Instant::now(),
         }))
     }
 
@@ -305,6 +303,7 @@ impl Planner {
     /// Runs one planning round on the leader: plan, commit, push.
     pub async fn round(self: &Arc<Self>, trigger: &'static str) -> Result<RoundResult, NodeError> {
         let _one_at_a_time = self.round.lock().await;
+        let started = Instant::now();
         if let Some(e) = self.node.not_leader() {
             return Err(e);
         }
@@ -335,12 +334,12 @@ impl Planner {
         match &result {
             Ok(r) => {
                 span.record("outcome", r.outcome.as_str());
-                self.metrics.observe_round(&r.outcome, r.solve_ms / 1000.0);
+                self.metrics.observe_round(&r.outcome, started.elapsed().as_secs_f64());
             }
             Err(e) => {
                 span.record("outcome", "error");
                 tracing::warn!(parent: &span, error = %e, "planning round failed");
-                self.metrics.observe_round("error", 0.0);
+                self.metrics.observe_round("error", started.elapsed().as_secs_f64());
             }
         }
         result
@@ -396,7 +395,6 @@ impl Planner {
                 .collect();
             let target = report.plan.gpus.get(&g.gpu);
             let candidates = outcome.map_or(0, |o| o.problem.profiles.len());
-            self.metrics.observe_gpu_solve(solve_ms / 1000.0 / stats.gpus.len().max(1) as f64);
             tracing::info_span!(
                 parent: span,
                 "gpu_solve",
@@ -633,11 +631,6 @@ impl Planner {
                 tracing::warn!(model = %name, error = %e, "could not load a model profile");
             }
         }
-    }
-
-    /// How long this planner has existed (for status pages).
-    pub fn uptime(&self) -> Duration {
-        self.started.elapsed()
     }
 }
 

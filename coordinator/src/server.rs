@@ -61,7 +61,7 @@ pub async fn serve_until(
         Arc::clone(&metrics),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    let services = Services::new(node.clone(), Arc::clone(&planner), config.allow_fault_injection);
+    let services = Services::new(node.clone(), Arc::clone(&planner));
     let raft = RaftService::new(node.clone(), config.allow_fault_injection);
 
     let mut metrics_addr = None;

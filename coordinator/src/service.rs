@@ -76,13 +76,12 @@ pub struct Services {
     node: Node,
     planner: Arc<Planner>,
     leader_channels: Arc<Mutex<std::collections::HashMap<String, Channel>>>,
-    fault_injection: bool,
 }
 
 impl Services {
     /// Services over a node and its planner.
-    pub fn new(node: Node, planner: Arc<Planner>, fault_injection: bool) -> Services {
-        Services { node, planner, leader_channels: Arc::default(), fault_injection }
+    pub fn new(node: Node, planner: Arc<Planner>) -> Services {
+        Services { node, planner, leader_channels: Arc::default() }
     }
 
     async fn read<R>(&self, stale: bool, f: impl FnOnce(&CoordState) -> R) -> Result<R, Status> {
@@ -583,12 +582,5 @@ impl v1::raft_server::Raft for RaftService {
         tracing::warn!(?peers, "fault injection: dropping messages to and from these peers");
         self.transport.set_blocked(peers);
         Ok(Response::new(v1::RaftAck {}))
-    }
-}
-
-impl Services {
-    /// Whether the partition hook is on.
-    pub fn fault_injection(&self) -> bool {
-        self.fault_injection
     }
 }

@@ -115,7 +115,8 @@ pub fn from_toml<'de, T: Deserialize<'de>>(text: &'de str, file: &Path) -> Resul
     })
 }
 
-fn read(path: &Path) -> Result<String, ConfigError> {
+/// Reads a configuration file; a failure is a [`ConfigError`] naming the file.
+pub fn read_config(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError::io(path, &e))
 }
 
@@ -334,7 +335,7 @@ pub fn parse_model_profile(text: &str, file: &Path) -> Result<ModelProfile, Conf
 
 /// Reads and parses a model profile file.
 pub fn load_model_profile(path: &Path) -> Result<ModelProfile, ConfigError> {
-    parse_model_profile(&read(path)?, path)
+    parse_model_profile(&read_config(path)?, path)
 }
 
 /// Reads every `*.toml` model profile in `dir`, by name. Two files with the same `name` are an error.
@@ -516,7 +517,7 @@ pub fn parse_tenants(text: &str, file: &Path) -> Result<Vec<TenantSpec>, ConfigE
 
 /// Reads and parses a tenants file.
 pub fn load_tenants(path: &Path) -> Result<Vec<TenantSpec>, ConfigError> {
-    parse_tenants(&read(path)?, path)
+    parse_tenants(&read_config(path)?, path)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -617,7 +618,7 @@ pub fn parse_fleet(text: &str, file: &Path) -> Result<FleetSpec, ConfigError> {
 
 /// Reads and parses a fleet file.
 pub fn load_fleet(path: &Path) -> Result<FleetSpec, ConfigError> {
-    parse_fleet(&read(path)?, path)
+    parse_fleet(&read_config(path)?, path)
 }
 
 #[cfg(test)]
