@@ -13,21 +13,29 @@
 //! profile as the state, finds the tenant's column of largest reduced cost under the master's dual prices. Columns
 //! whose own instances do not fit the GPU are never generated.
 //!
-//! **Bound**: at every round `LP + sum over tenants of max(0, best reduced cost)` is a valid upper bound
+//! **Master**: the first LP already holds a feasible plan (tenants by solo value take their best plan in the room
+//! the others leave), so its duals mean something from the first round. Per-profile count rows that compute,
+//! memory and instance rows already imply are left out (on every catalogued GPU, all of them), and the LP is
+//! re-solved by primal simplex, which restarts from the previous basis when columns are added. Each pricing adds
+//! the best column of each of a tenant's best few retraining choices, not just one.
+//!
+//! **Bound**: at every round `pi.b + sum over tenants of the best reduced cost` is a valid upper bound
 //! (Lagrangian); pricing is stabilised by Wentges smoothing (prices between the best-bound duals and the LP's,
-//! falling back to the LP's on a mis-price). Generation stops when the LP is within half the configured gap of the
-//! bound, when no column improves, or after [`MAX_ROUNDS`] rounds.
+//! weight [`SMOOTHING`], falling back to the LP's on a mis-price).
 //!
-//! **Plan**: a Lagrangian heuristic. Tenants, in order of their share of the root LP, each take their best column
-//! in the room the others left (the same dynamic programme with hard limits), pricing at the root's duals, at the
-//! best-bound duals and at zero; then every tenant in turn re-optimises against the others (coordinate ascent at
-//! true values) until nobody improves. The best of the three wins. Problems of at most [`COMPACT_LIMIT`]
-//! tenant-slots whose gap is still above the configured one go to the compact MILP ([`crate::ilp`]), which is
-//! exact there in milliseconds; the reported bound is the tighter of the two.
+//! **Plan**, built every [`PRIMAL_EVERY`] rounds from the LP's solution: rounding (each tenant keeps its heaviest
+//! LP column where it still fits) and an LP-guided greedy (each tenant's retraining choice is the one the LP
+//! weighs most, with a variant per split tenant), each followed by single-tenant ascent over the choices the LP
+//! uses. Generation stops as soon as a plan is within the configured gap of the bound, or when the LP is within
+//! half the gap of it, no column improves, or after [`MAX_ROUNDS`] rounds. If the gap is still open then, the
+//! Lagrangian greedy starts (at the LP's duals, the best-bound duals and zero) and any seeds join, and the best
+//! plan gets pair moves: two tenants re-plan their inference together by an exact dynamic programme over the
+//! pair's profiles, the move that lets one tenant shrink so that another grows. Problems of at most
+//! [`COMPACT_LIMIT`] tenant-slots whose gap is still above the configured one go to the compact MILP
+//! ([`crate::ilp`]), which is exact there in milliseconds; the reported bound is the tighter of the two.
 //!
-//! Measured (closing note of the planner issue, `cargo bench -p tessera-planner`): the bound is within about 1 %
-//! of the best known solution on the benchmark's GPUs, and the plan within 2 to 3 % of it; the price is that a
-//! seven-tenant, thirty-slot GPU takes a few hundred milliseconds, not the 50 ms the issue asks for.
+//! Measured figures are in the planner issue's closing note and the benchmark's output
+//! (`cargo bench -p tessera-planner`).
 //!
 //! HiGHS is called directly (not through good_lp) because column generation needs row duals and incremental
 //! columns, which good_lp does not expose.
@@ -51,13 +59,34 @@ struct Column {
     value: f64,
 }
 
-/// Row layout: per slot `K = 3 + profiles` usage rows then `K` room rows; then one convexity row per tenant.
+/// Row layout: per slot `K` usage rows then `K` room rows; then one convexity row per tenant. A block of `K` rows
+/// is compute slices, memory slices, instances, then one row per profile whose maximum count the first three do
+/// not already imply (on the catalogued GPUs, none: the master LP has a third of the rows it would otherwise).
 struct RowIndex {
     k: usize,
     slots: usize,
+    /// Offset of profile `p`'s own row within a block, where it has one.
+    own: Vec<Option<usize>>,
 }
 
 impl RowIndex {
+    fn new(pb: &GpuProblem) -> RowIndex {
+        let mut k = 3;
+        let own = (0..pb.profiles.len())
+            .map(|p| {
+                let beyond = u32::from(pb.max_count(p)) + 1;
+                let implied = u32::from(pb.compute_slices(p)) * beyond > 7
+                    || u32::from(pb.memory_slices(p)) * beyond > 8
+                    || beyond > 7;
+                (!implied).then(|| {
+                    k += 1;
+                    k - 1
+                })
+            })
+            .collect();
+        RowIndex { k, slots: pb.slots, own }
+    }
+
     fn usage(&self, t: usize) -> usize {
         t * 2 * self.k
     }
@@ -70,19 +99,21 @@ impl RowIndex {
 }
 
 /// Adds `profile`'s use of a block of `K` rows starting at `base` to `out`.
-fn block(pb: &GpuProblem, base: usize, p: usize, out: &mut Vec<(usize, f64)>) {
+fn block(pb: &GpuProblem, l: &RowIndex, base: usize, p: usize, out: &mut Vec<(usize, f64)>) {
     out.push((base, f64::from(pb.compute_slices(p))));
     out.push((base + 1, f64::from(pb.memory_slices(p))));
     out.push((base + 2, 1.0));
-    out.push((base + 3 + p, 1.0));
+    if let Some(own) = l.own[p] {
+        out.push((base + own, 1.0));
+    }
 }
 
 /// Price of one instance of `p` in the block at `base`.
-fn price(pb: &GpuProblem, y: &[f64], base: usize, p: usize) -> f64 {
+fn price(pb: &GpuProblem, l: &RowIndex, y: &[f64], base: usize, p: usize) -> f64 {
     y[base] * f64::from(pb.compute_slices(p))
         + y[base + 1] * f64::from(pb.memory_slices(p))
         + y[base + 2]
-        + y[base + 3 + p]
+        + l.own[p].map_or(0.0, |own| y[base + own])
 }
 
 impl Column {
@@ -95,15 +126,15 @@ impl Column {
         let mut out = Vec::new();
         for t in 0..pb.slots {
             for p in self.held(t) {
-                block(pb, l.usage(t), p, &mut out);
+                block(pb, l, l.usage(t), p, &mut out);
                 if t + 1 < pb.slots {
-                    block(pb, l.room(t + 1), p, &mut out);
+                    block(pb, l, l.room(t + 1), p, &mut out);
                 }
             }
             if self.pre[t]
                 && let Some(p) = self.inference[t]
             {
-                block(pb, l.room(t), p, &mut out);
+                block(pb, l, l.room(t), p, &mut out);
             }
         }
         out.push((l.convex(self.tenant), 1.0));
@@ -199,6 +230,10 @@ impl Pricer {
         // No retraining first: its dynamic programme is the shared prefix of every option's (before the option
         // starts, a tenant's slots look the same).
         let mut choices: Vec<Option<RetrainOption>> = if forced { Vec::new() } else { vec![None] };
+        // Latest start first: an option's run overwrites the programme's rows from its start on, so every later
+        // (earlier-starting) option still finds the no-retraining rows before its own start intact.
+        let mut options = options;
+        options.sort_by(|a, b| b.start.cmp(&a.start).then(a.profile.cmp(&b.profile)));
         choices.extend(options.into_iter().map(Some));
         let current = t_.current_inference.and_then(|pl| pb.profile_index(pl.profile));
         Pricer { tenant: i, usable, value, fit, np, choices, current }
@@ -211,7 +246,7 @@ impl Pricer {
 
     /// Whether instances of `items` (profile indices, `np` = none) fit the remaining room of the row block at
     /// `base`.
-    fn room_for(&self, pb: &GpuProblem, rem: &[f64], base: usize, items: [usize; 3]) -> bool {
+    fn room_for(&self, pb: &GpuProblem, l: &RowIndex, rem: &[f64], base: usize, items: [usize; 3]) -> bool {
         let (mut compute, mut memory, mut count) = (0.0, 0.0, 0.0);
         let mut per = [0.0f64; 8];
         for p in items {
@@ -226,7 +261,26 @@ impl Pricer {
         compute <= rem[base] + eps
             && memory <= rem[base + 1] + eps
             && count <= rem[base + 2] + eps
-            && items.iter().all(|p| *p >= self.np || per[*p] <= rem[base + 3 + *p] + eps)
+            && items.iter().all(|p| *p >= self.np || l.own[*p].is_none_or(|own| per[*p] <= rem[base + own] + eps))
+    }
+
+    /// Whether instances of `items` (profile indices, `np` = none) fit `rem` in the row block at `base`.
+    fn room_for_all(&self, pb: &GpuProblem, l: &RowIndex, rem: &[f64], base: usize, items: &[usize]) -> bool {
+        let (mut compute, mut memory, mut count) = (0.0, 0.0, 0.0);
+        let mut per = [0.0f64; 8];
+        for &p in items {
+            if p < self.np {
+                compute += f64::from(pb.compute_slices(p));
+                memory += f64::from(pb.memory_slices(p));
+                count += 1.0;
+                per[p] += 1.0;
+            }
+        }
+        let eps = 1e-9;
+        compute <= rem[base] + eps
+            && memory <= rem[base + 1] + eps
+            && count <= rem[base + 2] + eps
+            && items.iter().all(|p| *p >= self.np || l.own[*p].is_none_or(|own| per[*p] <= rem[base + own] + eps))
     }
 
     /// The best column under capacity duals `y` (convexity duals excluded) and its value `c - y.a`. With `rem`
@@ -236,6 +290,31 @@ impl Pricer {
     }
 
     fn price_within(&self, pb: &GpuProblem, l: &RowIndex, y: &[f64], rem: Option<&[f64]>) -> Option<(Column, f64)> {
+        self.price_top(pb, l, y, rem, 1).into_iter().next()
+    }
+
+    /// The `keep` best columns (each the best of its retraining choice) and their values `c - y.a`, best first.
+    fn price_top(
+        &self,
+        pb: &GpuProblem,
+        l: &RowIndex,
+        y: &[f64],
+        rem: Option<&[f64]>,
+        keep: usize,
+    ) -> Vec<(Column, f64)> {
+        self.price_choices(pb, l, y, rem, keep, &self.choices)
+    }
+
+    /// [`Pricer::price_top`] over the given retraining choices only.
+    fn price_choices(
+        &self,
+        pb: &GpuProblem,
+        l: &RowIndex,
+        y: &[f64],
+        rem: Option<&[f64]>,
+        keep: usize,
+        choices: &[Option<RetrainOption>],
+    ) -> Vec<(Column, f64)> {
         let np = self.np;
         let none = np;
         // hold[t][p]: usage rows at t and room rows at t+1; room[t][p]: room rows at t.
@@ -243,24 +322,24 @@ impl Pricer {
             .map(|t| {
                 (0..np)
                     .map(|p| {
-                        price(pb, y, l.usage(t), p)
-                            + if t + 1 < pb.slots { price(pb, y, l.room(t + 1), p) } else { 0.0 }
+                        price(pb, l, y, l.usage(t), p)
+                            + if t + 1 < pb.slots { price(pb, l, y, l.room(t + 1), p) } else { 0.0 }
                     })
                     .collect()
             })
             .collect();
         let room: Vec<Vec<f64>> =
-            (0..pb.slots).map(|t| (0..np).map(|p| price(pb, y, l.room(t), p)).collect()).collect();
+            (0..pb.slots).map(|t| (0..np).map(|p| price(pb, l, y, l.room(t), p)).collect()).collect();
         let states = self.usable.len() + 1;
         let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
-        let mut best: Option<(f64, Column)> = None;
+        let mut best: Vec<(f64, Column)> = Vec::with_capacity(keep + 1);
         let mut value = vec![vec![f64::NEG_INFINITY; states]; pb.slots];
         let mut from = vec![vec![(0usize, false); states]; pb.slots];
-        for o in &self.choices {
+        for o in choices {
             let rt_cost: f64 = o.map_or(0.0, |o| (o.start..o.end.min(pb.slots)).map(|t| hold[t][o.profile]).sum());
             let rt_at = |t: usize| o.filter(|o| o.active(t)).map_or(none, |o| o.profile);
             // Rows before the option starts are those of the no-retraining run, still in place.
-            let first = if self.choices.first() == Some(&None) { o.map_or(0, |o| o.start) } else { 0 };
+            let first = if choices.first() == Some(&None) { o.map_or(0, |o| o.start) } else { 0 };
             for t in first..pb.slots {
                 let regime = usize::from(o.is_some_and(|o| o.end <= t));
                 let rt_now = rt_at(t);
@@ -272,7 +351,7 @@ impl Pricer {
                         continue;
                     }
                     if let Some(rem) = rem
-                        && !self.room_for(pb, rem, l.usage(t), [p, rt_now, none])
+                        && !self.room_for(pb, l, rem, l.usage(t), [p, rt_now, none])
                     {
                         continue;
                     }
@@ -291,7 +370,7 @@ impl Pricer {
                         let held_before = if t == 0 { none } else { prev_p };
                         if let Some(rem) = rem
                             && t > 0
-                            && !self.room_for(pb, rem, l.room(t), [held_before, rt_prev, none])
+                            && !self.room_for(pb, l, rem, l.room(t), [held_before, rt_prev, none])
                         {
                             continue;
                         }
@@ -305,8 +384,9 @@ impl Pricer {
                                 let cold = row[2];
                                 let warm = row[1] - room[t][p];
                                 let can_pre = (t == 0 || self.fits(prev_p, rt_prev, p))
-                                    && rem
-                                        .is_none_or(|rem| self.room_for(pb, rem, l.room(t), [held_before, rt_prev, p]));
+                                    && rem.is_none_or(|rem| {
+                                        self.room_for(pb, l, rem, l.room(t), [held_before, rt_prev, p])
+                                    });
                                 if can_pre && warm > cold {
                                     (warm - hold[t][p], true)
                                 } else {
@@ -332,7 +412,7 @@ impl Pricer {
                 continue;
             };
             let reduced = total - rt_cost;
-            if best.as_ref().is_some_and(|(b, _)| *b >= reduced - 1e-12) {
+            if best.len() >= keep && best.last().is_some_and(|(b, _)| *b >= reduced - 1e-12) {
                 continue;
             }
             let mut inference = vec![None; pb.slots];
@@ -347,10 +427,133 @@ impl Pricer {
             }
             let mut col = Column { tenant: self.tenant, inference, pre, retrain: *o, value: 0.0 };
             col.value = column_value(pb, &col);
-            best = Some((reduced, col));
+            let at = best.partition_point(|(b, _)| *b >= reduced);
+            best.insert(at, (reduced, col));
+            best.truncate(keep);
         }
-        best.map(|(reduced, col)| (col, reduced))
+        best.into_iter().map(|(reduced, col)| (col, reduced)).collect()
     }
+}
+
+/// Tenants `a` and `b` re-plan their inference together (exact dynamic programme over the pair's profiles), their
+/// retraining options fixed as in `ca` and `cb`, in the room `rem` the other tenants leave. The move single-tenant
+/// ascent cannot make: one tenant shrinks so that the other grows. Returns the pair's best columns.
+fn pair_best(
+    pb: &GpuProblem,
+    l: &RowIndex,
+    pa: &Pricer,
+    pbr: &Pricer,
+    ca: &Column,
+    cb: &Column,
+    rem: &[f64],
+) -> Option<(Column, Column)> {
+    let none = pa.np;
+    let (na, nb) = (pa.usable.len() + 1, pbr.usable.len() + 1);
+    let prof = |pr: &Pricer, s: usize| if s == 0 { none } else { pr.usable[s - 1] };
+    let rt = |c: &Column, t: usize| c.retrain.filter(|o| o.active(t)).map_or(none, |o| o.profile);
+    let regime = |c: &Column, t: usize| usize::from(c.retrain.is_some_and(|o| o.end <= t));
+    let states = na * nb;
+    let mut value = vec![f64::NEG_INFINITY; pb.slots * states];
+    let mut from = vec![(0usize, false, false); pb.slots * states];
+    // Gain of one tenant entering profile state `s` from profile `prev`, with or without pre-initialisation.
+    let gain = |pr: &Pricer, reg: usize, t: usize, s: usize, prev: usize, pre: bool| -> f64 {
+        if s == 0 {
+            return 0.0;
+        }
+        let row = &pr.value[reg][t][s - 1];
+        if prev == pr.usable[s - 1] {
+            row[0]
+        } else if pre {
+            row[1]
+        } else {
+            row[2]
+        }
+    };
+    for t in 0..pb.slots {
+        let (ra, rb) = (rt(ca, t), rt(cb, t));
+        let (ra_prev, rb_prev) = if t > 0 { (rt(ca, t - 1), rt(cb, t - 1)) } else { (none, none) };
+        let (ga, gb) = (regime(ca, t), regime(cb, t));
+        for sa in 0..na {
+            for sb in 0..nb {
+                let (xa, xb) = (prof(pa, sa), prof(pbr, sb));
+                if !pa.room_for_all(pb, l, rem, l.usage(t), &[xa, ra, xb, rb]) {
+                    continue;
+                }
+                let here = t * states + sa * nb + sb;
+                let prev_states: Vec<usize> = if t == 0 { vec![usize::MAX] } else { (0..states).collect() };
+                for ps in prev_states {
+                    let (base, prev_a, prev_b) = if t == 0 {
+                        (0.0, pa.current.unwrap_or(none), pbr.current.unwrap_or(none))
+                    } else {
+                        let v = value[(t - 1) * states + ps];
+                        if v == f64::NEG_INFINITY {
+                            continue;
+                        }
+                        (v, prof(pa, ps / nb), prof(pbr, ps % nb))
+                    };
+                    let (held_a, held_b) = if t == 0 { (none, none) } else { (prev_a, prev_b) };
+                    if t > 0 && !pa.room_for_all(pb, l, rem, l.room(t), &[held_a, ra_prev, held_b, rb_prev]) {
+                        continue;
+                    }
+                    let new_a = xa != none && xa != prev_a;
+                    let new_b = xb != none && xb != prev_b;
+                    for (pre_a, pre_b) in [(false, false), (true, false), (false, true), (true, true)] {
+                        if (pre_a && !new_a) || (pre_b && !new_b) {
+                            continue;
+                        }
+                        if pre_a || pre_b {
+                            let items = [
+                                held_a,
+                                ra_prev,
+                                held_b,
+                                rb_prev,
+                                if pre_a { xa } else { none },
+                                if pre_b { xb } else { none },
+                            ];
+                            if !pa.room_for_all(pb, l, rem, l.room(t), &items) {
+                                continue;
+                            }
+                        }
+                        let v = base + gain(pa, ga, t, sa, prev_a, pre_a) + gain(pbr, gb, t, sb, prev_b, pre_b);
+                        if v > value[here] + 1e-12 {
+                            value[here] = v;
+                            from[here] = (ps, pre_a, pre_b);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let last = (pb.slots - 1) * states;
+    let (mut s, best) = (0..states)
+        .map(|s| (s, value[last + s]))
+        .filter(|(_, v)| *v > f64::NEG_INFINITY)
+        .max_by(|x, y| x.1.total_cmp(&y.1).then(y.0.cmp(&x.0)))?;
+    let _ = best;
+    let mut a = Column { inference: vec![None; pb.slots], pre: vec![false; pb.slots], value: 0.0, ..ca.clone() };
+    let mut b = Column { inference: vec![None; pb.slots], pre: vec![false; pb.slots], value: 0.0, ..cb.clone() };
+    for t in (0..pb.slots).rev() {
+        let (sa, sb) = (s / nb, s % nb);
+        a.inference[t] = (sa > 0).then(|| pa.usable[sa - 1]);
+        b.inference[t] = (sb > 0).then(|| pbr.usable[sb - 1]);
+        let (ps, pre_a, pre_b) = from[t * states + s];
+        a.pre[t] = pre_a;
+        b.pre[t] = pre_b;
+        s = ps;
+    }
+    a.value = column_value(pb, &a);
+    b.value = column_value(pb, &b);
+    Some((a, b))
+}
+
+/// Orders retraining choices as the pricing programme needs them: no retraining first, then latest start first.
+fn sort_choices(choices: &mut [Option<RetrainOption>]) {
+    choices.sort_by(|a, b| match (a, b) {
+        (None, None) => std::cmp::Ordering::Equal,
+        (None, Some(_)) => std::cmp::Ordering::Less,
+        (Some(_), None) => std::cmp::Ordering::Greater,
+        (Some(a), Some(b)) => b.start.cmp(&a.start).then(a.profile.cmp(&b.profile)).then(a.end.cmp(&b.end)),
+    });
 }
 
 fn row_limits(pb: &GpuProblem, l: &RowIndex, base: &Usage) -> Vec<f64> {
@@ -366,7 +569,9 @@ fn row_limits(pb: &GpuProblem, l: &RowIndex, base: &Usage) -> Vec<f64> {
             limits.push(8.0 - f64::from(used.memory));
             limits.push(7.0 - f64::from(used.instances));
             for p in 0..pb.profiles.len() {
-                limits.push(f64::from(pb.max_count(p)) - f64::from(used.counts[p]));
+                if l.own[p].is_some() {
+                    limits.push(f64::from(pb.max_count(p)) - f64::from(used.counts[p]));
+                }
             }
         }
     }
@@ -380,11 +585,24 @@ fn quiet(model: &mut Model, config: &SolverConfig, time_s: f64) {
     model.set_option("time_limit", time_s.max(0.001));
     model.set_option("mip_rel_gap", config.mip_rel_gap.max(0.0));
     model.set_option("mip_max_nodes", i32::try_from(config.max_nodes).unwrap_or(i32::MAX));
+    // Primal simplex: adding columns keeps the previous basis primal feasible, so each round re-starts from it
+    // (measured: about 30 % less LP time per round than HiGHS's default dual simplex, and fewer rounds).
+    model.set_option("simplex_strategy", 4);
 }
 
 /// Column-generation rounds at the root: enough for the bound to settle on the benchmark's GPUs (measured), and a
 /// cap on time where it tails off.
 pub const MAX_ROUNDS: usize = 40;
+
+/// Wentges smoothing weight on the best-bound duals (measured on the benchmark's GPUs: 0.8 converges in about
+/// half the rounds of 0.5).
+const SMOOTHING: f64 = 0.8;
+
+/// Rounds between LP-guided plans during column generation (each may prove the gap and end generation early).
+const PRIMAL_EVERY: usize = 5;
+
+/// Columns a tenant's pricing may add per round: the best of each of its best retraining choices.
+const COLUMNS_PER_PRICING: usize = 4;
 
 /// Problems with at most this many tenant-slots also go to the compact MILP when the heuristics leave a gap: there
 /// HiGHS proves optimality in milliseconds; beyond it the compact MILP is slower than its time limit is useful.
@@ -400,7 +618,7 @@ pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<Solved, SolveErro
 /// search: the result is never worse, on the count-level objective, than the best seed improved by ascent.
 pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) -> Result<Solved, SolveError> {
     let n = pb.tenants.len();
-    let l = RowIndex { k: 3 + pb.profiles.len(), slots: pb.slots };
+    let l = RowIndex::new(pb);
     let limits = row_limits(pb, &l, &pb.current_usage());
     let pricers: Vec<Pricer> = (0..n).map(|i| Pricer::new(pb, i)).collect();
     let build_rows = |problem: &mut ColProblem| -> Vec<Row> {
@@ -435,103 +653,8 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
             columns.push(col);
         }
     }
-    let mut model = problem.optimise(Sense::Maximise);
-    quiet(&mut model, config, config.time_limit_s);
-    // The forced columns alone may clash; a big-penalty slack per convexity row keeps the master feasible.
-    for i in 0..n {
-        model.add_col(-1e9, 0.0.., [(rows[l.convex(i)], 1.0)]);
-    }
-    let mut cols: Vec<Col> = columns.iter().map(|c| add(&mut model, c)).collect();
     let ncap = l.convex(0);
     let b: Vec<f64> = limits.iter().map(|v| v.max(0.0)).collect();
-    let target = (config.mip_rel_gap * 0.5).max(1e-6);
-
-    // Column generation over the tenants in `open`; returns the LP value and the column values. Updates `bound`
-    // only while nothing is fixed (`root`).
-    let mut bound = solo_bound;
-    let mut center: Option<Vec<f64>> = None;
-    let mut generate = |model: &mut Model,
-                        columns: &mut Vec<Column>,
-                        cols: &mut Vec<Col>,
-                        open: &[bool],
-                        root: bool,
-                        bound: &mut f64|
-     -> Result<(f64, Vec<f64>, Vec<f64>), SolveError> {
-        let mut rounds = 0;
-        let mut last: Option<(f64, Vec<f64>, Vec<f64>)> = None;
-        loop {
-            rounds += 1;
-            let solved = std::mem::replace(model, ColProblem::new().optimise(Sense::Maximise))
-                .try_solve()
-                .map_err(|e| SolveError(format!("HiGHS master LP: {e:?}")))?;
-            if solved.status() != HighsModelStatus::Optimal {
-                // HiGHS's time limit counts across the warm-started rounds: stop at the last complete round.
-                if let Some(last) = last.take() {
-                    *model = Model::from(solved);
-                    return Ok(last);
-                }
-                return Err(SolveError(format!("HiGHS master LP ended with {:?}", solved.status())));
-            }
-            let lp = solved.objective_value();
-            let solution = solved.get_solution();
-            let y_lp = solution.dual_rows().to_vec();
-            let x: Vec<f64> = solution.columns()[n..].to_vec();
-            *model = Model::from(solved);
-            let duals: Vec<f64> = y_lp[..ncap].iter().map(|v| v.max(0.0)).chain(std::iter::repeat_n(0.0, n)).collect();
-            let pi_lp: Vec<f64> = y_lp[..ncap].iter().map(|v| v.max(0.0)).collect();
-            let mut added = 0;
-            // Wentges smoothing at the root: price between the best-bound duals and the LP's; on a mis-price,
-            // price at the LP's duals, which is exact.
-            for alpha in [0.5, 0.0] {
-                let pi: Vec<f64> = match &center {
-                    Some(c) if alpha > 0.0 && root => {
-                        c.iter().zip(&pi_lp).map(|(c, p)| alpha * c + (1.0 - alpha) * p).collect()
-                    }
-                    _ if alpha > 0.0 => continue,
-                    _ => pi_lp.clone(),
-                };
-                let mut y = pi.clone();
-                y.extend(std::iter::repeat_n(0.0, n));
-                let mut lagrangian: f64 = pi.iter().zip(&b).map(|(p, b)| p * b).sum();
-                for i in 0..n {
-                    if !open[i] {
-                        continue;
-                    }
-                    let (col, best) = pricers[i].price(pb, &l, &y);
-                    lagrangian += best;
-                    let rc_lp = col.value
-                        - col
-                            .rows(pb, &l)
-                            .iter()
-                            .map(|(r, v)| if *r < ncap { pi_lp[*r] * v } else { y_lp[*r] * v })
-                            .sum::<f64>();
-                    if rc_lp > 1e-7 * (1.0 + col.value.abs()) && !columns.contains(&col) {
-                        cols.push(add(model, &col));
-                        columns.push(col);
-                        added += 1;
-                    }
-                }
-                if root && lagrangian < *bound {
-                    *bound = lagrangian;
-                    center = Some(pi);
-                }
-                if added > 0 {
-                    break;
-                }
-            }
-            let close = root && relative_gap(lp, *bound) <= target;
-            if added == 0 || close || rounds >= MAX_ROUNDS {
-                return Ok((lp, x, duals));
-            }
-            last = Some((lp, x, duals));
-        }
-    };
-
-    let open = vec![true; n];
-    let (lp_root, x_root, duals) = generate(&mut model, &mut columns, &mut cols, &open, true, &mut bound)?;
-    bound = bound.max(lp_root);
-    // Local search: each tenant in turn takes its best column in the room the others leave (exact DP), until
-    // no tenant improves. Run from the dive and from a greedy start (tenants by their share of the root LP).
     let room_left = |chosen: &[Option<Column>], skip: usize| -> Vec<f64> {
         let mut rem = b.clone();
         for (j, c) in chosen.iter().enumerate() {
@@ -546,12 +669,73 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         }
         rem
     };
-    let ascend = |chosen: &mut Vec<Option<Column>>| {
+    // A feasible plan's columns in the first master, so that its LP starts from a plan rather than from nothing:
+    // tenants in order of their solo value take their best plan in the room the others leave.
+    let mut solo_order: Vec<(usize, f64)> =
+        columns.iter().filter(|c| c.inference.iter().any(Option::is_some)).map(|c| (c.tenant, c.value)).collect();
+    solo_order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut first_plan: Vec<Option<Column>> = vec![None; n];
+    for &(i, _) in &solo_order {
+        let rem = room_left(&first_plan, i);
+        first_plan[i] = pricers[i].price_within(pb, &l, &zero, Some(&rem)).map(|(c, _)| c);
+    }
+    for c in first_plan.iter().flatten() {
+        if !columns.contains(c) {
+            columns.push(c.clone());
+        }
+    }
+    let mut model = problem.optimise(Sense::Maximise);
+    quiet(&mut model, config, config.time_limit_s);
+    // The forced columns alone may clash; a big-penalty slack per convexity row keeps the master feasible.
+    for i in 0..n {
+        model.add_col(-1e9, 0.0.., [(rows[l.convex(i)], 1.0)]);
+    }
+    let mut cols: Vec<Col> = columns.iter().map(|c| add(&mut model, c)).collect();
+    let target = (config.mip_rel_gap * 0.5).max(1e-6);
+
+    let pair_ascend = |chosen: &mut Vec<Option<Column>>| -> bool {
+        let mut improved = false;
+        for a in 0..n {
+            for bt in a + 1..n {
+                let (Some(ca), Some(cb)) = (chosen[a].clone(), chosen[bt].clone()) else { continue };
+                let mut rem = room_left(chosen, a);
+                for (r, v) in cb.rows(pb, &l) {
+                    if r < ncap {
+                        rem[r] += v;
+                    }
+                }
+                if let Some((na, nb)) = pair_best(pb, &l, &pricers[a], &pricers[bt], &ca, &cb, &rem)
+                    && na.value + nb.value > ca.value + cb.value + 1e-9 * (1.0 + (ca.value + cb.value).abs())
+                {
+                    chosen[a] = Some(na);
+                    chosen[bt] = Some(nb);
+                    improved = true;
+                }
+            }
+        }
+        improved
+    };
+    // Single-tenant ascent: each tenant in turn takes its best column in the room the others leave (exact DP),
+    // over the retraining choices `cands` (all of them where `None`), until no tenant improves.
+    let ascend = |chosen: &mut Vec<Option<Column>>, cands: Option<&[Vec<Option<RetrainOption>>]>| {
         for _pass in 0..8 {
             let mut improved = false;
             for i in 0..n {
                 let rem = room_left(chosen, i);
-                if let Some((col, _)) = pricers[i].price_within(pb, &l, &zero, Some(&rem)) {
+                let best = match cands {
+                    Some(c) => {
+                        let mut mine = c[i].clone();
+                        if let Some(cur) = &chosen[i]
+                            && !mine.contains(&cur.retrain)
+                        {
+                            mine.push(cur.retrain);
+                        }
+                        sort_choices(&mut mine);
+                        pricers[i].price_choices(pb, &l, &zero, Some(&rem), 1, &mine).into_iter().next()
+                    }
+                    None => pricers[i].price_within(pb, &l, &zero, Some(&rem)),
+                };
+                if let Some((col, _)) = best {
                     let now = chosen[i].as_ref().map_or(f64::NEG_INFINITY, |c| c.value);
                     if col.value > now + 1e-9 * (1.0 + now.abs()) {
                         chosen[i] = Some(col);
@@ -564,44 +748,6 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
             }
         }
     };
-    let mut share = vec![0.0; n];
-    for (c, xv) in columns.iter().zip(&x_root) {
-        share[c.tenant] += xv * c.value;
-    }
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|a, b| share[*b].total_cmp(&share[*a]).then(a.cmp(b)));
-    // Greedy at the root's prices (a Lagrangian heuristic: each tenant pays for what it takes), at the best-bound
-    // prices, and at zero prices; each followed by ascent at true values.
-    let mut starts: Vec<Vec<Option<Column>>> = Vec::new();
-    let center_duals: Option<Vec<f64>> =
-        center.as_ref().map(|c| c.iter().copied().chain(std::iter::repeat_n(0.0, n)).collect());
-    for prices in [Some(&duals), center_duals.as_ref(), Some(&zero)].into_iter().flatten() {
-        let mut greedy: Vec<Option<Column>> = vec![None; n];
-        for &i in &order {
-            let rem = room_left(&greedy, i);
-            greedy[i] = pricers[i].price_within(pb, &l, prices, Some(&rem)).map(|(c, _)| c);
-        }
-        ascend(&mut greedy);
-        starts.push(greedy);
-    }
-    // Seeds: each tenant's row of a feasible schedule is a column (cold starts, which the rows always admit).
-    for seed in seeds.iter().filter(|s| s.feasible(pb) && s.inference.len() == pb.slots) {
-        let mut chosen: Vec<Option<Column>> = (0..n)
-            .map(|i| {
-                let mut c = Column {
-                    tenant: i,
-                    inference: (0..pb.slots).map(|t| seed.inference[t][i]).collect(),
-                    pre: vec![false; pb.slots],
-                    retrain: seed.retrain[i],
-                    value: 0.0,
-                };
-                c.value = column_value(pb, &c);
-                Some(c)
-            })
-            .collect();
-        ascend(&mut chosen);
-        starts.push(chosen);
-    }
     let to_schedule = |chosen: &[Option<Column>]| -> Option<Schedule> {
         let mut schedule = Schedule::empty(pb.slots, n);
         for (i, c) in chosen.iter().enumerate() {
@@ -613,11 +759,229 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         }
         Some(schedule)
     };
-    let picked = starts
-        .iter()
-        .filter_map(|s| to_schedule(s))
-        .filter(|s| s.feasible(pb))
-        .max_by(|a, b| a.objective(pb).total_cmp(&b.objective(pb)));
+    let value_of = |chosen: &[Option<Column>]| -> f64 {
+        to_schedule(chosen).filter(|s| s.feasible(pb)).map_or(f64::NEG_INFINITY, |s| s.objective(pb))
+    };
+    // LP-guided plans: each tenant's retraining choices weighted by the LP's solution `x`; the greedy gives each
+    // tenant (by LP share) its best column with its heaviest choice, in the room the others leave, then ascends
+    // over the choices the LP uses. A variant per tenant whose LP is split moves it to its second choice.
+    let lp_guided = |columns: &[Column], x: &[f64], prices: &[f64]| -> Vec<Vec<Option<Column>>> {
+        let mut weight: Vec<Vec<(Option<RetrainOption>, f64)>> = vec![Vec::new(); n];
+        let mut share = vec![0.0; n];
+        for (c, xv) in columns.iter().zip(x) {
+            share[c.tenant] += xv * c.value;
+            if *xv <= 1e-6 {
+                continue;
+            }
+            match weight[c.tenant].iter_mut().find(|(o, _)| *o == c.retrain) {
+                Some((_, w)) => *w += xv,
+                None => weight[c.tenant].push((c.retrain, *xv)),
+            }
+        }
+        for w in &mut weight {
+            w.sort_by(|a, b| b.1.total_cmp(&a.1));
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|a, b| share[*b].total_cmp(&share[*a]).then(a.cmp(b)));
+        let cands: Vec<Vec<Option<RetrainOption>>> = (0..n)
+            .map(|i| {
+                let mut c: Vec<Option<RetrainOption>> = weight[i].iter().map(|(o, _)| *o).collect();
+                if pricers[i].choices.contains(&None) && !c.contains(&None) {
+                    c.push(None);
+                }
+                sort_choices(&mut c);
+                c
+            })
+            .collect();
+        let build = |pick: &dyn Fn(usize) -> Option<Option<RetrainOption>>| -> Vec<Option<Column>> {
+            let mut greedy: Vec<Option<Column>> = vec![None; n];
+            for &i in &order {
+                let rem = room_left(&greedy, i);
+                let fixed = pick(i).and_then(|o| {
+                    pricers[i].price_choices(pb, &l, prices, Some(&rem), 1, &[o]).into_iter().next().map(|(c, _)| c)
+                });
+                greedy[i] = fixed.or_else(|| {
+                    pricers[i]
+                        .price_choices(pb, &l, prices, Some(&rem), 1, &cands[i])
+                        .into_iter()
+                        .next()
+                        .map(|(c, _)| c)
+                });
+            }
+            ascend(&mut greedy, Some(&cands));
+            greedy
+        };
+        // Rounding: each tenant (most decided first) keeps its heaviest LP column where it still fits.
+        let mut heaviest: Vec<Option<(f64, &Column)>> = vec![None; n];
+        for (c, xv) in columns.iter().zip(x) {
+            if heaviest[c.tenant].is_none_or(|(w, _)| *xv > w) {
+                heaviest[c.tenant] = Some((*xv, c));
+            }
+        }
+        let mut decided: Vec<usize> = (0..n).collect();
+        decided.sort_by(|a, b| {
+            let w = |i: usize| heaviest[i].map_or(0.0, |(w, _)| w);
+            w(*b).total_cmp(&w(*a)).then(a.cmp(b))
+        });
+        let mut rounded: Vec<Option<Column>> = vec![None; n];
+        for &i in &decided {
+            let rem = room_left(&rounded, i);
+            let keep = heaviest[i]
+                .map(|(_, c)| c)
+                .filter(|c| c.rows(pb, &l).iter().all(|(r, v)| *r >= ncap || *v <= rem[*r] + 1e-9));
+            rounded[i] = keep.cloned().or_else(|| {
+                let o = heaviest[i].map_or(None, |(_, c)| c.retrain);
+                pricers[i].price_choices(pb, &l, prices, Some(&rem), 1, &[o]).into_iter().next().map(|(c, _)| c)
+            });
+        }
+        ascend(&mut rounded, Some(&cands));
+        let mut out = vec![rounded, build(&|i| weight[i].first().map(|(o, _)| *o))];
+        for j in 0..n {
+            if weight[j].len() > 1 && weight[j][0].1 < 0.9 {
+                let second = weight[j][1].0;
+                out.push(build(&|i| if i == j { Some(second) } else { weight[i].first().map(|(o, _)| *o) }));
+            }
+        }
+        out
+    };
+
+    // Column generation. Every `PRIMAL_EVERY` rounds the LP-guided plan is built; generation stops once the
+    // best plan is within the configured gap of the bound, when the LP is within half that gap of it, when no
+    // column improves, or after `MAX_ROUNDS` rounds.
+    let mut bound = solo_bound;
+    let mut center: Vec<f64> = vec![0.0; ncap];
+    let mut incumbent: Option<(f64, Vec<Option<Column>>)> = None;
+    let consider = |plan: Vec<Option<Column>>, incumbent: &mut Option<(f64, Vec<Option<Column>>)>| {
+        let v = value_of(&plan);
+        if v > f64::NEG_INFINITY && incumbent.as_ref().is_none_or(|(best, _)| v > *best) {
+            *incumbent = Some((v, plan));
+        }
+    };
+    consider(first_plan.clone(), &mut incumbent);
+    let mut rounds = 0;
+    let mut x_root;
+    let mut duals;
+    loop {
+        rounds += 1;
+        let solved = std::mem::replace(&mut model, ColProblem::new().optimise(Sense::Maximise))
+            .try_solve()
+            .map_err(|e| SolveError(format!("HiGHS master LP: {e:?}")))?;
+        if solved.status() != HighsModelStatus::Optimal {
+            return Err(SolveError(format!("HiGHS master LP ended with {:?}", solved.status())));
+        }
+        let lp = solved.objective_value();
+        let solution = solved.get_solution();
+        let y_lp = solution.dual_rows().to_vec();
+        let x: Vec<f64> = solution.columns()[n..].to_vec();
+        model = Model::from(solved);
+        let pi_lp: Vec<f64> = y_lp[..ncap].iter().map(|v| v.max(0.0)).collect();
+        let mut added = 0;
+        // Wentges smoothing: price between the best-bound duals and the LP's; on a mis-price, price at the LP's
+        // duals, which is exact.
+        for alpha in [SMOOTHING, 0.0] {
+            let pi: Vec<f64> = center.iter().zip(&pi_lp).map(|(c, p)| alpha * c + (1.0 - alpha) * p).collect();
+            let mut y = pi.clone();
+            y.extend(std::iter::repeat_n(0.0, n));
+            let mut lagrangian: f64 = pi.iter().zip(&b).map(|(p, b)| p * b).sum();
+            for i in 0..n {
+                let top = pricers[i].price_top(pb, &l, &y, None, COLUMNS_PER_PRICING);
+                lagrangian += top.first().map_or(0.0, |(_, best)| *best);
+                for (col, _) in top {
+                    let rc_lp = col.value
+                        - col
+                            .rows(pb, &l)
+                            .iter()
+                            .map(|(r, v)| if *r < ncap { pi_lp[*r] * v } else { y_lp[*r] * v })
+                            .sum::<f64>();
+                    if rc_lp > 1e-7 * (1.0 + col.value.abs()) && !columns.contains(&col) {
+                        cols.push(add(&mut model, &col));
+                        columns.push(col);
+                        added += 1;
+                    }
+                }
+            }
+            if lagrangian < bound {
+                bound = lagrangian;
+                center = pi;
+            }
+            if added > 0 {
+                break;
+            }
+        }
+        bound = bound.max(lp);
+        duals = pi_lp.iter().copied().chain(std::iter::repeat_n(0.0, n)).collect::<Vec<f64>>();
+        let stop = added == 0 || relative_gap(lp, bound) <= target || rounds >= MAX_ROUNDS;
+        if stop || rounds % PRIMAL_EVERY == 0 {
+            for plan in lp_guided(&columns[..x.len()], &x, &duals) {
+                consider(plan, &mut incumbent);
+            }
+        }
+        x_root = x;
+        let proven = incumbent.as_ref().is_some_and(|(v, _)| relative_gap(*v, bound) <= config.mip_rel_gap);
+        if stop || proven {
+            break;
+        }
+    }
+    let proven = |incumbent: &Option<(f64, Vec<Option<Column>>)>| {
+        incumbent.as_ref().is_some_and(|(v, _)| relative_gap(*v, bound) <= config.mip_rel_gap)
+    };
+    if !proven(&incumbent) {
+        // Greedy at the LP's prices (a Lagrangian heuristic: each tenant pays for what it takes), at the
+        // best-bound prices and at zero prices; and the seeds (each tenant's row of a feasible schedule is a
+        // column). Each followed by ascent at true values.
+        let mut share = vec![0.0; n];
+        for (c, xv) in columns.iter().zip(&x_root) {
+            share[c.tenant] += xv * c.value;
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|a, b| share[*b].total_cmp(&share[*a]).then(a.cmp(b)));
+        let center_duals: Vec<f64> = center.iter().copied().chain(std::iter::repeat_n(0.0, n)).collect();
+        for prices in [&duals, &center_duals, &zero] {
+            let mut greedy: Vec<Option<Column>> = vec![None; n];
+            for &i in &order {
+                let rem = room_left(&greedy, i);
+                greedy[i] = pricers[i].price_within(pb, &l, prices, Some(&rem)).map(|(c, _)| c);
+            }
+            ascend(&mut greedy, None);
+            consider(greedy, &mut incumbent);
+        }
+        for seed in seeds.iter().filter(|s| s.feasible(pb) && s.inference.len() == pb.slots) {
+            let mut chosen: Vec<Option<Column>> = (0..n)
+                .map(|i| {
+                    let mut c = Column {
+                        tenant: i,
+                        inference: (0..pb.slots).map(|t| seed.inference[t][i]).collect(),
+                        pre: vec![false; pb.slots],
+                        retrain: seed.retrain[i],
+                        value: 0.0,
+                    };
+                    c.value = column_value(pb, &c);
+                    Some(c)
+                })
+                .collect();
+            ascend(&mut chosen, None);
+            consider(chosen, &mut incumbent);
+        }
+    }
+    // Then pair moves and full ascent on the best plan, while it improves and the gap is open.
+    for _ in 0..4 {
+        if proven(&incumbent) {
+            break;
+        }
+        let Some((_, best)) = incumbent.as_ref() else { break };
+        let mut trial = best.clone();
+        let paired = pair_ascend(&mut trial);
+        ascend(&mut trial, None);
+        let before = incumbent.as_ref().map_or(f64::NEG_INFINITY, |i| i.0);
+        consider(trial, &mut incumbent);
+        if !paired && incumbent.as_ref().map_or(f64::NEG_INFINITY, |i| i.0) <= before {
+            break;
+        }
+        if incumbent.as_ref().map_or(f64::NEG_INFINITY, |i| i.0) <= before {
+            break;
+        }
+    }
+    let picked = incumbent.and_then(|(_, s)| to_schedule(&s)).filter(|s| s.feasible(pb));
     let heuristic = picked.map(|schedule| {
         let objective = schedule.objective(pb);
         let bound = bound.max(objective);
