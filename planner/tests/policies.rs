@@ -103,6 +103,18 @@ proptest! {
         prop_assert!(solved.bound >= optimum * (1.0 - 1e-6));
     }
 
+    /// Alone on a GPU, a tenant's best plan is one pricing at zero prices: column generation must reach the
+    /// exhaustive optimum by itself (these horizons are beyond the compact MILP's fallback), retraining included.
+    #[test]
+    fn column_generation_is_exact_for_one_tenant_over_long_horizons(slots in 19usize..=30, seed in 0u64..1000) {
+        let input = tiny(1, slots, seed, 1);
+        let pb = problem(&input, Arrivals::Band);
+        let solved = cg::solve(&pb, &exact()).unwrap();
+        let (_, optimum) = exhaustive::solve(&pb);
+        prop_assert!(close(solved.objective, optimum), "solver {} vs exhaustive {}", solved.objective, optimum);
+        prop_assert!(solved.bound >= optimum * (1.0 - 1e-6));
+    }
+
     /// The MIGRator placement ILP reaches the optimum of its model found by exhaustive search.
     #[test]
     fn migrator_ilp_is_optimal_on_tiny_problems(
