@@ -43,6 +43,8 @@
 // Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
 #![allow(clippy::needless_range_loop)]
 
+use std::cell::OnceCell;
+
 use highs::{Col, ColProblem, HighsModelStatus, Model, Row, Sense};
 
 use crate::ilp::{self, Solved};
@@ -50,13 +52,24 @@ use crate::problem::{GpuProblem, RetrainOption, Schedule, Usage};
 use crate::solver::{SolveError, SolveStatus, SolverConfig, relative_gap};
 
 /// One tenant's plan over the horizon.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 struct Column {
     tenant: usize,
     inference: Vec<Option<usize>>,
     pre: Vec<bool>,
     retrain: Option<RetrainOption>,
     value: f64,
+    /// Its coefficients in the master's rows, computed once ([`Column::rows`]).
+    coefficients: OnceCell<Vec<(usize, f64)>>,
+}
+
+impl PartialEq for Column {
+    fn eq(&self, other: &Self) -> bool {
+        self.tenant == other.tenant
+            && self.retrain == other.retrain
+            && self.inference == other.inference
+            && self.pre == other.pre
+    }
 }
 
 /// Row layout: per slot `K` usage rows then `K` room rows; then one convexity row per tenant. A block of `K` rows
@@ -122,7 +135,11 @@ impl Column {
         self.inference[t].into_iter().chain(self.retrain.filter(|o| o.active(t)).map(|o| o.profile))
     }
 
-    fn rows(&self, pb: &GpuProblem, l: &RowIndex) -> Vec<(usize, f64)> {
+    fn rows(&self, pb: &GpuProblem, l: &RowIndex) -> &[(usize, f64)] {
+        self.coefficients.get_or_init(|| self.compute_rows(pb, l))
+    }
+
+    fn compute_rows(&self, pb: &GpuProblem, l: &RowIndex) -> Vec<(usize, f64)> {
         let mut out = Vec::new();
         for t in 0..pb.slots {
             for p in self.held(t) {
@@ -509,7 +526,8 @@ impl Pricer {
                     s = ps;
                 }
             }
-            let mut col = Column { tenant: self.tenant, inference, pre, retrain: *o, value: 0.0 };
+            let mut col =
+                Column { tenant: self.tenant, inference, pre, retrain: *o, value: 0.0, coefficients: OnceCell::new() };
             col.value = column_value(pb, &col);
             let at = best.partition_point(|(b, _)| *b >= reduced);
             best.insert(at, (reduced, col));
@@ -614,8 +632,15 @@ fn pair_best(
         .filter(|(_, v)| *v > f64::NEG_INFINITY)
         .max_by(|x, y| x.1.total_cmp(&y.1).then(y.0.cmp(&x.0)))?;
     let _ = best;
-    let mut a = Column { inference: vec![None; pb.slots], pre: vec![false; pb.slots], value: 0.0, ..ca.clone() };
-    let mut b = Column { inference: vec![None; pb.slots], pre: vec![false; pb.slots], value: 0.0, ..cb.clone() };
+    let blank = |c: &Column| Column {
+        tenant: c.tenant,
+        inference: vec![None; pb.slots],
+        pre: vec![false; pb.slots],
+        retrain: c.retrain,
+        value: 0.0,
+        coefficients: OnceCell::new(),
+    };
+    let (mut a, mut b) = (blank(ca), blank(cb));
     for t in (0..pb.slots).rev() {
         let (sa, sb) = (s / nb, s % nb);
         a.inference[t] = (sa > 0).then(|| pa.usable[sa - 1]);
@@ -683,7 +708,7 @@ pub const MAX_ROUNDS: usize = 40;
 const SMOOTHING: f64 = 0.8;
 
 /// Rounds between LP-guided plans during column generation (each may prove the gap and end generation early).
-const PRIMAL_EVERY: usize = 5;
+const PRIMAL_EVERY: usize = 3;
 
 /// Columns a tenant's pricing may add per round: the best of each of its best retraining choices.
 const COLUMNS_PER_PRICING: usize = 4;
@@ -713,7 +738,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
     let mut problem = ColProblem::new();
     let rows = build_rows(&mut problem);
     let add = |model: &mut Model, c: &Column| -> Col {
-        model.add_col(c.value, 0.0.., c.rows(pb, &l).into_iter().map(|(r, v)| (rows[r], v)))
+        model.add_col(c.value, 0.0.., c.rows(pb, &l).iter().map(|&(r, v)| (rows[r], v)))
     };
     // Start from "nothing" for every tenant, plus each tenant's best plan on an empty GPU.
     let mut columns: Vec<Column> = Vec::new();
@@ -727,6 +752,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
                 pre: vec![false; pb.slots],
                 retrain: None,
                 value: 0.0,
+                coefficients: OnceCell::new(),
             };
             idle.value = column_value(pb, &idle);
             columns.push(idle);
@@ -745,7 +771,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
             if j == skip {
                 continue;
             }
-            for (r, v) in c.iter().flat_map(|c| c.rows(pb, &l)) {
+            for &(r, v) in c.iter().flat_map(|c| c.rows(pb, &l)) {
                 if r < ncap {
                     rem[r] -= v;
                 }
@@ -783,7 +809,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
             for bt in a + 1..n {
                 let (Some(ca), Some(cb)) = (chosen[a].clone(), chosen[bt].clone()) else { continue };
                 let mut rem = room_left(chosen, a);
-                for (r, v) in cb.rows(pb, &l) {
+                for &(r, v) in cb.rows(pb, &l) {
                     if r < ncap {
                         rem[r] += v;
                     }
@@ -1002,6 +1028,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         }
         x_root = x;
         let proven = incumbent.as_ref().is_some_and(|(v, _)| relative_gap(*v, bound) <= config.mip_rel_gap);
+
         if stop || proven {
             break;
         }
@@ -1038,6 +1065,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
                         pre: vec![false; pb.slots],
                         retrain: seed.retrain[i],
                         value: 0.0,
+                        coefficients: OnceCell::new(),
                     };
                     c.value = column_value(pb, &c);
                     Some(c)

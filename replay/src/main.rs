@@ -134,7 +134,7 @@ struct PlanArgs {
     /// Wall-clock safety limit per MILP solve, seconds [default: 10, or the input's].
     #[arg(long)]
     time_limit: Option<f64>,
-    /// Relative gap at which a MILP solve may stop [default: 0.005, or the input's].
+    /// Relative gap at which a MILP solve may stop [default: 0.01, or the input's].
     #[arg(long)]
     gap: Option<f64>,
     /// Branch-and-bound nodes per MILP solve, the deterministic budget [default: 500, or the input's].
