@@ -198,6 +198,26 @@ struct FreeStep<'a> {
     rt_prev: usize,
     hold: &'a [f64],
     room: &'a [f64],
+    masks: Option<StepMasks<'a>>,
+}
+
+/// Room checks of one slot under hard limits, indexed by profile (`np` = none), for the retraining instance the
+/// tenant holds now and held in the previous slot.
+#[derive(Clone, Copy)]
+struct StepMasks<'a> {
+    /// `usage[p]`: an instance of `p` beside the retraining one fits the slot's usage rows.
+    usage: &'a [bool],
+    /// `held[q]`: what the tenant held in the previous slot (`q` and its retraining) fits the room rows.
+    held: &'a [bool],
+    /// `pre[q * (np + 1) + p]`: and a pre-initialised `p` beside them.
+    pre: &'a [bool],
+}
+
+/// [`StepMasks`] of every slot and retraining profile: `usage[t][rt]`, `held[t][rt]`, `pre[t][rt]`.
+struct RoomTables {
+    usage: Vec<Vec<Vec<bool>>>,
+    held: Vec<Vec<Vec<bool>>>,
+    pre: Vec<Vec<Vec<bool>>>,
 }
 
 /// Per-tenant data for pricing that does not depend on the duals, computed once per solve.
@@ -317,10 +337,16 @@ impl Pricer {
         let none = self.np;
         let states = prev.len();
         let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
+        let m = none + 1;
+        // With room limits: what the tenant held before the switch must fit the room rows (`held`), its new
+        // instance the usage rows (`usage`), and a pre-initialised one the room rows beside what it held (`pre`).
+        let held_ok = |prev_p: usize| st.masks.is_none_or(|k| k.held[prev_p]);
+        let usage_ok = |p: usize| st.masks.is_none_or(|k| k.usage[p]);
+        let pre_ok = |prev_p: usize, p: usize| st.masks.is_none_or(|k| k.pre[prev_p * m + p]);
         let (mut b1, mut b2) = (usize::MAX, usize::MAX);
         for ps in 0..states {
             let v = prev[ps];
-            if v == f64::NEG_INFINITY {
+            if v == f64::NEG_INFINITY || !held_ok(profile_of(ps)) {
                 continue;
             }
             if b1 == usize::MAX || v > prev[b1] + 1e-12 {
@@ -333,7 +359,7 @@ impl Pricer {
         for s in 0..states {
             here[s] = f64::NEG_INFINITY;
             let p = profile_of(s);
-            if !self.fits(p, st.rt_now, none) || b1 == usize::MAX {
+            if !self.fits(p, st.rt_now, none) || b1 == usize::MAX || !usage_ok(p) {
                 continue;
             }
             if p == none {
@@ -345,7 +371,7 @@ impl Pricer {
             let h = st.hold[p];
             let mut best = f64::NEG_INFINITY;
             let mut arg = (0, false);
-            if prev[s] > f64::NEG_INFINITY {
+            if prev[s] > f64::NEG_INFINITY && held_ok(p) {
                 best = prev[s] + row[0] - h;
                 arg = (s, false);
             }
@@ -362,6 +388,8 @@ impl Pricer {
                         && prev[ps] > f64::NEG_INFINITY
                         && prev[ps] + warm > best + 1e-12
                         && self.fits(profile_of(ps), st.rt_prev, p)
+                        && held_ok(profile_of(ps))
+                        && pre_ok(profile_of(ps), p)
                     {
                         best = prev[ps] + warm;
                         arg = (ps, true);
@@ -422,6 +450,26 @@ impl Pricer {
             (0..pb.slots).map(|t| (0..np).map(|p| price(pb, l, y, l.room(t), p)).collect()).collect();
         let states = self.usable.len() + 1;
         let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
+        let tables = rem.map(|rem| {
+            let m = np + 1;
+            // Only the retraining profiles these choices hold (and none) are ever looked up.
+            let wanted: Vec<bool> =
+                (0..m).map(|rt| rt == none || choices.iter().flatten().any(|o| o.profile == rt)).collect();
+            let per_slot = |f: &dyn Fn(usize, usize) -> Vec<bool>| -> Vec<Vec<Vec<bool>>> {
+                (0..pb.slots)
+                    .map(|t| (0..m).map(|rt| if wanted[rt] { f(t, rt) } else { Vec::new() }).collect())
+                    .collect()
+            };
+            RoomTables {
+                usage: per_slot(&|t, rt| {
+                    (0..m).map(|p| self.room_for(pb, l, rem, l.usage(t), [p, rt, none])).collect()
+                }),
+                held: per_slot(&|t, rt| (0..m).map(|q| self.room_for(pb, l, rem, l.room(t), [q, rt, none])).collect()),
+                pre: per_slot(&|t, rt| {
+                    (0..m * m).map(|k| self.room_for(pb, l, rem, l.room(t), [k / m, rt, k % m])).collect()
+                }),
+            }
+        });
         let mut best: Vec<(f64, Column)> = Vec::with_capacity(keep + 1);
         let mut value = vec![vec![f64::NEG_INFINITY; states]; pb.slots];
         let mut from = vec![vec![(0usize, false); states]; pb.slots];
@@ -434,11 +482,16 @@ impl Pricer {
                 let regime = usize::from(o.is_some_and(|o| o.end <= t));
                 let rt_now = rt_at(t);
                 let rt_prev = if t > 0 { rt_at(t - 1) } else { none };
-                if rem.is_none() && t > 0 {
+                if t > 0 {
                     let (done, rest) = value.split_at_mut(t);
                     let (prev, here) = (&done[t - 1], &mut rest[0]);
+                    let masks = tables.as_ref().map(|k| StepMasks {
+                        usage: &k.usage[t][rt_now],
+                        held: &k.held[t][rt_prev],
+                        pre: &k.pre[t][rt_prev],
+                    });
                     self.step_free(
-                        FreeStep { t, regime, rt_now, rt_prev, hold: &hold[t], room: &room[t] },
+                        FreeStep { t, regime, rt_now, rt_prev, hold: &hold[t], room: &room[t], masks },
                         prev,
                         here,
                         &mut from[t],
@@ -789,7 +842,29 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         let rem = room_left(&first_plan, i);
         first_plan[i] = pricers[i].price_within(pb, &l, &zero, Some(&rem)).map(|(c, _)| c);
     }
-    for c in first_plan.iter().flatten() {
+    // The seeds' plans (each tenant's row of a feasible schedule is a column; cold starts, which the rows always
+    // admit) join it: a rule-based allocation shares the GPU where the greedy lets one tenant take it all.
+    let seed_plans: Vec<Vec<Option<Column>>> = seeds
+        .iter()
+        .filter(|s| s.feasible(pb) && s.inference.len() == pb.slots)
+        .map(|seed| {
+            (0..n)
+                .map(|i| {
+                    let mut c = Column {
+                        tenant: i,
+                        inference: (0..pb.slots).map(|t| seed.inference[t][i]).collect(),
+                        pre: vec![false; pb.slots],
+                        retrain: seed.retrain[i],
+                        value: 0.0,
+                        coefficients: OnceCell::new(),
+                    };
+                    c.value = column_value(pb, &c);
+                    Some(c)
+                })
+                .collect()
+        })
+        .collect();
+    for c in first_plan.iter().chain(seed_plans.iter().flatten()).flatten() {
         if !columns.contains(c) {
             columns.push(c.clone());
         }
@@ -968,6 +1043,9 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         }
     };
     consider(first_plan.clone(), &mut incumbent);
+    for plan in &seed_plans {
+        consider(plan.clone(), &mut incumbent);
+    }
     let mut rounds = 0;
     let mut x_root;
     let mut duals;
@@ -1056,21 +1134,8 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
             ascend(&mut greedy, None);
             consider(greedy, &mut incumbent);
         }
-        for seed in seeds.iter().filter(|s| s.feasible(pb) && s.inference.len() == pb.slots) {
-            let mut chosen: Vec<Option<Column>> = (0..n)
-                .map(|i| {
-                    let mut c = Column {
-                        tenant: i,
-                        inference: (0..pb.slots).map(|t| seed.inference[t][i]).collect(),
-                        pre: vec![false; pb.slots],
-                        retrain: seed.retrain[i],
-                        value: 0.0,
-                        coefficients: OnceCell::new(),
-                    };
-                    c.value = column_value(pb, &c);
-                    Some(c)
-                })
-                .collect();
+        for plan in &seed_plans {
+            let mut chosen = plan.clone();
             ascend(&mut chosen, None);
             consider(chosen, &mut incumbent);
         }
