@@ -48,7 +48,9 @@ pub fn gpu_problem(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId], arri
                 if !model.fits_inference(spec) {
                     return 0.0;
                 }
-                model.slo_capacity_on(g.model, *p, t.spec.slo_ms, slowdown).map_or(0.0, |c| c.rps)
+                model
+                    .slo_capacity_on(g.model, *p, t.spec.slo_ms, slowdown)
+                    .map_or(0.0, |c| c.rps * cfg.target_utilization)
             })
             .collect();
         let running = g.instance_of(id, Role::Retraining).map(|a| a.placement);
