@@ -187,6 +187,8 @@ fn bad_input_is_named() {
     assert!(err.contains("whole number"), "{err}");
     let err = failed(&replay().args(["--mode", "cluster"]).output().unwrap());
     assert!(err.contains("cluster"), "{err}");
+    let err = failed(&replay().args(["--target-utilization", "1.5", "--duration", "1m"]).output().unwrap());
+    assert!(err.contains("target_utilization") && err.contains("1.5"), "{err}");
 
     // A malformed row names the file, the line and the column; nothing runs.
     let dir = scratch("bad");

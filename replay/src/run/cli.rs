@@ -77,6 +77,10 @@ pub struct RunArgs {
     /// Planner horizon, slots.
     #[arg(long, default_value_t = 12)]
     pub horizon: usize,
+    /// Share of an instance's SLO throughput that plans may use, in (0, 1]: the rest is headroom for bursts inside
+    /// a slot. In-process only (a coordinator plans with its default, 0.8).
+    #[arg(long, default_value_t = PlannerConfig::default().target_utilization)]
+    pub target_utilization: f64,
     /// Forecaster of every tenant: last, ewma or seasonal (a day of slots).
     #[arg(long, default_value = "ewma")]
     pub forecaster: String,
@@ -111,6 +115,11 @@ impl RunArgs {
                     "--mode cluster needs --coordinator ADDR (start a local cluster with `replay cluster-up`)".into(),
                 ));
             }
+            "cluster" if self.target_utilization != PlannerConfig::default().target_utilization => {
+                return Err(ReplayError::Usage(
+                    "--target-utilization applies in process only: the coordinator plans with its default".into(),
+                ));
+            }
             "cluster" => {}
             other => return Err(ReplayError::Usage(format!("--mode: expected in-process or cluster, got {other:?}"))),
         }
@@ -138,7 +147,12 @@ impl RunArgs {
             load: self.load,
             duration_s: self.duration.map(|d| d.as_secs_f64()),
             window_s: self.plan_every,
-            planner: PlannerConfig { slot_s: self.slot, horizon_slots: self.horizon, ..PlannerConfig::default() },
+            planner: PlannerConfig {
+                slot_s: self.slot,
+                horizon_slots: self.horizon,
+                target_utilization: self.target_utilization,
+                ..PlannerConfig::default()
+            },
             forecaster,
             tlb: self.tlb,
             seed: self.seed,
