@@ -294,21 +294,7 @@ impl Pricer {
     /// Whether instances of `items` (profile indices, `np` = none) fit the remaining room of the row block at
     /// `base`.
     fn room_for(&self, pb: &GpuProblem, l: &RowIndex, rem: &[f64], base: usize, items: [usize; 3]) -> bool {
-        let (mut compute, mut memory, mut count) = (0.0, 0.0, 0.0);
-        let mut per = [0.0f64; 8];
-        for p in items {
-            if p < self.np {
-                compute += f64::from(pb.compute_slices(p));
-                memory += f64::from(pb.memory_slices(p));
-                count += 1.0;
-                per[p] += 1.0;
-            }
-        }
-        let eps = 1e-9;
-        compute <= rem[base] + eps
-            && memory <= rem[base + 1] + eps
-            && count <= rem[base + 2] + eps
-            && items.iter().all(|p| *p >= self.np || l.own[*p].is_none_or(|own| per[*p] <= rem[base + own] + eps))
+        self.room_for_all(pb, l, rem, base, &items)
     }
 
     /// Whether instances of `items` (profile indices, `np` = none) fit `rem` in the row block at `base`.
