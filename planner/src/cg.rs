@@ -130,6 +130,19 @@ fn price(pb: &GpuProblem, l: &RowIndex, y: &[f64], base: usize, p: usize) -> f64
 }
 
 impl Column {
+    /// A column with its goodput computed.
+    fn new(
+        pb: &GpuProblem,
+        tenant: usize,
+        inference: Vec<Option<usize>>,
+        pre: Vec<bool>,
+        retrain: Option<RetrainOption>,
+    ) -> Column {
+        let mut c = Column { tenant, inference, pre, retrain, value: 0.0, coefficients: OnceCell::new() };
+        c.value = column_value(pb, &c);
+        c
+    }
+
     /// Profiles this column holds in slot `t` (inference, retraining).
     fn held(&self, t: usize) -> impl Iterator<Item = usize> + '_ {
         self.inference[t].into_iter().chain(self.retrain.filter(|o| o.active(t)).map(|o| o.profile))
@@ -565,9 +578,7 @@ impl Pricer {
                     s = ps;
                 }
             }
-            let mut col =
-                Column { tenant: self.tenant, inference, pre, retrain: *o, value: 0.0, coefficients: OnceCell::new() };
-            col.value = column_value(pb, &col);
+            let col = Column::new(pb, self.tenant, inference, pre, *o);
             let at = best.partition_point(|(b, _)| *b >= reduced);
             best.insert(at, (reduced, col));
             best.truncate(keep);
@@ -671,27 +682,27 @@ fn pair_best(
         .filter(|(_, v)| *v > f64::NEG_INFINITY)
         .max_by(|x, y| x.1.total_cmp(&y.1).then(y.0.cmp(&x.0)))?;
     let _ = best;
-    let blank = |c: &Column| Column {
-        tenant: c.tenant,
-        inference: vec![None; pb.slots],
-        pre: vec![false; pb.slots],
-        retrain: c.retrain,
-        value: 0.0,
-        coefficients: OnceCell::new(),
-    };
-    let (mut a, mut b) = (blank(ca), blank(cb));
+    let (mut inf_a, mut inf_b) = (vec![None; pb.slots], vec![None; pb.slots]);
+    let (mut pre_a, mut pre_b) = (vec![false; pb.slots], vec![false; pb.slots]);
     for t in (0..pb.slots).rev() {
         let (sa, sb) = (s / nb, s % nb);
-        a.inference[t] = (sa > 0).then(|| pa.usable[sa - 1]);
-        b.inference[t] = (sb > 0).then(|| pbr.usable[sb - 1]);
-        let (ps, pre_a, pre_b) = from[t * states + s];
-        a.pre[t] = pre_a;
-        b.pre[t] = pre_b;
-        s = ps;
+        inf_a[t] = (sa > 0).then(|| pa.usable[sa - 1]);
+        inf_b[t] = (sb > 0).then(|| pbr.usable[sb - 1]);
+        (s, pre_a[t], pre_b[t]) = from[t * states + s];
     }
-    a.value = column_value(pb, &a);
-    b.value = column_value(pb, &b);
-    Some((a, b))
+    Some((Column::new(pb, ca.tenant, inf_a, pre_a, ca.retrain), Column::new(pb, cb.tenant, inf_b, pre_b, cb.retrain)))
+}
+
+/// Tenants in decreasing order of their share of the LP's value (ties by index).
+fn by_share(share: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..share.len()).collect();
+    order.sort_by(|a, b| share[*b].total_cmp(&share[*a]).then(a.cmp(b)));
+    order
+}
+
+/// Whether the best plan is within `gap` of `bound`.
+fn within_gap(incumbent: &Option<(f64, Vec<Option<Column>>)>, bound: f64, gap: f64) -> bool {
+    incumbent.as_ref().is_some_and(|(v, _)| relative_gap(*v, bound) <= gap)
 }
 
 /// Orders retraining choices as the pricing programme needs them: no retraining first, then latest start first.
@@ -769,13 +780,9 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
     let l = RowIndex::new(pb);
     let limits = row_limits(pb, &l, &pb.current_usage());
     let pricers: Vec<Pricer> = (0..n).map(|i| Pricer::new(pb, i)).collect();
-    let build_rows = |problem: &mut ColProblem| -> Vec<Row> {
-        let mut rows: Vec<Row> = limits.iter().map(|lim| problem.add_row(..=lim.max(0.0))).collect();
-        rows.extend((0..n).map(|_| problem.add_row(1.0..=1.0)));
-        rows
-    };
     let mut problem = ColProblem::new();
-    let rows = build_rows(&mut problem);
+    let mut rows: Vec<Row> = limits.iter().map(|lim| problem.add_row(..=lim.max(0.0))).collect();
+    rows.extend((0..n).map(|_| problem.add_row(1.0..=1.0)));
     let add = |model: &mut Model, c: &Column| -> Col {
         model.add_col(c.value, 0.0.., c.rows(pb, &l).iter().map(|&(r, v)| (rows[r], v)))
     };
@@ -785,16 +792,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
     let zero = vec![0.0; rows.len()];
     for i in 0..n {
         if pricers[i].choices.contains(&None) {
-            let mut idle = Column {
-                tenant: i,
-                inference: vec![None; pb.slots],
-                pre: vec![false; pb.slots],
-                retrain: None,
-                value: 0.0,
-                coefficients: OnceCell::new(),
-            };
-            idle.value = column_value(pb, &idle);
-            columns.push(idle);
+            columns.push(Column::new(pb, i, vec![None; pb.slots], vec![false; pb.slots], None));
         }
         let (col, solo) = pricers[i].price(pb, &l, &zero);
         solo_bound += solo;
@@ -836,16 +834,8 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         .map(|seed| {
             (0..n)
                 .map(|i| {
-                    let mut c = Column {
-                        tenant: i,
-                        inference: (0..pb.slots).map(|t| seed.inference[t][i]).collect(),
-                        pre: vec![false; pb.slots],
-                        retrain: seed.retrain[i],
-                        value: 0.0,
-                        coefficients: OnceCell::new(),
-                    };
-                    c.value = column_value(pb, &c);
-                    Some(c)
+                    let inference = (0..pb.slots).map(|t| seed.inference[t][i]).collect();
+                    Some(Column::new(pb, i, inference, vec![false; pb.slots], seed.retrain[i]))
                 })
                 .collect()
         })
@@ -952,8 +942,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         for w in &mut weight {
             w.sort_by(|a, b| b.1.total_cmp(&a.1));
         }
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|a, b| share[*b].total_cmp(&share[*a]).then(a.cmp(b)));
+        let order = by_share(&share);
         let cands: Vec<Vec<Option<RetrainOption>>> = (0..n)
             .map(|i| {
                 let mut c: Vec<Option<RetrainOption>> = weight[i].iter().map(|(o, _)| *o).collect();
@@ -1091,16 +1080,11 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
             }
         }
         x_root = x;
-        let proven = incumbent.as_ref().is_some_and(|(v, _)| relative_gap(*v, bound) <= config.mip_rel_gap);
-
-        if stop || proven {
+        if stop || within_gap(&incumbent, bound, config.mip_rel_gap) {
             break;
         }
     }
-    let proven = |incumbent: &Option<(f64, Vec<Option<Column>>)>| {
-        incumbent.as_ref().is_some_and(|(v, _)| relative_gap(*v, bound) <= config.mip_rel_gap)
-    };
-    if !proven(&incumbent) {
+    if !within_gap(&incumbent, bound, config.mip_rel_gap) {
         // Greedy at the LP's prices (a Lagrangian heuristic: each tenant pays for what it takes), at the
         // best-bound prices and at zero prices; and the seeds (each tenant's row of a feasible schedule is a
         // column). Each followed by ascent at true values.
@@ -1108,8 +1092,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         for (c, xv) in columns.iter().zip(&x_root) {
             share[c.tenant] += xv * c.value;
         }
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|a, b| share[*b].total_cmp(&share[*a]).then(a.cmp(b)));
+        let order = by_share(&share);
         let center_duals: Vec<f64> = center.iter().copied().chain(std::iter::repeat_n(0.0, n)).collect();
         for prices in [&duals, &center_duals, &zero] {
             let mut greedy: Vec<Option<Column>> = vec![None; n];
@@ -1128,19 +1111,15 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
     }
     // Then pair moves and full ascent on the best plan, while it improves and the gap is open.
     for _ in 0..4 {
-        if proven(&incumbent) {
+        if within_gap(&incumbent, bound, config.mip_rel_gap) {
             break;
         }
-        let Some((_, best)) = incumbent.as_ref() else { break };
-        let mut trial = best.clone();
-        let paired = pair_ascend(&mut trial);
+        let Some((before, best)) = incumbent.as_ref() else { break };
+        let (before, mut trial) = (*before, best.clone());
+        pair_ascend(&mut trial);
         ascend(&mut trial, None);
-        let before = incumbent.as_ref().map_or(f64::NEG_INFINITY, |i| i.0);
         consider(trial, &mut incumbent);
-        if !paired && incumbent.as_ref().map_or(f64::NEG_INFINITY, |i| i.0) <= before {
-            break;
-        }
-        if incumbent.as_ref().map_or(f64::NEG_INFINITY, |i| i.0) <= before {
+        if incumbent.as_ref().is_none_or(|(v, _)| *v <= before) {
             break;
         }
     }
