@@ -1,10 +1,19 @@
-//! Level 1: which tenants share which GPU.
+//! Each tenant's **need** is estimated in compute slices ([`need`], the baselines' level 1): the slices its peak
+//! forecast (the band's high side) needs at its best requests-per-slice profile, at least its smallest fitting
+//! instance, plus the share of a retraining instance its due work needs over the horizon. A GPU offers 7 compute
+//! slices and at most 7 instances.
 //!
-//! Each tenant's **need** is estimated in compute slices: the slices its peak forecast (the band's high side)
-//! needs at its best requests-per-slice profile, at least its smallest fitting instance, plus the share of a
-//! retraining instance its due work needs over the horizon. A GPU offers 7 compute slices and at most 7 instances.
+//! [`balanced`] (Tessera's level 1) sizes tenants as level 2 will serve them:
+//! - **Inference by instance**: the compute slices of the smallest instance that serves the peak at the planner's
+//!   target utilisation (level 2 serves a tenant from one instance per slot, so slices of a larger profile do not
+//!   add up to an instance), 7 when none does. The fluid estimate puts two heavy tenants on one GPU as if they
+//!   fitted, and level 2 can then serve neither well.
+//! - **Retraining by value**: room for a due retraining is reserved only while the fleet has slices left beyond
+//!   every tenant's inference, worth-most-per-slice first (weight x accuracy gain x mean forecast rate, per
+//!   retraining slice). Reserving for every retraining on an over-committed fleet spreads the reservations thin
+//!   and can leave the tenant whose accuracy reaches the most requests without room to retrain.
 //!
-//! [`balanced`] (Tessera's level 1):
+//! It then places them:
 //! 1. **Sticky**: a tenant stays on the GPU that serves it now when that GPU is healthy or draining. An
 //!    over-committed GPU (needs above 7 slices) sheds its smallest tenants, but only to GPUs with spare slices for
 //!    them: moving costs a cold start, so it is done only where it relieves a GPU without overloading another.
@@ -15,11 +24,11 @@
 //! [`given`] is the assignment MIGRator assumes (it plans one GPU with a given set of tenants): tenants stay where
 //! they are, and new ones are dealt round-robin over the healthy GPUs they fit, by tenant count only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use tessera_core::GpuModel;
 use tessera_core::fleet::GpuHealth;
 use tessera_core::ids::{GpuId, TenantId};
+use tessera_core::{GpuModel, Profile};
 
 use crate::input::PlannerInput;
 
@@ -44,17 +53,84 @@ pub fn need(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) -> Option<f6
         return None;
     }
     let peak = t.forecast.high.iter().copied().fold(0.0, f64::max);
-    let mut slices = (peak / per_slice).max(f64::from(smallest.compute_slices()));
+    let slices = (peak / per_slice).max(f64::from(smallest.compute_slices()));
+    Some((slices + retraining_slices(input, tenant, gpu)?).min(7.0))
+}
+
+/// Compute slices of a retraining instance the tenant's due work needs over the horizon (0 when none is due;
+/// `None` when its retraining fits no instance of a `gpu`).
+fn retraining_slices(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) -> Option<f64> {
+    let t = &input.tenants[tenant];
     let left = t.retraining_left_s();
-    if left > 0.0 {
-        let fits = gpu.spec().profiles.iter().any(|p| model.fits_training(p));
-        if !fits {
-            return None;
-        }
-        let horizon_s = input.config.slot_s * input.config.horizon_slots as f64;
-        slices += (7.0 * left / horizon_s.max(1.0)).clamp(1.0, 7.0);
+    if left <= 0.0 {
+        return Some(0.0);
     }
-    Some(slices.min(7.0))
+    let model = &input.models[&t.spec.model];
+    if !gpu.spec().profiles.iter().any(|p| model.fits_training(p)) {
+        return None;
+    }
+    let horizon_s = input.config.slot_s * input.config.horizon_slots as f64;
+    Some((7.0 * left / horizon_s.max(1.0)).clamp(1.0, 7.0))
+}
+
+/// Tessera's sizing of a tenant on a `gpu`: [`inference_slices`], plus [`retraining_slices`] when its retraining
+/// is in `budgeted`.
+fn sized(input: &PlannerInput, budgeted: &BTreeSet<TenantId>, tenant: &TenantId, gpu: GpuModel) -> Option<f64> {
+    let inference = inference_slices(input, tenant, gpu)?;
+    let retraining = retraining_slices(input, tenant, gpu)?;
+    Some((inference + if budgeted.contains(tenant) { retraining } else { 0.0 }).min(7.0))
+}
+
+/// The due retrainings level 1 reserves room for. All of them when the healthy GPUs' slices hold every tenant's
+/// inference and every retraining; otherwise, when the fleet is over-committed, those worth most per slice
+/// (weight x accuracy gain x mean forecast rate, per retraining slice) while the room left by inference lasts.
+/// Reserving room for a retraining that cannot all happen only packs heavy tenants together: a GPU then serves
+/// their inference with nothing left to retrain the one whose accuracy reaches the most requests.
+pub fn retraining_budget(input: &PlannerInput) -> BTreeSet<TenantId> {
+    let healthy: Vec<GpuModel> = input.gpus.values().filter(|g| keeps_work(g.health)).map(|g| g.model).collect();
+    let mut models = healthy.clone();
+    models.sort();
+    models.dedup();
+    let smallest = |f: &dyn Fn(GpuModel) -> Option<f64>| models.iter().filter_map(|g| f(*g)).reduce(f64::min);
+    let mut room = 7.0 * healthy.len() as f64;
+    let mut due: Vec<(f64, f64, TenantId)> = Vec::new();
+    for (id, t) in &input.tenants {
+        room -= smallest(&|g| inference_slices(input, id, g)).unwrap_or(0.0);
+        let Some(r) = smallest(&|g| retraining_slices(input, id, g)).filter(|r| *r > 0.0) else { continue };
+        let rate = t.forecast.mean.iter().sum::<f64>() / t.forecast.mean.len().max(1) as f64;
+        let gain = t.spec.weight * (t.accuracy_after_retraining() - t.accuracy).max(0.0) * rate;
+        due.push((gain / r, r, id.clone()));
+    }
+    due.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.cmp(&b.2)));
+    let total: f64 = due.iter().map(|d| d.1).sum();
+    let mut out = BTreeSet::new();
+    for (_, r, id) in due {
+        if total <= room + 1e-9 || r <= room + 1e-9 {
+            room -= r;
+            out.insert(id);
+        }
+    }
+    out
+}
+
+/// Compute slices of the smallest instance of a `gpu` that serves the tenant's peak forecast within its SLO at the
+/// planner's target utilisation (level 2 serves a tenant from one instance per slot), 7 when none does; `None`
+/// when its model fits no instance there or no instance meets its SLO.
+pub fn inference_slices(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) -> Option<f64> {
+    let t = &input.tenants[tenant];
+    let model = &input.models[&t.spec.model];
+    let peak = t.forecast.high.iter().copied().fold(0.0, f64::max);
+    let mut any = false;
+    let mut serving: Option<u8> = None;
+    for p in gpu.spec().profiles.iter().filter(|p| p.profile != Profile::G1Me && model.fits_inference(p)) {
+        let Some(c) = model.slo_capacity_on(gpu, p.profile, t.spec.slo_ms, 1.0) else { continue };
+        any = true;
+        let g = p.profile.compute_slices();
+        if c.rps * input.config.target_utilization >= peak && serving.is_none_or(|s| g < s) {
+            serving = Some(g);
+        }
+    }
+    any.then(|| f64::from(serving.unwrap_or(7)))
 }
 
 fn takes_new_work(health: GpuHealth) -> bool {
@@ -71,6 +147,8 @@ fn instances(input: &PlannerInput, tenant: &TenantId) -> usize {
 
 /// Tessera's level 1 (see the module doc).
 pub fn balanced(input: &PlannerInput) -> L1 {
+    let budgeted = retraining_budget(input);
+    let need = |input: &PlannerInput, id: &TenantId, gpu: GpuModel| sized(input, &budgeted, id, gpu);
     let mut out = L1::default();
     let mut load: BTreeMap<GpuId, (f64, usize)> = BTreeMap::new();
     for (id, g) in &input.gpus {

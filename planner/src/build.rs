@@ -83,6 +83,7 @@ pub fn gpu_problem(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId], arri
             acc_old: t.accuracy,
             acc_new: t.accuracy_after_retraining(),
             retrain,
+            tail_value: 0.0,
             current_inference: g.instance_of(id, Role::Inference).map(|a| a.placement),
         });
     }

@@ -185,7 +185,7 @@ impl Column {
 fn column_value(pb: &GpuProblem, c: &Column) -> f64 {
     let t_ = &pb.tenants[c.tenant];
     let mut prev = t_.current_inference.and_then(|pl| pb.profile_index(pl.profile));
-    let mut v = 0.0;
+    let mut v = pb.tail_value(c.tenant, c.retrain);
     for t in 0..pb.slots {
         let acc = if c.retrain.is_some_and(|o| o.end <= t) { t_.acc_new } else { t_.acc_old };
         if let Some(p) = c.inference[t] {
@@ -564,7 +564,7 @@ impl Pricer {
             else {
                 continue;
             };
-            let reduced = total - rt_cost;
+            let reduced = total - rt_cost + pb.tail_value(self.tenant, *o);
             if best.len() >= keep && best.last().is_some_and(|(b, _)| *b >= reduced - 1e-12) {
                 continue;
             }

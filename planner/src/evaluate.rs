@@ -23,8 +23,22 @@ pub fn goodput_per_tenant<'a>(
     placed: &Placed,
     scenarios: impl Fn(usize) -> &'a [Scenario],
 ) -> Vec<f64> {
+    run(pb, placed, scenarios).0
+}
+
+/// What the retrainings `placed` completes within the horizon earn beyond it
+/// ([`crate::problem::TenantTask::tail_value`]): the part of a policy's planning value that the horizon's
+/// goodput does not count.
+pub fn tail(pb: &GpuProblem, placed: &Placed) -> f64 {
+    let (_, done) = run(pb, placed, |i| &pb.tenants[i].scenarios);
+    pb.tenants.iter().zip(done).filter(|(_, d)| *d).map(|(t, _)| t.tail_value).sum()
+}
+
+/// Goodput per tenant, and whether each tenant's retraining completed within the horizon.
+fn run<'a>(pb: &'a GpuProblem, placed: &Placed, scenarios: impl Fn(usize) -> &'a [Scenario]) -> (Vec<f64>, Vec<bool>) {
     let dt = pb.slot_s;
     let mut out = vec![0.0; pb.tenants.len()];
+    let mut completed = vec![false; pb.tenants.len()];
     for (i, t) in pb.tenants.iter().enumerate() {
         let mut prev_inf: Vec<tessera_core::Placement> = t.current_inference.into_iter().collect();
         let mut prev_rt = t.retrain.as_ref().and_then(|r| r.running_on);
@@ -78,8 +92,9 @@ pub fn goodput_per_tenant<'a>(
             prev_rt = rt;
             prev_layout = placed.layout(slot);
         }
+        completed[i] = done;
     }
-    out
+    (out, completed)
 }
 
 /// Expected goodput of `placed` under the problem's own scenarios.

@@ -108,7 +108,9 @@ fn search_units(
     let mut combo = vec![0usize; n];
     loop {
         let retrain: Vec<Option<RetrainOption>> = (0..n).map(|i| options[i][combo[i]]).collect();
-        if let Some((value, schedule)) = best_inference(pb, &retrain, &vectors, feasible, charge, current)
+        let tail: f64 = retrain.iter().enumerate().map(|(i, o)| pb.tail_value(i, *o)).sum();
+        if let Some((value, schedule)) =
+            best_inference(pb, &retrain, &vectors, feasible, charge, current).map(|(v, s)| (v + tail, s))
             && best.as_ref().is_none_or(|(b, _)| value > *b + 1e-9)
         {
             best = Some((value, schedule));

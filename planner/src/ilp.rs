@@ -113,6 +113,9 @@ pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<Solved, SolveErro
             let forced = t.retrain.as_ref().is_some_and(|x| x.running_on.is_some());
             rows.push(if forced { pick.eq(1.0) } else { pick.leq(1.0) });
         }
+        for (k, o) in options[i].iter().enumerate() {
+            objective += r[i][k] * pb.tail_value(i, Some(*o));
+        }
     }
 
     // Instances of each profile per slot (inference and retraining).

@@ -67,16 +67,17 @@ pub struct GpuStats {
     pub tenants: usize,
     /// How the solve ended.
     pub status: SolveStatus,
-    /// Expected goodput of the placed plan.
+    /// The placed plan's planning value: its expected goodput, plus what the retrainings it completes earn beyond
+    /// the horizon where the policy counts that ([`crate::evaluate::tail`]; tessera and oracle).
     pub objective: f64,
-    /// Proven upper bound on the expected goodput of any plan for these tenants on this GPU.
+    /// Proven upper bound on the planning value of any plan for these tenants on this GPU.
     pub bound: f64,
 }
 
 /// Figures of a planning round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanStats {
-    /// Expected goodput of the plan (sum over GPUs).
+    /// Planning value of the plan (sum over GPUs, see [`GpuStats::objective`]).
     pub objective: f64,
     /// Sum of the per-GPU bounds.
     pub bound: f64,
@@ -212,7 +213,11 @@ pub fn plan_fleet(
             continue;
         };
         let objective = evaluate::goodput(&o.problem, &o.placed);
-        let bound = o.bound.max(objective);
+        // The solver's bound is on the planning value: the horizon's goodput plus what completed retrainings earn
+        // beyond it (0 for policies that count the horizon alone).
+        let tail = evaluate::tail(&o.problem, &o.placed);
+        let value = objective + tail;
+        let bound = o.bound.max(value);
         let upcoming: Vec<PlannedChange> = (1..o.placed.slots.len())
             .filter(|t| o.placed.slots[*t] != o.placed.slots[*t - 1])
             .map(|t| PlannedChange {
@@ -224,17 +229,24 @@ pub fn plan_fleet(
         let first = o.placed.slots.first().cloned().unwrap_or_default();
         let layout = o.layout(0);
         let explanation = format!(
-            "{policy}: {} tenant(s); layout {}; {}; expected goodput {:.1} (bound {:.1}, gap {:.2}%, {:?}){}",
+            "{policy}: {} tenant(s); layout {}; {}; expected goodput {:.1}{} (bound {:.1}, gap {:.2}%, {:?}){}",
             o.problem.tenants.len(),
             layout.display_for(o.problem.gpu),
             o.note,
             objective,
+            if tail > 0.0 { format!(" and {tail:.1} beyond the horizon") } else { String::new() },
             bound,
-            100.0 * relative_gap(objective, bound),
+            100.0 * relative_gap(value, bound),
             o.status,
             if upcoming.is_empty() { String::new() } else { format!("; {} later change(s) expected", upcoming.len()) },
         );
-        stats.push(GpuStats { gpu: gpu.clone(), tenants: o.problem.tenants.len(), status: o.status, objective, bound });
+        stats.push(GpuStats {
+            gpu: gpu.clone(),
+            tenants: o.problem.tenants.len(),
+            status: o.status,
+            objective: value,
+            bound,
+        });
         gpus.insert(
             gpu.clone(),
             GpuPlan {

@@ -67,6 +67,11 @@ pub struct TenantTask {
     pub acc_new: f64,
     /// Pending retraining, if any.
     pub retrain: Option<RetrainTask>,
+    /// Goodput that completing the pending retraining within the horizon earns after it, for the time its
+    /// accuracy lasts (a planning value, added to the objective once per completed retraining; the reported
+    /// goodput counts the horizon alone). 0 for a policy that values the horizon only.
+    #[serde(default)]
+    pub tail_value: f64,
     /// The tenant's inference instance now, if it has one on this GPU.
     pub current_inference: Option<Placement>,
 }
@@ -192,6 +197,12 @@ impl GpuProblem {
             && u.memory <= 8
             && u.instances <= 7
             && u.counts.iter().enumerate().all(|(p, c)| *c <= self.max_count(p))
+    }
+
+    /// What retraining option `o` of tenant `i` earns beyond the horizon ([`TenantTask::tail_value`] when it
+    /// completes within the horizon).
+    pub fn tail_value(&self, i: usize, o: Option<RetrainOption>) -> f64 {
+        o.filter(|o| o.end <= self.slots).map_or(0.0, |_| self.tenants[i].tail_value)
     }
 
     /// Goodput of tenant `i` in `slot` on profile `p` after `dead` seconds of dead time, at accuracy `acc`.
@@ -358,9 +369,10 @@ impl Schedule {
         c
     }
 
-    /// The count-level objective of this schedule (see [`GpuProblem::slot_value`]).
+    /// The count-level objective of this schedule (see [`GpuProblem::slot_value`]), with the tail value of the
+    /// retrainings it completes ([`GpuProblem::tail_value`]).
     pub fn objective(&self, pb: &GpuProblem) -> f64 {
-        let mut total = 0.0;
+        let mut total: f64 = self.retrain.iter().enumerate().map(|(i, o)| pb.tail_value(i, *o)).sum();
         let mut prev: Vec<Option<usize>> =
             pb.tenants.iter().map(|t| t.current_inference.and_then(|pl| pb.profile_index(pl.profile))).collect();
         let mut before = pb.current_usage();

@@ -11,6 +11,11 @@
 //!   one ([`crate::realize`], [`crate::evaluate`]).
 //! - **Forecast hedging**: level 2 maximises expected goodput over three arrival scenarios from the forecast band
 //!   (low, mean, high), so capacity is sized for the band rather than its midpoint.
+//! - **Accuracy beyond the horizon** ([`tail_values`]): a retraining completed within the horizon keeps paying after
+//!   it, so level 2 credits it with the goodput its accuracy gain earns over one retraining window at the
+//!   horizon's last arrival rate. A planner that counts the horizon alone never starts a retraining that ends
+//!   near the horizon's end, however many requests the better model would serve: on a heavy tenant it leaves the
+//!   accuracy of most of the traffic to drift.
 
 use tessera_core::ids::{GpuId, TenantId};
 
@@ -52,11 +57,30 @@ pub fn level2(
     if tenants.is_empty() {
         return Ok(None);
     }
-    let problem = gpu_problem(input, gpu, tenants, arrivals);
+    let mut problem = gpu_problem(input, gpu, tenants, arrivals);
+    tail_values(input, &mut problem);
     let solved = cg::solve_seeded(&problem, solver, &[thief_seed(input, &problem)])?;
     let placed = realize(&problem, &solved.schedule);
     let note = describe_retraining(&problem, &solved.schedule);
     Ok(Some(GpuOutcome::new(problem, placed, solved.bound, solved.status, note)))
+}
+
+/// Sets each due tenant's [`TenantTask::tail_value`](crate::problem::TenantTask::tail_value): weight x accuracy
+/// gain x the requests its best instance serves at the horizon's last expected arrival rate, over one retraining
+/// window (the accuracy a retraining buys lasts at least until the tenant's next window: drift lowers the new and
+/// the old model alike).
+pub fn tail_values(input: &PlannerInput, pb: &mut GpuProblem) {
+    for t in &mut pb.tenants {
+        let Some(window_s) = input.tenants[&t.id].spec.retraining.as_ref().map(|r| r.window_ms as f64 / 1000.0) else {
+            continue;
+        };
+        if t.retrain.is_none() {
+            continue;
+        }
+        let best = t.cap.iter().copied().fold(0.0, f64::max);
+        let rate: f64 = t.scenarios.iter().map(|s| s.prob * s.rate.last().copied().unwrap_or(0.0).min(best)).sum();
+        t.tail_value = t.weight * (t.acc_new - t.acc_old).max(0.0) * rate * window_s;
+    }
 }
 
 /// Ekya's thief allocation of the same problem (default epochs), a start for the local search: a rule-based

@@ -93,9 +93,14 @@ proptest! {
     #[test]
     fn tessera_level2_is_optimal_on_tiny_problems(
         tenants in 1usize..=3, slots in 2usize..=6, seed in 0u64..1000, retraining in 0usize..=2, band in any::<bool>(),
+        tail in any::<bool>(),
     ) {
         let input = tiny(tenants, slots, seed, retraining.min(tenants));
-        let pb = problem(&input, if band { Arrivals::Band } else { Arrivals::Point });
+        let mut pb = problem(&input, if band { Arrivals::Band } else { Arrivals::Point });
+        if tail {
+            // With the value a completed retraining earns beyond the horizon (Tessera's objective).
+            tessera_planner::tessera::tail_values(&input, &mut pb);
+        }
         let solved = cg::solve(&pb, &exact()).unwrap();
         let (best, optimum) = exhaustive::solve(&pb);
         prop_assert!(solved.schedule.feasible(&pb));
@@ -108,7 +113,10 @@ proptest! {
     #[test]
     fn column_generation_is_exact_for_one_tenant_over_long_horizons(slots in 19usize..=30, seed in 0u64..1000) {
         let input = tiny(1, slots, seed, 1);
-        let pb = problem(&input, Arrivals::Band);
+        let mut pb = problem(&input, Arrivals::Band);
+        if seed % 2 == 0 {
+            tessera_planner::tessera::tail_values(&input, &mut pb);
+        }
         let solved = cg::solve(&pb, &exact()).unwrap();
         let (_, optimum) = exhaustive::solve(&pb);
         prop_assert!(close(solved.objective, optimum), "solver {} vs exhaustive {}", solved.objective, optimum);
@@ -285,4 +293,64 @@ fn planner_input_round_trips_through_json_and_bad_input_names_the_field() {
     bad.gpus.values_mut().next().unwrap().layout =
         Layout::new([Placement::new(Profile::G4, 0), Placement::new(Profile::G4, 0)]);
     assert!(bad.validate().unwrap_err().contains("layout"));
+}
+
+#[test]
+fn level1_sizes_inference_by_the_instance_that_serves_the_peak() {
+    let mut input = tiny(1, 6, 2, 0);
+    let id = input.tenants.keys().next().unwrap().clone();
+    let gpu = GpuModel::A100_40GB;
+    let t = input.tenants[&id].clone();
+    let model = input.models[&t.spec.model].clone();
+    let util = input.config.target_utilization;
+    let cap = |p: Profile| model.slo_capacity_on(gpu, p, t.spec.slo_ms, 1.0).unwrap().rps * util;
+    let (three, four) = (cap(Profile::G3), cap(Profile::G4));
+    assert!(three < four);
+    let mut at = |rate: f64| {
+        let f = &mut input.tenants.get_mut(&id).unwrap().forecast;
+        for v in f.mean.iter_mut().chain(f.low.iter_mut()).chain(f.high.iter_mut()) {
+            *v = rate;
+        }
+        assign::inference_slices(&input, &id, gpu).unwrap()
+    };
+    // Just above what a 3g serves at the target utilisation: a 4g, not 3.x slices of a fluid GPU.
+    assert_eq!(at(three * 1.01), 4.0);
+    assert_eq!(at(three * 0.99), 3.0);
+    assert_eq!(at(0.001), f64::from(model.smallest_inference_profile(gpu).unwrap().compute_slices()));
+    assert_eq!(at(cap(Profile::G7) * 2.0), 7.0);
+}
+
+#[test]
+fn level1_reserves_retraining_room_for_the_most_valuable_retrainings_first() {
+    let mut input = tiny(4, 6, 3, 4);
+    let first = input.tenants.values().next().unwrap().spec.retraining.clone().unwrap();
+    let horizon_s = input.config.slot_s * input.config.horizon_slots as f64;
+    for (k, t) in input.tenants.values_mut().enumerate() {
+        // The same small model, rate, accuracy and retraining (2 slices of work over the horizon); weights differ.
+        t.spec.model = "resnet50".into();
+        t.spec.weight = 1.0 + k as f64;
+        t.spec.retraining =
+            Some(tessera_core::tenant::RetrainingSpec { work_gpu_s: 2.0 * horizon_s / 7.0, ..first.clone() });
+        t.accuracy = 0.5;
+        t.retraining_done_gpu_s = 0.0;
+        for v in t.forecast.mean.iter_mut().chain(t.forecast.low.iter_mut()).chain(t.forecast.high.iter_mut()) {
+            *v = 1.0;
+        }
+    }
+    let ids: Vec<TenantId> = input.tenants.keys().cloned().collect();
+    // One GPU: 4 slices of inference leave 3, room for one 2-slice retraining: the heaviest-weighted tenant's.
+    let budget = assign::retraining_budget(&input);
+    assert_eq!(budget.into_iter().collect::<Vec<_>>(), vec![ids[3].clone()]);
+    // Room for all: every due retraining is reserved.
+    let node = tessera_core::ids::NodeId::new("node-0000").unwrap();
+    input.gpus.insert(
+        tessera_core::ids::GpuId::new(node, 1),
+        tessera_planner::input::GpuInput {
+            model: GpuModel::A100_40GB,
+            health: GpuHealth::Healthy,
+            layout: Layout::empty(),
+            assignments: vec![],
+        },
+    );
+    assert_eq!(assign::retraining_budget(&input).len(), 4);
 }
