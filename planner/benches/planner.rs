@@ -34,7 +34,10 @@ fn one_gpu(tenants: usize, slots: usize, seed: u64) -> GpuProblem {
     let input = fleet(1, tenants, slots, seed);
     let gpu = input.gpus.keys().next().expect("one GPU").clone();
     let ids: Vec<TenantId> = input.tenants.keys().cloned().collect();
-    gpu_problem(&input, &gpu, &ids, Arrivals::Band)
+    // Tessera's level-2 problem: the forecast band and the value of retraining beyond the horizon.
+    let mut pb = gpu_problem(&input, &gpu, &ids, Arrivals::Band);
+    tessera_planner::tessera::tail_values(&input, &mut pb);
+    pb
 }
 
 fn level2(c: &mut Criterion) {

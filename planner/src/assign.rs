@@ -133,6 +133,28 @@ pub fn inference_slices(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) 
     any.then(|| f64::from(serving.unwrap_or(7)))
 }
 
+/// A tenant's size on every GPU model of the fleet, computed once: level 1 asks for each tenant and GPU many times
+/// (on a 1,000-GPU fleet, millions of times).
+struct Sizes<'a> {
+    models: Vec<GpuModel>,
+    by_tenant: std::collections::HashMap<&'a TenantId, Vec<Option<f64>>>,
+}
+
+impl<'a> Sizes<'a> {
+    fn new(input: &'a PlannerInput, size: impl Fn(&TenantId, GpuModel) -> Option<f64>) -> Sizes<'a> {
+        let mut models: Vec<GpuModel> = input.gpus.values().map(|g| g.model).collect();
+        models.sort();
+        models.dedup();
+        let by_tenant = input.tenants.keys().map(|id| (id, models.iter().map(|m| size(id, *m)).collect())).collect();
+        Sizes { models, by_tenant }
+    }
+
+    fn get(&self, tenant: &TenantId, gpu: GpuModel) -> Option<f64> {
+        let k = self.models.iter().position(|m| *m == gpu)?;
+        self.by_tenant.get(tenant).and_then(|v| v[k])
+    }
+}
+
 fn takes_new_work(health: GpuHealth) -> bool {
     health == GpuHealth::Healthy
 }
@@ -148,7 +170,8 @@ fn instances(input: &PlannerInput, tenant: &TenantId) -> usize {
 /// Tessera's level 1 (see the module doc).
 pub fn balanced(input: &PlannerInput) -> L1 {
     let budgeted = retraining_budget(input);
-    let need = |input: &PlannerInput, id: &TenantId, gpu: GpuModel| sized(input, &budgeted, id, gpu);
+    let sizes = Sizes::new(input, |id, gpu| sized(input, &budgeted, id, gpu));
+    let need = |_: &PlannerInput, id: &TenantId, gpu: GpuModel| sizes.get(id, gpu);
     let mut out = L1::default();
     let mut load: BTreeMap<GpuId, (f64, usize)> = BTreeMap::new();
     for (id, g) in &input.gpus {
@@ -280,6 +303,8 @@ pub fn balanced(input: &PlannerInput) -> L1 {
 
 /// MIGRator's given assignment (see the module doc).
 pub fn given(input: &PlannerInput) -> L1 {
+    let sizes = Sizes::new(input, |id, gpu| need(input, id, gpu));
+    let need = |_: &PlannerInput, id: &TenantId, gpu: GpuModel| sizes.get(id, gpu);
     let mut out = L1::default();
     let mut count: BTreeMap<GpuId, usize> = BTreeMap::new();
     for (id, g) in &input.gpus {
@@ -326,6 +351,8 @@ pub fn given(input: &PlannerInput) -> L1 {
 /// need first, go to the healthy GPU with the least need placed so far among those with room that their model
 /// fits. No interference awareness and no shedding of over-committed GPUs (those are Tessera's).
 pub fn spread(input: &PlannerInput, per_gpu: usize) -> L1 {
+    let sizes = Sizes::new(input, |id, gpu| need(input, id, gpu));
+    let need = |_: &PlannerInput, id: &TenantId, gpu: GpuModel| sizes.get(id, gpu);
     let mut out = L1::default();
     let mut load: BTreeMap<GpuId, f64> = BTreeMap::new();
     for (id, g) in &input.gpus {
