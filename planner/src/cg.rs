@@ -21,9 +21,9 @@
 //!
 //! **Bound**: at every round `pi.b + sum over tenants of the best reduced cost` is a valid upper bound
 //! (Lagrangian); pricing is stabilised by Wentges smoothing (prices between the best-bound duals and the LP's,
-//! weight [`SMOOTHING`], falling back to the LP's on a mis-price).
+//! weight `SMOOTHING`, falling back to the LP's on a mis-price).
 //!
-//! **Plan**, built every [`PRIMAL_EVERY`] rounds from the LP's solution: rounding (each tenant keeps its heaviest
+//! **Plan**, built every `PRIMAL_EVERY` rounds from the LP's solution: rounding (each tenant keeps its heaviest
 //! LP column where it still fits) and an LP-guided greedy (each tenant's retraining choice is the one the LP
 //! weighs most, with a variant per split tenant), each followed by single-tenant ascent over the choices the LP
 //! uses. Generation stops as soon as a plan is within the configured gap of the bound, or when the LP is within

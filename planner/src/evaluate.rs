@@ -3,10 +3,11 @@
 //! Per tenant and slot: each inference instance serves `cap x (slot - dead)` requests within SLO at most, where
 //! `dead` is 0 for an instance kept from the previous slot, `dead_preinit_s` for a new instance on slices that were
 //! free in the previous slot (created and warmed before the switch) and `dead_cold_s` otherwise (capped at one
-//! slot); a tenant's instances add up. Served = `min(arrivals, capacity)` per arrival scenario, weighted by the scenario's probability, times
-//! the accuracy of the serving model: `acc_old` until the retraining has done its work, `acc_new` from the slot
-//! after. Retraining progresses by the profile's speed for each slot it holds its instance; a retraining that loses
-//! its instance starts over (non-preemptive, no checkpoint within a plan).
+//! slot); a tenant's instances add up. Served = `min(arrivals, capacity)` per arrival scenario, weighted by the
+//! scenario's probability, times the accuracy of the serving model: `acc_old` until the retraining has done its
+//! work, `acc_new` from the slot after. Retraining progresses by the profile's speed for each slot it holds its
+//! instance; a retraining that loses its instance starts over (non-preemptive, no checkpoint within a plan).
+//! [`tail`] is what the completed retrainings earn beyond the horizon, for the policies that count it.
 
 // Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
 #![allow(clippy::needless_range_loop)]

@@ -11,8 +11,10 @@
 //!
 //! Retraining choices are enumerated as **options** `(profile, start slot)` whose end follows from the remaining work
 //! and the profile's speed: non-preemption holds by construction, and the solvers never need a big-M progress
-//! constraint. Horizons longer than 30 slots offer starts every [`GpuProblem::start_step`] slots. Only options that finish within the horizon earn anything, so only those are offered; a retraining
-//! already running continues on its instance (it is a fixed option starting at slot 0).
+//! constraint. Horizons longer than 30 slots offer starts every [`GpuProblem::start_step`] slots. Only options that
+//! finish within the horizon earn anything (in the horizon, and through [`TenantTask::tail_value`] beyond it), so
+//! only those are offered; a retraining already running continues on its instance (it is a fixed option starting at
+//! slot 0).
 //!
 //! The dead time of a new instance is `dead_preinit_s` when it can be created and warmed on free slices before the
 //! switch (make-before-break) and `dead_cold_s` otherwise; both are capped at one slot (the model does not carry

@@ -1,7 +1,8 @@
 //! `replay plan`: planning rounds on generated or dumped inputs, timed, for sizing the planner.
 //!
 //! Each round runs the whole policy (level 1 and every level-2 solve, in parallel) on the same input; the median
-//! wall time over `repeat` rounds is reported with the plan's expected goodput (objective), the sum of the per-GPU
+//! wall time over `repeat` rounds is reported with the plan's planning value (objective: expected goodput over the
+//! horizon, plus what completed retrainings earn beyond it where the policy counts that), the sum of the per-GPU
 //! bounds and the relative gap between them.
 
 use std::collections::BTreeMap;
@@ -31,7 +32,8 @@ pub struct PlanRun {
     pub solve_ms: f64,
     /// Every round's wall time, ms.
     pub solve_ms_all: Vec<f64>,
-    /// Expected goodput of the plan (requests within SLO x accuracy over the horizon).
+    /// Planning value of the plan: expected goodput over the horizon (requests within SLO x accuracy), plus what
+    /// the retrainings it completes earn beyond it where the policy counts that (tessera, oracle).
     pub objective: f64,
     /// Sum of the per-GPU upper bounds.
     pub bound: f64,

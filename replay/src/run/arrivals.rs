@@ -148,7 +148,7 @@ const BUCKET_MS: f64 = 10.0;
 
 /// Reorders scaled copies: holds arrivals until the input has passed them.
 ///
-/// A calendar queue: held arrivals wait in buckets of [`BUCKET_MS`] by time, and a release sorts only the buckets
+/// A calendar queue: held arrivals wait in buckets of 10 ms (`BUCKET_MS`) by time, and a release sorts only the buckets
 /// it empties (and the one it cuts). A scaled-up stream holds about `rate x SPREAD_MS` copies at any time (360,000
 /// at the default scenario's 36,000 requests per second); a binary heap of that size spent nearly all of a replay's
 /// time in its pops, where a bucket of a few hundred copies sorts from cache. The order out is the heap's: by time,
