@@ -58,7 +58,7 @@ pub struct RoundResult {
     pub outcome: String,
     /// The committed epoch (0 when nothing was committed).
     pub epoch: u64,
-    /// Expected goodput.
+    /// Planning value: expected goodput, plus what completed retrainings earn beyond the horizon (tessera).
     pub objective: f64,
     /// Bound.
     pub bound: f64,
@@ -79,7 +79,7 @@ pub struct RoundResult {
 pub struct GpuDecision {
     /// Solver status.
     pub status: String,
-    /// Expected goodput.
+    /// Planning value: expected goodput, plus what completed retrainings earn beyond the horizon (tessera).
     pub objective: f64,
     /// Bound.
     pub bound: f64,

@@ -81,9 +81,11 @@ fn sized(input: &PlannerInput, budgeted: &BTreeSet<TenantId>, tenant: &TenantId,
     Some((inference + if budgeted.contains(tenant) { retraining } else { 0.0 }).min(7.0))
 }
 
-/// The due retrainings level 1 reserves room for. All of them when the healthy GPUs' slices hold every tenant's
-/// inference and every retraining; otherwise, when the fleet is over-committed, those worth most per slice
-/// (weight x accuracy gain x mean forecast rate, per retraining slice) while the room left by inference lasts.
+/// The due retrainings level 1 reserves room for. All of them when the slices of the GPUs that keep work (healthy or
+/// draining) hold every tenant's inference and every retraining; otherwise, when the fleet is over-committed, the
+/// running ones first (level 2 cannot stop them), then those worth most per slice (weight x accuracy gain x mean
+/// forecast rate, per retraining slice) while the room left by inference lasts. On a mixed fleet each tenant counts
+/// at its size on the GPU model where it is smallest.
 /// Reserving room for a retraining that cannot all happen only packs heavy tenants together: a GPU then serves
 /// their inference with nothing left to retrain the one whose accuracy reaches the most requests.
 pub fn retraining_budget(input: &PlannerInput) -> BTreeSet<TenantId> {
@@ -95,11 +97,17 @@ pub fn retraining_budget(input: &PlannerInput) -> BTreeSet<TenantId> {
     let mut room = 7.0 * healthy.len() as f64;
     let mut due: Vec<(f64, f64, TenantId)> = Vec::new();
     for (id, t) in &input.tenants {
-        room -= smallest(&|g| inference_slices(input, id, g)).unwrap_or(0.0);
+        // A tenant that fits nowhere takes no room.
+        let Some(inference) = smallest(&|g| inference_slices(input, id, g)) else { continue };
+        room -= inference;
         let Some(r) = smallest(&|g| retraining_slices(input, id, g)).filter(|r| *r > 0.0) else { continue };
+        // A running retraining keeps its instance (level 2 cannot stop it): its room is reserved first.
+        let running = input
+            .current_gpu(id)
+            .is_some_and(|g| input.gpus[g].instance_of(id, tessera_core::plan::Role::Retraining).is_some());
         let rate = t.forecast.mean.iter().sum::<f64>() / t.forecast.mean.len().max(1) as f64;
         let gain = t.spec.weight * (t.accuracy_after_retraining() - t.accuracy).max(0.0) * rate;
-        due.push((gain / r, r, id.clone()));
+        due.push((if running { f64::INFINITY } else { gain / r }, r, id.clone()));
     }
     due.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.cmp(&b.2)));
     let total: f64 = due.iter().map(|d| d.1).sum();

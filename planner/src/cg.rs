@@ -181,7 +181,7 @@ impl Column {
     }
 }
 
-/// The column's own goodput.
+/// The column's own value: its goodput, plus its retraining's tail value ([`GpuProblem::tail_value`]).
 fn column_value(pb: &GpuProblem, c: &Column) -> f64 {
     let t_ = &pb.tenants[c.tenant];
     let mut prev = t_.current_inference.and_then(|pl| pb.profile_index(pl.profile));

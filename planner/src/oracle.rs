@@ -4,7 +4,9 @@
 //! forecast (the band collapses onto the truth) and solved to a tighter gap with a longer time limit. Level 2 is a
 //! heuristic on large GPUs (see [`crate::cg`]), so a policy planning from a forecast can, by luck, land on a plan
 //! that is better under the truth; the clairvoyant therefore also evaluates the plans of every other policy under
-//! the true arrivals and returns the best plan it knows of. It is thus an upper bound on every policy by
+//! the true arrivals and returns the best plan it knows of. Its own level 2 optimises Tessera's planning value (the
+//! retraining tail included), but it keeps whichever plan has the most goodput within the horizon under the truth:
+//! that is what it bounds. It is thus an upper bound on every policy by
 //! construction, and a lower bound on the true clairvoyant optimum (each GPU's level-2 bound, reported beside it,
 //! bounds that from above). Replay divides every policy's goodput by the oracle's; a test checks that no policy
 //! beats it on the same input.

@@ -341,6 +341,17 @@ fn level1_reserves_retraining_room_for_the_most_valuable_retrainings_first() {
     // One GPU: 4 slices of inference leave 3, room for one 2-slice retraining: the heaviest-weighted tenant's.
     let budget = assign::retraining_budget(&input);
     assert_eq!(budget.into_iter().collect::<Vec<_>>(), vec![ids[3].clone()]);
+    // A running retraining keeps its instance whatever it is worth: its room comes first.
+    let mut running = input.clone();
+    let g = running.gpus.values_mut().next().unwrap();
+    g.layout = Layout::new([Placement::new(Profile::G2, 0)]);
+    g.assignments = vec![tessera_core::plan::Assignment {
+        placement: Placement::new(Profile::G2, 0),
+        tenant: ids[0].clone(),
+        role: Role::Retraining,
+        preinit: false,
+    }];
+    assert_eq!(assign::retraining_budget(&running).into_iter().collect::<Vec<_>>(), vec![ids[0].clone()]);
     // Room for all: every due retraining is reserved.
     let node = tessera_core::ids::NodeId::new("node-0000").unwrap();
     input.gpus.insert(

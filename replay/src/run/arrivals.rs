@@ -111,8 +111,8 @@ pub const SPREAD_MS: f64 = 10_000.0;
 /// `[t, t + spread_ms)` ([`SPREAD_MS`]). Scaling a 5 req/s trace to 5,000 req/s by stacking 1,000 copies of each
 /// request would turn every request into a burst and multiply the trace's burstiness a thousandfold; spread, the
 /// scaled stream follows the trace's rate curve at a 10 s resolution and is Poisson-like below it, as the
-/// superposition of many more users would be. Output stays in time order: copies wait in a heap until the trace
-/// has passed them.
+/// superposition of many more users would be. Output stays in time order: copies wait in a calendar queue
+/// ([`Reorder`]) until the trace has passed them.
 pub struct Scaler {
     rng: ChaCha8Rng,
     /// The multiplier.
@@ -166,6 +166,7 @@ pub struct Reorder {
 impl Reorder {
     /// Holds an arrival.
     pub fn push(&mut self, a: Arrival) {
+        debug_assert!(a.at_ms.is_finite(), "arrival time {}", a.at_ms);
         let bucket = (a.at_ms / BUCKET_MS).floor() as i64;
         if self.buckets.is_empty() {
             self.base = bucket;
