@@ -27,6 +27,7 @@
 //! [planner]                                # optional
 //! slot = "10s"
 //! horizon_slots = 12
+//! target_utilization = 0.8                 # share of an instance's SLO throughput plans use, (0, 1]
 //! forecaster = "ewma"                      # last | ewma | seasonal (as replay's --forecaster)
 //! ```
 
@@ -76,6 +77,8 @@ pub struct CoordinatorConfig {
     pub slot: Duration,
     /// Slots per horizon.
     pub horizon_slots: usize,
+    /// Share of an instance's SLO throughput plans use (`PlannerConfig::target_utilization`).
+    pub target_utilization: f64,
     /// Forecaster of every tenant.
     pub forecaster: tessera_planner::forecast::ForecasterConfig,
     /// Prometheus endpoint.
@@ -122,6 +125,7 @@ struct RawRaft {
 struct RawPlanner {
     slot: Option<String>,
     horizon_slots: Option<usize>,
+    target_utilization: Option<f64>,
     forecaster: Option<String>,
 }
 
@@ -160,6 +164,8 @@ pub struct Overrides {
     pub slot: Option<String>,
     /// `--horizon-slots`.
     pub horizon_slots: Option<usize>,
+    /// `--target-utilization`.
+    pub target_utilization: Option<f64>,
     /// `--keep-tail`.
     pub keep_tail: Option<u64>,
     /// `--join`.
@@ -286,6 +292,11 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     if horizon_slots == 0 || horizon_slots > 10_000 {
         return Err(field("planner.horizon_slots", "must be in 1..=10000"));
     }
+    let default_utilization = tessera_planner::PlannerConfig::default().target_utilization;
+    let target_utilization = over.target_utilization.or(raw.planner.target_utilization).unwrap_or(default_utilization);
+    if !(target_utilization > 0.0 && target_utilization <= 1.0) {
+        return Err(field("planner.target_utilization", "must be in (0, 1]"));
+    }
     let forecaster_name = over.forecaster.clone().or(raw.planner.forecaster).unwrap_or_else(|| "ewma".into());
     let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
         .map_err(|m| field("planner.forecaster", m))?;
@@ -303,6 +314,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         plan_every,
         slot,
         horizon_slots,
+        target_utilization,
         metrics_listen,
         otlp_endpoint,
         allow_fault_injection: over.allow_fault_injection,
@@ -350,6 +362,12 @@ mod tests {
         };
         let c = CoordinatorConfig::load(Some(&file), &over).unwrap();
         assert_eq!((c.raft.id, c.policy.as_str(), c.advertise.as_str()), (2, "static", "127.0.0.1:7002"));
+        assert_eq!(c.target_utilization, tessera_planner::PlannerConfig::default().target_utilization);
+        let over = Overrides { target_utilization: Some(0.9), ..Default::default() };
+        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().target_utilization, 0.9);
+        let over = Overrides { target_utilization: Some(1.5), ..Default::default() };
+        let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
+        assert!(e.contains("planner.target_utilization"), "{e}");
 
         let over = Overrides { policy: Some("nope".into()), ..Default::default() };
         let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();

@@ -91,6 +91,9 @@ struct ServeArgs {
     /// Slots in the planning horizon.
     #[arg(long)]
     horizon_slots: Option<usize>,
+    /// Share of an instance's SLO throughput plans use, in (0, 1] (default 0.8).
+    #[arg(long)]
+    target_utilization: Option<f64>,
     /// Forecaster of every tenant: last, ewma or seasonal.
     #[arg(long)]
     forecaster: Option<String>,
@@ -280,6 +283,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 forecaster: a.forecaster,
                 slot: a.slot,
                 horizon_slots: a.horizon_slots,
+                target_utilization: a.target_utilization,
                 join: a.join,
                 allow_fault_injection: a.allow_fault_injection,
             };

@@ -45,6 +45,8 @@ pub struct PlanningSettings {
     pub slot: Duration,
     /// Slots per horizon.
     pub horizon_slots: usize,
+    /// Share of an instance's SLO throughput plans use (`PlannerConfig::target_utilization`).
+    pub target_utilization: f64,
     /// Forecaster of every tenant.
     pub forecaster: ForecasterConfig,
     /// Deadline of one push to an agent.
@@ -291,6 +293,7 @@ impl Planner {
             config: PlannerConfig {
                 slot_s: self.settings.slot.as_secs_f64(),
                 horizon_slots: horizon,
+                target_utilization: self.settings.target_utilization,
                 ..PlannerConfig::default()
             },
             models: fleet.models.clone(),

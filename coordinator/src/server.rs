@@ -55,6 +55,7 @@ pub async fn serve_until(
             plan_every: config.plan_every,
             slot: config.slot,
             horizon_slots: config.horizon_slots,
+            target_utilization: config.target_utilization,
             forecaster: config.forecaster.clone(),
             push_timeout: Duration::from_secs(5),
         },

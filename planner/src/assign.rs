@@ -1,3 +1,5 @@
+//! Level 1: which tenants share which GPU.
+//!
 //! Each tenant's **need** is estimated in compute slices ([`need`], the baselines' level 1): the slices its peak
 //! forecast (the band's high side) needs at its best requests-per-slice profile, at least its smallest fitting
 //! instance, plus the share of a retraining instance its due work needs over the horizon. A GPU offers 7 compute
@@ -86,15 +88,14 @@ fn sized(input: &PlannerInput, budgeted: &BTreeSet<TenantId>, tenant: &TenantId,
 /// running ones first (level 2 cannot stop them), then those worth most per slice (weight x accuracy gain x mean
 /// forecast rate, per retraining slice) while the room left by inference lasts. On a mixed fleet each tenant counts
 /// at its size on the GPU model where it is smallest.
+///
 /// Reserving room for a retraining that cannot all happen only packs heavy tenants together: a GPU then serves
 /// their inference with nothing left to retrain the one whose accuracy reaches the most requests.
 pub fn retraining_budget(input: &PlannerInput) -> BTreeSet<TenantId> {
-    let healthy: Vec<GpuModel> = input.gpus.values().filter(|g| keeps_work(g.health)).map(|g| g.model).collect();
-    let mut models = healthy.clone();
-    models.sort();
-    models.dedup();
+    let working: Vec<GpuModel> = input.gpus.values().filter(|g| keeps_work(g.health)).map(|g| g.model).collect();
+    let models = distinct(working.iter().copied());
     let smallest = |f: &dyn Fn(GpuModel) -> Option<f64>| models.iter().filter_map(|g| f(*g)).reduce(f64::min);
-    let mut room = 7.0 * healthy.len() as f64;
+    let mut room = 7.0 * working.len() as f64;
     let mut due: Vec<(f64, f64, TenantId)> = Vec::new();
     for (id, t) in &input.tenants {
         // A tenant that fits nowhere takes no room.
@@ -141,6 +142,14 @@ pub fn inference_slices(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) 
     any.then(|| f64::from(serving.unwrap_or(7)))
 }
 
+/// The distinct GPU models of `models`, in order.
+fn distinct(models: impl Iterator<Item = GpuModel>) -> Vec<GpuModel> {
+    let mut out: Vec<GpuModel> = models.collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// A tenant's size on every GPU model of the fleet, computed once: level 1 asks for each tenant and GPU many times
 /// (on a 1,000-GPU fleet, millions of times).
 struct Sizes<'a> {
@@ -150,9 +159,7 @@ struct Sizes<'a> {
 
 impl<'a> Sizes<'a> {
     fn new(input: &'a PlannerInput, size: impl Fn(&TenantId, GpuModel) -> Option<f64>) -> Sizes<'a> {
-        let mut models: Vec<GpuModel> = input.gpus.values().map(|g| g.model).collect();
-        models.sort();
-        models.dedup();
+        let models = distinct(input.gpus.values().map(|g| g.model));
         let by_tenant = input.tenants.keys().map(|id| (id, models.iter().map(|m| size(id, *m)).collect())).collect();
         Sizes { models, by_tenant }
     }

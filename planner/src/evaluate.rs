@@ -7,7 +7,7 @@
 //! scenario's probability, times the accuracy of the serving model: `acc_old` until the retraining has done its
 //! work, `acc_new` from the slot after. Retraining progresses by the profile's speed for each slot it holds its
 //! instance; a retraining that loses its instance starts over (non-preemptive, no checkpoint within a plan).
-//! [`tail`] is what the completed retrainings earn beyond the horizon, for the policies that count it.
+//! [`goodput_and_tail`] adds what the completed retrainings earn beyond the horizon, for the policies that count it.
 
 // Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
 #![allow(clippy::needless_range_loop)]
@@ -27,12 +27,13 @@ pub fn goodput_per_tenant<'a>(
     run(pb, placed, scenarios).0
 }
 
-/// What the retrainings `placed` completes within the horizon earn beyond it
+/// [`goodput`], and what the retrainings `placed` completes within the horizon earn beyond it
 /// ([`crate::problem::TenantTask::tail_value`]): the part of a policy's planning value that the horizon's
 /// goodput does not count.
-pub fn tail(pb: &GpuProblem, placed: &Placed) -> f64 {
-    let (_, done) = run(pb, placed, |i| &pb.tenants[i].scenarios);
-    pb.tenants.iter().zip(done).filter(|(_, d)| *d).map(|(t, _)| t.tail_value).sum()
+pub fn goodput_and_tail(pb: &GpuProblem, placed: &Placed) -> (f64, f64) {
+    let (goodput, done) = run(pb, placed, |i| &pb.tenants[i].scenarios);
+    let tail = pb.tenants.iter().zip(done).filter(|(_, d)| *d).map(|(t, _)| t.tail_value).sum();
+    (goodput.iter().sum(), tail)
 }
 
 /// Goodput per tenant, and whether each tenant's retraining completed within the horizon.

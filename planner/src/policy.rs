@@ -68,7 +68,7 @@ pub struct GpuStats {
     /// How the solve ended.
     pub status: SolveStatus,
     /// The placed plan's planning value: its expected goodput, plus what the retrainings it completes earn beyond
-    /// the horizon where the policy counts that ([`crate::evaluate::tail`]; tessera and oracle).
+    /// the horizon where the policy counts that ([`crate::evaluate::goodput_and_tail`]; tessera and oracle).
     pub objective: f64,
     /// Proven upper bound on the planning value of any plan for these tenants on this GPU.
     pub bound: f64,
@@ -212,10 +212,9 @@ pub fn plan_fleet(
             );
             continue;
         };
-        let objective = evaluate::goodput(&o.problem, &o.placed);
         // The solver's bound is on the planning value: the horizon's goodput plus what completed retrainings earn
         // beyond it (0 for policies that count the horizon alone).
-        let tail = evaluate::tail(&o.problem, &o.placed);
+        let (objective, tail) = evaluate::goodput_and_tail(&o.problem, &o.placed);
         let value = objective + tail;
         let bound = o.bound.max(value);
         let upcoming: Vec<PlannedChange> = (1..o.placed.slots.len())

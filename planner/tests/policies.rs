@@ -44,6 +44,19 @@ fn problem(input: &PlannerInput, arrivals: Arrivals) -> GpuProblem {
     gpu_problem(input, &gpu, &tenants, arrivals)
 }
 
+/// Adds an empty, healthy GPU `id` of `model` to `input`.
+fn add_gpu(input: &mut PlannerInput, id: tessera_core::ids::GpuId, model: GpuModel) {
+    input.gpus.insert(
+        id,
+        tessera_planner::input::GpuInput {
+            model,
+            health: GpuHealth::Healthy,
+            layout: Layout::empty(),
+            assignments: vec![],
+        },
+    );
+}
+
 fn planned(policy: &str, input: &PlannerInput) -> Box<PlanReport> {
     match by_name(policy).unwrap().plan(input).unwrap() {
         PlanOutcome::Planned(r) => r,
@@ -248,30 +261,14 @@ fn level1_is_sticky_memory_aware_and_spreads_interfering_tenants() {
     let model = mixed.tenants[&big].spec.model.clone();
     mixed.models.get_mut(&model).unwrap().inference_memory_gib = 60.0;
     let h100 = tessera_core::ids::GpuId::new(tessera_core::ids::NodeId::new("h100-node").unwrap(), 0);
-    mixed.gpus.insert(
-        h100.clone(),
-        tessera_planner::input::GpuInput {
-            model: GpuModel::H100_80GB,
-            health: GpuHealth::Healthy,
-            layout: Layout::empty(),
-            assignments: vec![],
-        },
-    );
+    add_gpu(&mut mixed, h100.clone(), GpuModel::H100_80GB);
     let l1 = assign::balanced(&mixed);
     assert!(l1.per_gpu[&h100].contains(&big), "{l1:?}");
 
     // Interference: two tenants that slow each other down by 2x land on different GPUs.
     let mut pair = tiny(2, 4, 9, 0);
     let node = tessera_core::ids::NodeId::new("node-0000").unwrap();
-    pair.gpus.insert(
-        tessera_core::ids::GpuId::new(node, 1),
-        tessera_planner::input::GpuInput {
-            model: GpuModel::A100_40GB,
-            health: GpuHealth::Healthy,
-            layout: Layout::empty(),
-            assignments: vec![],
-        },
-    );
+    add_gpu(&mut pair, tessera_core::ids::GpuId::new(node, 1), GpuModel::A100_40GB);
     let ms: Vec<String> = pair.tenants.values().map(|t| t.spec.model.clone()).collect();
     pair.interference =
         Some(Interference { pairs: vec![(ms[0].clone(), ms[1].clone(), 2.0), (ms[1].clone(), ms[0].clone(), 2.0)] });
@@ -354,14 +351,6 @@ fn level1_reserves_retraining_room_for_the_most_valuable_retrainings_first() {
     assert_eq!(assign::retraining_budget(&running).into_iter().collect::<Vec<_>>(), vec![ids[0].clone()]);
     // Room for all: every due retraining is reserved.
     let node = tessera_core::ids::NodeId::new("node-0000").unwrap();
-    input.gpus.insert(
-        tessera_core::ids::GpuId::new(node, 1),
-        tessera_planner::input::GpuInput {
-            model: GpuModel::A100_40GB,
-            health: GpuHealth::Healthy,
-            layout: Layout::empty(),
-            assignments: vec![],
-        },
-    );
+    add_gpu(&mut input, tessera_core::ids::GpuId::new(node, 1), GpuModel::A100_40GB);
     assert_eq!(assign::retraining_budget(&input).len(), 4);
 }

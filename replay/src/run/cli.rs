@@ -78,7 +78,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 12)]
     pub horizon: usize,
     /// Share of an instance's SLO throughput that plans may use, in (0, 1]: the rest is headroom for bursts inside
-    /// a slot. In-process only (a coordinator plans with its default, 0.8).
+    /// a slot (in cluster mode, give `replay cluster-up` the same value).
     #[arg(long, default_value_t = PlannerConfig::default().target_utilization)]
     pub target_utilization: f64,
     /// Forecaster of every tenant: last, ewma or seasonal (a day of slots).
@@ -113,11 +113,6 @@ impl RunArgs {
             "cluster" if self.coordinator.is_none() => {
                 return Err(ReplayError::Usage(
                     "--mode cluster needs --coordinator ADDR (start a local cluster with `replay cluster-up`)".into(),
-                ));
-            }
-            "cluster" if self.target_utilization != PlannerConfig::default().target_utilization => {
-                return Err(ReplayError::Usage(
-                    "--target-utilization applies in process only: the coordinator plans with its default".into(),
                 ));
             }
             "cluster" => {}

@@ -15,8 +15,8 @@
 //! The nodes report what a real agent measures, and the coordinator plans from the replicated state only: observed
 //! layouts and assignments (in the executor's instance order), each tenant's accuracy, whether a retraining is due
 //! and its progress, and the measured arrival rate of every planner slot (before the first window, each tenant's
-//! first-window rate, the rate it declares when onboarded). With the same `--plan-every`, `--slot`, `--horizon` and
-//! `--forecaster` on both sides, the leader's `PlannerInput` is the one in-process replay builds, so both modes give
+//! first-window rate, the rate it declares when onboarded). With the same `--plan-every`, `--slot`, `--horizon`,
+//! `--target-utilization` and `--forecaster` on both sides, the leader's `PlannerInput` is the one in-process replay builds, so both modes give
 //! the same numbers for the same seed (a test checks it). The coordinator must run with `--clock virtual` (as
 //! `replay cluster-up` starts it) and start with no nodes of its own.
 
@@ -417,6 +417,10 @@ pub struct ClusterUpArgs {
     /// Slots in the planning horizon (give `replay --mode cluster` the same --horizon).
     #[arg(long, default_value_t = 12)]
     pub horizon: usize,
+    /// Share of an instance's SLO throughput plans use (give `replay --mode cluster` the same
+    /// --target-utilization).
+    #[arg(long, default_value_t = tessera_planner::PlannerConfig::default().target_utilization)]
+    pub target_utilization: f64,
     /// Forecaster of every tenant: last, ewma or seasonal (give `replay --mode cluster` the same --forecaster).
     #[arg(long, default_value = "ewma")]
     pub forecaster: String,
@@ -503,6 +507,7 @@ pub async fn start_cluster(args: &ClusterUpArgs) -> Result<LocalCluster, ReplayE
             otlp_endpoint: args.otlp_endpoint.clone(),
             slot: Some(format!("{}ms", (args.slot * 1000.0).round() as u64)),
             horizon_slots: Some(args.horizon),
+            target_utilization: Some(args.target_utilization),
             forecaster: Some(args.forecaster.clone()),
             ..Overrides::default()
         };
