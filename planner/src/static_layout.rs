@@ -36,10 +36,20 @@ pub struct StaticLayout;
 /// mig-parted's `all-balanced` profile counts.
 pub const BALANCED: [(Profile, usize); 3] = [(Profile::G1, 2), (Profile::G2, 1), (Profile::G3, 1)];
 
-/// The `all-balanced` layout of `model`, placed as mig-parted would (fewest stranded slices).
+/// The `all-balanced` layout of `model`, placed as mig-parted would (fewest stranded slices). Placing walks every
+/// layout of the model, so the result is kept per model for the process (a 100-GPU fleet asked for it every round:
+/// two thirds of a day-long fluid replay's time).
 pub fn balanced_layout(model: GpuModel) -> Layout {
-    let counts: BTreeMap<Profile, usize> = BALANCED.into_iter().collect();
-    migparted::place(model, &counts).expect("all-balanced fits every catalogued GPU")
+    static PLACED: std::sync::LazyLock<std::sync::Mutex<BTreeMap<GpuModel, Layout>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut placed = PLACED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    placed
+        .entry(model)
+        .or_insert_with(|| {
+            let counts: BTreeMap<Profile, usize> = BALANCED.into_iter().collect();
+            migparted::place(model, &counts).expect("all-balanced fits every catalogued GPU")
+        })
+        .clone()
 }
 
 impl Policy for StaticLayout {

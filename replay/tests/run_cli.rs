@@ -224,3 +224,39 @@ fn a_synthetic_azure_functions_2019_day_replays() {
     assert!(requests > 10_000, "{v}");
     assert_eq!(requests, v["policies"]["static"]["requests"].as_u64().unwrap());
 }
+
+/// The fluid executor (requests as expected counts per tick) gives what the discrete one does on a small run of
+/// the default trace, within a few percent per policy and with the same ranking, and says which one ran.
+#[test]
+fn the_fluid_executor_agrees_with_the_discrete_one() {
+    let run = |executor: &str| -> Value {
+        let out = replay()
+            .args(["--gpus", "2", "--duration", "5m", "--policy", "tessera,static,ekya", "--json", "--executor"])
+            .arg(executor)
+            .output()
+            .unwrap();
+        serde_json::from_str(&ok(&out)).unwrap()
+    };
+    let (discrete, fluid) = (run("discrete"), run("fluid"));
+    assert_eq!(fluid["scenario"]["executor"], "fluid");
+    assert_eq!(fluid["scenario"]["fluid_tick_ms"], 100.0);
+    assert_eq!(discrete["scenario"]["executor"], "discrete");
+    let get = |v: &Value, p: &str, k: &str| v["policies"][p][k].as_f64().unwrap();
+    for p in ["tessera", "static", "ekya"] {
+        let (d, f) = (get(&discrete, p, "requests"), get(&fluid, p, "requests"));
+        assert!((f / d - 1.0).abs() < 0.002, "{p}: requests {d} discrete, {f} fluid");
+        let (d, f) = (get(&discrete, p, "goodput"), get(&fluid, p, "goodput"));
+        assert!((f / d - 1.0).abs() < 0.03, "{p}: goodput {d} discrete, {f} fluid");
+    }
+    for v in [&discrete, &fluid] {
+        assert!(get(v, "tessera", "goodput") > get(v, "static", "goodput"));
+        assert!(get(v, "static", "goodput") > get(v, "ekya", "goodput"));
+    }
+    let out = replay().args(["--executor", "fluid", "--tick", "0"]).output().unwrap();
+    assert!(failed(&out).contains("--tick must be > 0"));
+    let out =
+        replay().args(["--executor", "fluid", "--mode", "cluster", "--coordinator", "127.0.0.1:1"]).output().unwrap();
+    assert!(failed(&out).contains("in process only"));
+    let out = replay().args(["--executor", "liquid"]).output().unwrap();
+    assert!(failed(&out).contains("expected discrete or fluid"));
+}

@@ -1,6 +1,7 @@
 //! Workload executor tests, grouped by area and numbered:
 //! 1. queueing (M/D/1 closed form), 2. batching, 3. reconfiguration, 4. requests without an instance,
-//! 5. retraining and accuracy, 6. dispatch (ELSA), 7. determinism, 8. accounting, 9. interference.
+//! 5. retraining and accuracy, 6. dispatch (ELSA), 7. determinism, 8. accounting, 9. interference,
+//! 10. fluid serving.
 //!
 //! Every run is seeded; a failing assertion prints the seed where one is used. No test reads a clock.
 
@@ -721,4 +722,103 @@ fn t9_2_the_tlb_model_slows_co_located_tenants() {
     assert!(factor > 1.0, "co-located streams interfere ({factor})");
     let latency = ex.tenant_metrics(a).latency_max_ms;
     assert!((latency - (25.0 + 4.0 * factor)).abs() < 1e-9, "{latency} vs factor {factor}");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 10. Fluid serving
+
+/// Tenant "a" on a 7g of `batchy(8)` at SLO 40 ms (cap 8, lat(8) = 11 ms: 727 requests per second), served for
+/// `secs` at `load` of that capacity, discretely (Poisson arrivals) or fluidly (ticks of 100 ms); returns the
+/// tenant's ledger and its queue at the end.
+fn served_at(load: f64, fluid: bool, secs: f64) -> (GoodputLedger, u64) {
+    let config = ExecutorConfig { seed: 5, ..ExecutorConfig::default() };
+    let mut ex = executor(config, vec![batchy(8)], vec![tenant("a", "batchy", 40.0)], &["n/0"]);
+    ex.install_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Inference, false)])).unwrap();
+    let a = ix(&ex, "a");
+    let rate_rps = load * 8.0 / 11.0 * 1000.0;
+    let end_ms = secs * 1000.0;
+    if fluid {
+        let mut t = 0.0;
+        while t < end_ms {
+            ex.flow(t + 100.0, &[rate_rps / 10.0]).unwrap();
+            t += 100.0;
+        }
+    } else {
+        let arrivals = ex.poisson_arrivals(&[(a, rate_rps)], 0.0, end_ms);
+        ex.arrive_all(&arrivals).unwrap();
+        ex.advance_to(end_ms).unwrap();
+    }
+    ex.check_invariants().unwrap();
+    (ex.tenant_metrics(a).ledger, ex.tenant_state(a).queued)
+}
+
+/// 10.1 Fluid serving agrees with request-by-request serving on one instance, from light load to overload: the
+/// requests served, and the share within SLO (the queueing correction below capacity, the growing backlog above).
+#[test]
+fn t10_1_fluid_serving_agrees_with_discrete_serving() {
+    for load in [0.3, 0.7, 0.85, 0.95, 1.1] {
+        let (d, dq) = served_at(load, false, 60.0);
+        let (f, fq) = served_at(load, true, 60.0);
+        let att = |l: &GoodputLedger| l.within_slo as f64 / l.requests as f64;
+        let served = |l: &GoodputLedger| l.completed as f64 / l.requests as f64;
+        eprintln!(
+            "load {load}: discrete {} requests, served {:.4}, within {:.4} (queued {dq}); fluid {} requests, served {:.4}, within {:.4} (queued {fq})",
+            d.requests,
+            served(&d),
+            att(&d),
+            f.requests,
+            served(&f),
+            att(&f)
+        );
+        assert!((f.requests as f64 / d.requests as f64 - 1.0).abs() < 0.01, "load {load}: the same requests");
+        assert!((served(&f) - served(&d)).abs() < 0.01, "load {load}: served");
+        assert!((att(&f) - att(&d)).abs() < 0.03, "load {load}: within SLO");
+    }
+}
+
+/// 10.2 Fluid accounting: every request is completed, dropped or queued, within-SLO counts never exceed
+/// completions, and above capacity the backlog grows by the excess.
+#[test]
+fn t10_2_fluid_accounting_and_backlog() {
+    let (l, queued) = served_at(0.5, true, 10.0);
+    assert_eq!(l.requests, l.completed + l.dropped + queued);
+    assert!(queued <= 1, "below capacity nothing waits beyond a tick ({queued})");
+    assert!(l.within_slo <= l.completed && l.within_slo as f64 > 0.999 * l.completed as f64);
+    let (l, queued) = served_at(1.5, true, 10.0);
+    assert_eq!(l.requests, l.completed + l.dropped + queued);
+    let excess = 0.5 * 8.0 / 11.0 * 10_000.0;
+    assert!((queued as f64 - excess).abs() < 2.0, "backlog {queued}, excess {excess}");
+    assert!(l.within_slo < l.completed / 10, "an ever-growing backlog misses the SLO: {l:?}");
+}
+
+/// 10.3 Without a serving instance, fluid requests wait their longest wait or are dropped at once, as discrete
+/// ones do (4.1: 600 requests over 6 s, the instance serving from 5 s).
+#[test]
+fn t10_3_fluid_requests_without_an_instance_wait_or_drop() {
+    let run = |policy: NoInstance| {
+        let config = ExecutorConfig { no_instance: policy, ..ExecutorConfig::default() };
+        let mut ex = executor(config, vec![light()], vec![tenant("a", "light", 100.0)], &["n/0"]);
+        let a = ix(&ex, "a");
+        ex.apply_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Inference, false)])).unwrap();
+        for k in 0..60 {
+            ex.flow(f64::from(k + 1) * 100.0, &[10.0]).unwrap();
+        }
+        ex.advance_to(7_000.0).unwrap();
+        let m = ex.tenant_metrics(a);
+        (m.ledger.requests, m.ledger.completed, m.dropped_no_instance, m.dropped_wait_expired)
+    };
+    assert_eq!(run(NoInstance::Drop), (600, 100, 500, 0));
+    // Chunks at the middle of each tick: those of the tick before 5 s are still served.
+    assert_eq!(run(NoInstance::Wait { max_wait_of_slo: 1.0 }), (600, 110, 0, 490));
+}
+
+/// 10.4 Counts that do not fit the executor are refused, naming what is wrong.
+#[test]
+fn t10_4_fluid_counts_are_checked() {
+    let mut ex = executor(ExecutorConfig::default(), vec![light()], vec![tenant("a", "light", 100.0)], &["n/0"]);
+    let e = ex.flow(100.0, &[1.0, 2.0]).unwrap_err().to_string();
+    assert!(e.contains("2 counts for 1 tenants"), "{e}");
+    let e = ex.flow(100.0, &[f64::NAN]).unwrap_err().to_string();
+    assert!(e.contains("finite"), "{e}");
+    assert!(matches!(ex.flow(-1.0, &[1.0]), Err(ExecError::TimeWentBack { .. })));
 }

@@ -17,6 +17,163 @@ use super::ReplayError;
 pub trait ArrivalSource: Send {
     /// Appends every arrival with `at_ms < until_ms` not returned yet, in time order.
     fn next_until(&mut self, until_ms: f64, out: &mut Vec<Arrival>) -> Result<(), ReplayError>;
+
+    /// Adds every tenant's requests in each tick of `counts` (which ends at `until_ms`), not returned yet, as
+    /// counts: for fluid runs ([`Executor::flow`](tessera_sim::executor::Executor::flow)). A source that can
+    /// give its expected counts without drawing each request does (trace tenants, Poisson tenants); by default
+    /// the requests are drawn and counted. A source is read either by requests or by counts, not both.
+    fn count_until(&mut self, until_ms: f64, counts: &mut TickCounts) -> Result<(), ReplayError> {
+        let mut buf = Vec::new();
+        self.next_until(until_ms, &mut buf)?;
+        for a in &buf {
+            counts.add(a.tenant.0 as usize, a.at_ms, 1.0);
+        }
+        Ok(())
+    }
+}
+
+/// Requests per tenant per tick over `[from_ms, from_ms + ticks x tick_ms)` (the last tick may be cut short by
+/// the end of a window), for fluid runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TickCounts {
+    /// Start of the first tick, ms.
+    pub from_ms: f64,
+    /// Tick length, ms.
+    pub tick_ms: f64,
+    /// Tenants (columns).
+    pub tenants: usize,
+    /// `counts[k * tenants + t]`: requests of tenant `t` in tick `k`.
+    pub counts: Vec<f64>,
+}
+
+impl TickCounts {
+    /// Zero counts for `tenants` over the ticks of `tick_ms` that cover `[from_ms, until_ms)`.
+    pub fn reset(&mut self, from_ms: f64, until_ms: f64, tick_ms: f64, tenants: usize) {
+        let ticks = ((until_ms - from_ms) / tick_ms).ceil().max(0.0) as usize;
+        self.from_ms = from_ms;
+        self.tick_ms = tick_ms;
+        self.tenants = tenants;
+        self.counts.clear();
+        self.counts.resize(ticks * tenants, 0.0);
+    }
+
+    /// Ticks held.
+    pub fn ticks(&self) -> usize {
+        self.counts.len().checked_div(self.tenants).unwrap_or(0)
+    }
+
+    /// Tick `k`'s counts, by tenant.
+    pub fn tick(&self, k: usize) -> &[f64] {
+        &self.counts[k * self.tenants..(k + 1) * self.tenants]
+    }
+
+    /// Adds `n` requests of `tenant` at `at_ms` (clamped into the ticks held).
+    pub fn add(&mut self, tenant: usize, at_ms: f64, n: f64) {
+        let ticks = self.ticks();
+        if ticks == 0 {
+            return;
+        }
+        let k = (((at_ms - self.from_ms) / self.tick_ms).floor().max(0.0) as usize).min(ticks - 1);
+        self.counts[k * self.tenants + tenant] += n;
+    }
+
+    /// Requests of every tenant in every tick.
+    pub fn total(&self) -> f64 {
+        self.counts.iter().sum()
+    }
+}
+
+/// Expected requests per tick, ahead of the ticks emitted so far: point masses and uniform spreads (a scaled-up
+/// trace request's copies) accumulate here until their ticks are emitted into a [`TickCounts`]. Spreads are kept as
+/// partial end ticks plus a difference array of the per-tick mass in between, so one costs O(1) however long.
+#[derive(Debug, Default)]
+pub struct TickSpread {
+    tick_ms: f64,
+    tenants: usize,
+    /// Tick number of the front row.
+    base: i64,
+    /// Per tick, per tenant: mass placed directly in the tick.
+    direct: std::collections::VecDeque<Vec<f64>>,
+    /// Per tick, per tenant: change of the spread mass per tick from this tick on.
+    diff: std::collections::VecDeque<Vec<f64>>,
+    /// Per tenant: spread mass per tick at the front row (before its `diff`).
+    running: Vec<f64>,
+    /// Emitted rows, zeroed, kept for their allocations.
+    spare: Vec<Vec<f64>>,
+}
+
+impl TickSpread {
+    /// Empty, for `tenants` with ticks of `tick_ms` from time zero.
+    pub fn new(tick_ms: f64, tenants: usize) -> TickSpread {
+        TickSpread { tick_ms, tenants, running: vec![0.0; tenants], ..TickSpread::default() }
+    }
+
+    /// The row of tick `k` (a tick already emitted maps to the front row).
+    fn row(&mut self, k: i64) -> usize {
+        let i = usize::try_from(k - self.base).unwrap_or(0);
+        while self.direct.len() <= i {
+            let mut fresh = || self.spare.pop().unwrap_or_else(|| vec![0.0; self.tenants]);
+            let (a, b) = (fresh(), fresh());
+            self.direct.push_back(a);
+            self.diff.push_back(b);
+        }
+        i
+    }
+
+    fn tick_of(&self, at_ms: f64) -> i64 {
+        (at_ms / self.tick_ms).floor() as i64
+    }
+
+    /// `n` requests of `tenant` at `at_ms`.
+    pub fn point(&mut self, tenant: usize, at_ms: f64, n: f64) {
+        let i = self.row(self.tick_of(at_ms));
+        self.direct[i][tenant] += n;
+    }
+
+    /// `n` requests of `tenant` spread uniformly over `[from_ms, to_ms)`.
+    pub fn uniform(&mut self, tenant: usize, from_ms: f64, to_ms: f64, n: f64) {
+        let (k0, k1) = (self.tick_of(from_ms), self.tick_of(to_ms));
+        if k0 == k1 || to_ms <= from_ms {
+            return self.point(tenant, from_ms, n);
+        }
+        let per_ms = n / (to_ms - from_ms);
+        let tick = self.tick_ms;
+        let first = self.row(k0);
+        let last = self.row(k1);
+        self.direct[first][tenant] += per_ms * ((k0 + 1) as f64 * tick - from_ms);
+        self.direct[last][tenant] += per_ms * (to_ms - k1 as f64 * tick);
+        if k1 > k0 + 1 {
+            self.diff[first + 1][tenant] += per_ms * tick;
+            self.diff[last][tenant] -= per_ms * tick;
+        }
+    }
+
+    /// Moves the mass of every tick that starts before `until_ms` into `out` (whose ticks must be this one's,
+    /// from `out.from_ms`); mass in ticks before `out.from_ms` joins its first tick.
+    pub fn emit(&mut self, until_ms: f64, out: &mut TickCounts) {
+        while !self.direct.is_empty() && (self.base as f64) * self.tick_ms < until_ms {
+            let direct = self.direct.pop_front().expect("not empty");
+            let diff = self.diff.pop_front().expect("rows pair up");
+            let at = self.base as f64 * self.tick_ms;
+            for t in 0..self.tenants {
+                self.running[t] += diff[t];
+                // The running sum's rounding can leave a spread's end a hair below zero.
+                let n = (direct[t] + self.running[t]).max(0.0);
+                if n > 1e-9 {
+                    out.add(t, at, n);
+                }
+            }
+            self.base += 1;
+            for mut row in [direct, diff] {
+                row.fill(0.0);
+                self.spare.push(row);
+            }
+        }
+        if self.direct.is_empty() {
+            // Nothing ahead: the next row starts wherever the next mass lands.
+            self.base = self.tick_of(until_ms).max(self.base);
+        }
+    }
 }
 
 /// Opens fresh, identical sources: one per policy and one for the truth table.
@@ -65,6 +222,8 @@ pub struct PoissonSet {
 struct PoissonSource {
     streams: Vec<std::iter::Peekable<PoissonArrivals>>,
     merge: Merge,
+    rates: Vec<(TenantIndex, f64)>,
+    end_ms: f64,
 }
 
 impl Arrivals for PoissonSet {
@@ -80,11 +239,25 @@ impl Arrivals for PoissonSet {
                 merge.heap.push(Reverse((OrdF64(a.at_ms), i as u32)));
             }
         }
-        Ok(Box::new(PoissonSource { streams, merge }))
+        Ok(Box::new(PoissonSource { streams, merge, rates: self.rates.clone(), end_ms: self.end_ms }))
     }
 }
 
 impl ArrivalSource for PoissonSource {
+    fn count_until(&mut self, until_ms: f64, counts: &mut TickCounts) -> Result<(), ReplayError> {
+        // Expected counts: each tick's overlap with [0, end) times the rate.
+        for k in 0..counts.ticks() {
+            let a = counts.from_ms + k as f64 * counts.tick_ms;
+            let b = (a + counts.tick_ms).min(until_ms).min(self.end_ms);
+            if b > a {
+                for &(t, r) in &self.rates {
+                    counts.add(t.0 as usize, a, r * (b - a) / 1000.0);
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn next_until(&mut self, until_ms: f64, out: &mut Vec<Arrival>) -> Result<(), ReplayError> {
         while let Some(&Reverse((OrdF64(t), i))) = self.merge.heap.peek() {
             if t >= until_ms {
@@ -226,6 +399,13 @@ struct MergedSource {
 }
 
 impl ArrivalSource for MergedSource {
+    fn count_until(&mut self, until_ms: f64, counts: &mut TickCounts) -> Result<(), ReplayError> {
+        for p in &mut self.parts {
+            p.count_until(until_ms, counts)?;
+        }
+        Ok(())
+    }
+
     fn next_until(&mut self, until_ms: f64, out: &mut Vec<Arrival>) -> Result<(), ReplayError> {
         if self.parts.len() == 1 {
             return self.parts[0].next_until(until_ms, out);
@@ -307,6 +487,63 @@ mod tests {
         assert_eq!(got, want);
         assert!(calendar.is_empty());
         assert!(got.len() > 3_000);
+    }
+
+    /// Points and spreads land in the ticks they overlap, in proportion, across emits that cut through them;
+    /// nothing is lost or invented.
+    #[test]
+    fn tick_spread_puts_each_mass_in_the_ticks_it_covers() {
+        let mut spread = TickSpread::new(100.0, 2);
+        spread.point(0, 250.0, 3.0);
+        // 10 over [150, 650): 1 per 5 ms... 2 per 10 ms: ticks 1 (half), 2-5 (whole), 6 (half).
+        spread.uniform(1, 150.0, 650.0, 10.0);
+        spread.uniform(0, 420.0, 440.0, 1.0); // inside one tick
+        let mut got = TickCounts::default();
+        got.reset(0.0, 400.0, 100.0, 2);
+        spread.emit(400.0, &mut got);
+        assert_eq!(got.tick(0), &[0.0, 0.0]);
+        assert_eq!(got.tick(1), &[0.0, 1.0]);
+        assert_eq!(got.tick(2), &[3.0, 2.0]);
+        assert_eq!(got.tick(3), &[0.0, 2.0]);
+        let mut rest = TickCounts::default();
+        rest.reset(400.0, 1000.0, 100.0, 2);
+        spread.emit(1000.0, &mut rest);
+        let col = |t: usize| (0..rest.ticks()).map(|k| rest.tick(k)[t]).collect::<Vec<_>>();
+        assert_eq!(col(1), vec![2.0, 2.0, 1.0, 0.0, 0.0, 0.0]);
+        assert_eq!(col(0), vec![1.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(got.total() + rest.total(), 14.0);
+        // Later masses after an empty stretch start where they land.
+        spread.point(1, 5_050.0, 1.0);
+        let mut late = TickCounts::default();
+        late.reset(5_000.0, 5_100.0, 100.0, 2);
+        spread.emit(5_100.0, &mut late);
+        assert_eq!(late.tick(0), &[0.0, 1.0]);
+    }
+
+    /// Expected counts of a Poisson set are its rates over each tick's overlap with the run.
+    #[test]
+    fn poisson_counts_are_expected_counts() {
+        let set = PoissonSet { seed: 3, rates: vec![(TenantIndex(1), 50.0)], end_ms: 250.0 };
+        let mut c = TickCounts::default();
+        c.reset(0.0, 300.0, 100.0, 2);
+        set.open().unwrap().count_until(300.0, &mut c).unwrap();
+        assert_eq!(c.tick(0), &[0.0, 5.0]);
+        assert_eq!(c.tick(2), &[0.0, 2.5]);
+        // The default: drawn requests, counted.
+        struct Drawn(Box<dyn ArrivalSource>);
+        impl ArrivalSource for Drawn {
+            fn next_until(&mut self, until_ms: f64, out: &mut Vec<Arrival>) -> Result<(), ReplayError> {
+                self.0.next_until(until_ms, out)
+            }
+        }
+        let set = PoissonSet { seed: 3, rates: vec![(TenantIndex(0), 500.0)], end_ms: 10_000.0 };
+        let mut drawn = Drawn(set.open().unwrap());
+        c.reset(0.0, 10_000.0, 1_000.0, 2);
+        drawn.count_until(10_000.0, &mut c).unwrap();
+        let mut all = Vec::new();
+        set.open().unwrap().next_until(10_000.0, &mut all).unwrap();
+        assert_eq!(c.total(), all.len() as f64);
+        assert!((c.total() - 5_000.0).abs() < 250.0);
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub fn search(
         prepared.scenario.tenants.len(),
         prepared.scenario.planner.slot_s * 1000.0,
         prepared.scenario.duration_ms,
+        prepared.scenario.fluid_tick_ms.is_some(),
     )?;
     let mut out = Vec::new();
     for policy in policies {

@@ -103,6 +103,14 @@ pub struct RunArgs {
     /// Coordinator endpoint for --mode cluster.
     #[arg(long, value_name = "ADDR")]
     pub coordinator: Option<String>,
+    /// How requests are served: discrete (every request queued, batched and served: exact) or fluid (requests
+    /// as expected counts per --tick, served by each tenant's pooled instances with a queueing correction:
+    /// for fleet- and day-sized capacity studies, in process only; see the README for how far it agrees).
+    #[arg(long, default_value = "discrete", value_name = "KIND")]
+    pub executor: String,
+    /// Fluid executor's tick, ms.
+    #[arg(long, default_value_t = 100.0, value_name = "MS")]
+    pub tick: f64,
 }
 
 impl RunArgs {
@@ -118,6 +126,19 @@ impl RunArgs {
             "cluster" => {}
             other => return Err(ReplayError::Usage(format!("--mode: expected in-process or cluster, got {other:?}"))),
         }
+        let fluid_tick_ms = match self.executor.as_str() {
+            "discrete" => None,
+            "fluid" if self.mode == "cluster" => {
+                return Err(ReplayError::Usage(
+                    "--executor fluid runs in process only (sim-agents serve every request)".into(),
+                ));
+            }
+            "fluid" if !(self.tick.is_finite() && self.tick > 0.0) => {
+                return Err(ReplayError::Usage(format!("--tick must be > 0 ms (got {})", self.tick)));
+            }
+            "fluid" => Some(self.tick),
+            other => return Err(ReplayError::Usage(format!("--executor: expected discrete or fluid, got {other:?}"))),
+        };
         let gpu_model = GpuModel::lookup(&self.gpu_model)
             .ok_or_else(|| ReplayError::Usage(format!("--gpu-model: unknown GPU model {:?}", self.gpu_model)))?;
         let forecaster = ForecasterConfig::from_name(&self.forecaster, self.slot)
@@ -150,6 +171,7 @@ impl RunArgs {
             },
             forecaster,
             tlb: self.tlb,
+            fluid_tick_ms,
             seed: self.seed,
         })
     }
@@ -219,6 +241,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayErro
         scenario.tenants.len(),
         scenario.planner.slot_s * 1000.0,
         scenario.duration_ms,
+        scenario.fluid_tick_ms.is_some(),
     )?;
     let mut runs = Vec::new();
     if let (true, Some(endpoint)) = (args.mode == "cluster", &args.coordinator) {

@@ -29,7 +29,7 @@ use tessera_sim::executor::{
 };
 use tessera_sim::tlb::{TlbMode, TlbModel};
 
-use super::arrivals::{ArrivalSource, Arrivals};
+use super::arrivals::{ArrivalSource, Arrivals, TickCounts};
 use super::{ReplayError, Scenario};
 
 /// Per-tenant arrival rates per slot over the whole run (requests per second), measured from the arrivals
@@ -43,33 +43,42 @@ pub struct RateTable {
 }
 
 impl RateTable {
-    /// Counts every arrival of a fresh source into slots of `slot_ms` over `duration_ms`.
+    /// Counts every arrival of a fresh source into slots of `slot_ms` over `duration_ms`; with `by_counts`, the
+    /// source's expected counts ([`ArrivalSource::count_until`]: what a fluid run serves).
     pub fn measure(
         arrivals: &dyn Arrivals,
         tenants: usize,
         slot_ms: f64,
         duration_ms: f64,
+        by_counts: bool,
     ) -> Result<RateTable, ReplayError> {
         let slots = (duration_ms / slot_ms).ceil() as usize;
-        let mut counts = vec![vec![0u64; slots]; tenants];
+        let mut counts = vec![vec![0.0f64; slots]; tenants];
         let mut src = arrivals.open()?;
         let mut buf = Vec::new();
+        let mut ticks = TickCounts::default();
         // One slot at a time: the arrivals of a whole run do not fit in memory on a large fleet.
-        let chunk = slot_ms;
-        let mut t = 0.0;
-        while t < duration_ms {
-            t = (t + chunk).min(duration_ms);
+        for s in 0..slots {
+            let (from, to) = (s as f64 * slot_ms, ((s + 1) as f64 * slot_ms).min(duration_ms));
+            if by_counts {
+                ticks.reset(from, to, slot_ms, tenants);
+                src.count_until(to, &mut ticks)?;
+                for (t, c) in counts.iter_mut().enumerate() {
+                    c[s] = ticks.tick(0)[t];
+                }
+                continue;
+            }
             buf.clear();
-            src.next_until(t, &mut buf)?;
+            src.next_until(to, &mut buf)?;
             for a in &buf {
                 let s = ((a.at_ms / slot_ms) as usize).min(slots.saturating_sub(1));
-                counts[a.tenant.0 as usize][s] += 1;
+                counts[a.tenant.0 as usize][s] += 1.0;
             }
         }
         let per_s = 1000.0 / slot_ms;
         Ok(RateTable {
             slot_ms,
-            rates: counts.into_iter().map(|c| c.into_iter().map(|n| n as f64 * per_s).collect()).collect(),
+            rates: counts.into_iter().map(|c| c.into_iter().map(|n| n * per_s).collect()).collect(),
         })
     }
 
@@ -197,6 +206,43 @@ pub(crate) fn feed_window(
     exec.advance_to(t1).map_err(|e| ReplayError::Sim(e.to_string()))
 }
 
+/// Fluid [`feed_window`]: the window's requests as counts per tick of `tick_ms` ([`Executor::flow`]), each
+/// scheduled change applied at its time (the tick it falls in is split there, its counts shared by length).
+pub(crate) fn flow_window(
+    exec: &mut Executor,
+    src: &mut dyn ArrivalSource,
+    counts: &mut TickCounts,
+    later: &[(f64, GpuId, GpuPlan)],
+    t1: f64,
+    tick_ms: f64,
+) -> Result<(), ReplayError> {
+    let t0 = exec.now_ms();
+    let tenants = exec.tenant_ids().count();
+    counts.reset(t0, t1, tick_ms, tenants);
+    src.count_until(t1, counts)?;
+    let sim = |e: tessera_sim::executor::ExecError| ReplayError::Sim(e.to_string());
+    let mut part = vec![0.0; tenants];
+    let mut next = later.iter().peekable();
+    for k in 0..counts.ticks() {
+        let a = t0 + k as f64 * tick_ms;
+        let b = (a + tick_ms).min(t1);
+        let row = counts.tick(k);
+        let mut from = a;
+        while let Some((at, gpu, step)) = next.next_if(|(at, _, _)| *at < b) {
+            let at = at.max(from);
+            let share = (at - from) / (b - a);
+            part.iter_mut().zip(row).for_each(|(p, n)| *p = n * share);
+            exec.flow(at, &part).map_err(sim)?;
+            exec.apply_plan(gpu, step).map_err(|e| ReplayError::Sim(format!("{gpu} at {at} ms: {e}")))?;
+            from = at;
+        }
+        let share = (b - from) / (b - a);
+        part.iter_mut().zip(row).for_each(|(p, n)| *p = n * share);
+        exec.flow(b, &part).map_err(sim)?;
+    }
+    exec.advance_to(t1).map_err(sim)
+}
+
 impl WindowRow {
     /// The row of the window starting at `t0` ms from its counters `d`.
     pub(crate) fn new(t0: f64, d: &Totals, active_gpus: u32, plan_ms: f64, layouts: Vec<String>) -> WindowRow {
@@ -295,6 +341,7 @@ pub fn run_policy(
 
     let mut src = arrivals.open()?;
     let mut buf: Vec<Arrival> = Vec::new();
+    let mut counts = TickCounts::default();
     let mut rows = Vec::with_capacity(windows);
     let mut plan_ms = Vec::with_capacity(windows);
     let mut infeasible = 0;
@@ -359,7 +406,10 @@ pub fn run_policy(
             .map(|(i, id)| exec.gpu_layout(*i).display_for(scenario.gpus[id]))
             .collect();
 
-        feed_window(&mut exec, src.as_mut(), &mut buf, &later, t1)?;
+        match scenario.fluid_tick_ms {
+            Some(tick) => flow_window(&mut exec, src.as_mut(), &mut counts, &later, t1, tick)?,
+            None => feed_window(&mut exec, src.as_mut(), &mut buf, &later, t1)?,
+        }
 
         for (i, f) in forecasters.iter_mut().enumerate() {
             for s in first_slot..first_slot + slots_per_window {

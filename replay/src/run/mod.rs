@@ -32,7 +32,7 @@ use tessera_planner::forecast::ForecasterConfig;
 use tessera_sim::executor::{Arrival, ExecutorConfig, TenantIndex};
 
 use crate::trace::{self, ArrivalStream, TraceArrival, TraceOptions, TraceScan};
-use arrivals::{ArrivalSource, Arrivals, Merged, PoissonSet, Reorder, Scaler};
+use arrivals::{ArrivalSource, Arrivals, Merged, PoissonSet, Reorder, Scaler, TickCounts, TickSpread};
 use mapping::Binding;
 
 /// Why a replay could not run.
@@ -96,6 +96,9 @@ pub struct Scenario {
     pub executor: ExecutorConfig,
     /// Co-location slows tenants down through the L3 TLB model (baseline TLB).
     pub tlb: bool,
+    /// Fluid serving with ticks of this many ms ([`Executor::flow`](tessera_sim::executor::Executor::flow):
+    /// requests as expected counts per tick); `None`: every request simulated.
+    pub fluid_tick_ms: Option<f64>,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -133,6 +136,8 @@ pub struct RunSpec {
     pub forecaster: ForecasterConfig,
     /// TLB interference on.
     pub tlb: bool,
+    /// Fluid serving's tick, ms (`None`: every request simulated).
+    pub fluid_tick_ms: Option<f64>,
     /// Seed.
     pub seed: u64,
 }
@@ -274,6 +279,7 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
         forecaster: spec.forecaster.clone(),
         executor: ExecutorConfig::default(),
         tlb: spec.tlb,
+        fluid_tick_ms: spec.fluid_tick_ms,
         seed: spec.seed,
     };
     Ok(Prepared { scenario, arrivals: Box::new(Merged { parts }), scan, tenant_sources })
@@ -395,6 +401,7 @@ impl Arrivals for TraceArrivals {
             copies: Vec::new(),
             reorder: Reorder::default(),
             end_ms: self.end_ms,
+            spread: None,
         }))
     }
 }
@@ -406,9 +413,38 @@ struct TraceSource {
     copies: Vec<f64>,
     reorder: Reorder,
     end_ms: f64,
+    /// Fluid runs: the expected counts ahead of those emitted.
+    spread: Option<TickSpread>,
 }
 
 impl ArrivalSource for TraceSource {
+    /// Expected counts without drawing copies: a request scaled by `k` is `min(k, 1)` at its time (the copy that
+    /// keeps it, or the chance of keeping it) and `k - 1` spread uniformly over the next [`arrivals::SPREAD_MS`],
+    /// the [`Scaler`]'s expectation.
+    fn count_until(&mut self, until_ms: f64, counts: &mut TickCounts) -> Result<(), ReplayError> {
+        let tick = counts.tick_ms;
+        let spread = self.spread.get_or_insert_with(|| TickSpread::new(tick, counts.tenants));
+        self.raw.clear();
+        self.stream.next_window(until_ms / 1000.0, &mut self.raw)?;
+        for a in &self.raw {
+            let t_ms = a.time_s * 1000.0;
+            if t_ms >= self.end_ms {
+                continue;
+            }
+            for (tenant, scaler) in &self.by_stream[a.stream as usize] {
+                let (t, k) = (tenant.0 as usize, scaler.factor);
+                spread.point(t, t_ms, k.min(1.0));
+                if k > 1.0 {
+                    // Copies spread past the end of the run are not part of it.
+                    let end = (t_ms + scaler.spread_ms).min(self.end_ms);
+                    spread.uniform(t, t_ms, end, (k - 1.0) * (end - t_ms) / scaler.spread_ms);
+                }
+            }
+        }
+        spread.emit(until_ms, counts);
+        Ok(())
+    }
+
     fn next_until(&mut self, until_ms: f64, out: &mut Vec<Arrival>) -> Result<(), ReplayError> {
         self.raw.clear();
         self.stream.next_window(until_ms / 1000.0, &mut self.raw)?;

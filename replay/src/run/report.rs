@@ -108,6 +108,8 @@ impl Comparison {
                 "horizon_slots": scenario.planner.horizon_slots,
                 "forecaster": scenario.forecaster.to_string(),
                 "tlb": scenario.tlb,
+                "executor": if scenario.fluid_tick_ms.is_some() { "fluid" } else { "discrete" },
+                "fluid_tick_ms": scenario.fluid_tick_ms,
             },
             "policies": policies,
         })

@@ -10,6 +10,7 @@
 //! - `mod.rs`: [`Executor`], its public calls and the invariant check.
 //! - [`config`]: [`ExecutorConfig`] (batching, dispatch, no-instance policy, latencies) with its defaults.
 //! - `serve.rs`: the event loop and the inference hot path (dispatch, batching, completion, waiting queue).
+//! - `fluid.rs`: fluid serving ([`Executor::flow`]): requests as counts per tick, for fleet-and-day-sized runs.
 //! - `reconfigure.rs`: applying a [`GpuPlan`] (keep, reassign, destroy, create; drains; make-before-break).
 //! - `retrain.rs`: retraining progress, completion and drift.
 //! - [`interference`]: the [`Interference`] trait, [`NoInterference`] and [`TlbInterference`] (the L3 TLB model).
@@ -101,6 +102,17 @@
 //! times live in per-instance `VecDeque`s whose capacity is reused; latency tables are computed per instance at
 //! reconfiguration, not per batch. The hot path allocates nothing once queues have grown.
 //!
+//! ## Fluid serving
+//! [`Executor::flow`] serves a tick's requests as counts instead (`fluid.rs`): each tenant's serving instances are
+//! pooled into one server of their summed full-batch throughput, a FIFO backlog of evenly spaced chunks is served
+//! at that rate, and a request is within SLO when its wait plus a full-batch latency meets it, corrected below
+//! capacity by the stationary queueing tail of a Poisson stream (which the deterministic fluid lacks).
+//! Everything else (plans, MIG latencies, drains, warm-ups, retraining, drift, interference) is the events above,
+//! handled at tick ends. One instance at loads 0.3 to 1.1 agrees with request-by-request serving within 2 points
+//! of SLO attainment (test 10.1), at a cost per tenant and tick instead of per batch: replay's `--executor fluid`
+//! runs a day of a 100-GPU fleet (68 billion requests) in under a minute. Dispatch rules are not modelled (a
+//! tenant's instances are pooled), so ELSA's placement of requests on heterogeneous instances is not either.
+//!
 //! ## Not modelled
 //! Network and pre/post-processing time, per-request compute variance (latency is deterministic given the batch),
 //! memory fit of a model on its instance (the planner's job), GPU failures, and cross-GPU make-before-break.
@@ -112,6 +124,7 @@
 
 pub mod arrivals;
 pub mod config;
+mod fluid;
 pub mod interference;
 pub mod metrics;
 mod reconfigure;
@@ -432,6 +445,7 @@ impl Executor {
             accuracy: spec.initial_accuracy(),
             retrain,
             metrics: TenantMetrics::default(),
+            fluid: fluid::FluidTenant::default(),
             spec,
         })
     }
@@ -561,7 +575,8 @@ impl Executor {
             .iter()
             .filter(|i| i.alive && i.work.is_some_and(|w| w.tenant as usize == t))
             .map(|i| i.queue.len() as u64)
-            .sum()
+            .sum::<u64>()
+            + self.tenants[t].fluid.queued
     }
 
     /// Tenant `tenant`'s state now (retraining progress brought up to now).

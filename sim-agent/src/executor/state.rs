@@ -193,6 +193,8 @@ pub(super) struct Tenant {
     pub accuracy: f64,
     pub retrain: Option<Retrain>,
     pub metrics: TenantMetrics,
+    /// Fluid serving's backlog and carried fractions ([`Executor::flow`](super::Executor::flow)).
+    pub fluid: super::fluid::FluidTenant,
 }
 
 /// A create waiting for its slices.

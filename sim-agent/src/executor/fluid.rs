@@ -1,0 +1,260 @@
+//! Fluid serving: requests as counts per tick instead of one event per request or batch, for runs too large to
+//! simulate request by request (a day of a 100-GPU fleet is tens of billions of requests).
+//!
+//! [`Executor::flow`] takes each tenant's requests over `[now, to)` as a count and serves them from the tenant's
+//! **backlog**, a FIFO of chunks `(arrival time, count)`, by the tenant's serving instances pooled: together they
+//! serve `c = sum of cap / latency(cap)` requests per millisecond (each instance's full-batch throughput, the
+//! planner's SLO capacity, interference included). Everything else is the discrete executor's own: plans,
+//! reconfiguration latencies, drains, warm-ups, retraining, drift and interference run through the same events,
+//! which [`Executor::flow`] handles at the end of the tick (so a phase change takes effect at tick granularity).
+//!
+//! Per tick, per tenant:
+//! - The tick's arrivals join the backlog as one chunk of evenly spaced requests (whole requests: fractional
+//!   counts are carried to the next tick, so the total is exact).
+//! - Up to `c x tick` requests (plus the fraction carried while a backlog remains) leave the backlog, oldest first,
+//!   one every `1 / c` ms but none before it arrives; each completes a full-batch latency `l` after it is served,
+//!   and is **within SLO** when that is at most its arrival plus the SLO (counted in closed form per chunk).
+//! - That deterministic fluid has no queueing below capacity, where the discrete executor's Poisson arrivals
+//!   queue. So the within-SLO count is multiplied by `1 - p`, `p = exp(-2 (1 - r) c w / r)`: the tail of the
+//!   reflected Brownian motion that a Poisson stream against a constant-rate server converges to (mean wait
+//!   `r / (2 c (1 - r))`, the M/D/1 mean), at slack `w = SLO - l` and load `r` (the tick's arrival rate over `c`,
+//!   at most 0.99). Above capacity the backlog grows and its requests are served late, as in the discrete
+//!   executor.
+//! - With no serving instance, the backlog waits as requests do (`NoInstance::Wait`: a chunk is dropped once it
+//!   has waited its longest wait; `NoInstance::Drop`: at once).
+//! - Accounting as in the discrete executor: arrivals when they arrive, completions with the accuracy of the model
+//!   when served, within-SLO counts rounded with a carried fraction (never more than the completions). The GPU
+//!   counters take a tick's completions on the tenant's fastest instance.
+//!
+//! Not modelled in fluid mode: dispatch policies (a tenant's instances are pooled: ELSA and earliest finish are
+//! alike), batch records, latencies below the full-batch latency (the histogram records each served chunk's
+//! mean latency), and queueing between instances of different speeds.
+
+use tessera_core::goodput::GoodputLedger;
+
+use super::config::NoInstance;
+use super::{ExecError, Executor};
+
+/// Requests that arrived evenly spaced: `count` of them, the first at `first` ms, then every `spacing` ms.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Chunk {
+    pub first: f64,
+    pub spacing: f64,
+    pub count: u64,
+}
+
+/// A tenant's fluid state.
+#[derive(Debug, Clone, Default)]
+pub(super) struct FluidTenant {
+    /// Requests not served yet, oldest first.
+    pub backlog: std::collections::VecDeque<Chunk>,
+    /// Requests in the backlog.
+    pub queued: u64,
+    /// Fraction of a request carried to the next tick's arrivals.
+    pub arrival_carry: f64,
+    /// Fraction of a request's service carried while a backlog remains.
+    pub service_carry: f64,
+    /// Fraction of a within-SLO completion carried.
+    pub within_carry: f64,
+}
+
+/// Highest load the queueing correction is evaluated at: at and above capacity the backlog itself makes requests
+/// late, and the stationary queue of a load of exactly 1 is unbounded.
+const LOAD_CAP: f64 = 0.99;
+
+/// Share of the requests served below capacity that meet the SLO: `1 - exp(-2 (1 - r) c w / r)`.
+pub(super) fn within_share(load: f64, per_ms: f64, slack_ms: f64) -> f64 {
+    if load <= 0.0 {
+        return 1.0;
+    }
+    if slack_ms <= 0.0 {
+        return 0.0;
+    }
+    let r = load.min(LOAD_CAP);
+    1.0 - (-2.0 * (1.0 - r) * per_ms * slack_ms / r).exp()
+}
+
+impl Executor {
+    /// Fluid serving over `[now, to_ms)`: `counts[t]` requests of tenant index `t` arrive spread over it (see the
+    /// module documentation of fluid mode); then every event due by `to_ms` is handled and the clock moves there.
+    pub fn flow(&mut self, to_ms: f64, counts: &[f64]) -> Result<(), ExecError> {
+        self.check_time(to_ms)?;
+        if counts.len() != self.tenants.len() {
+            return Err(ExecError::InvalidConfig {
+                field: "flow counts",
+                reason: format!("{} counts for {} tenants", counts.len(), self.tenants.len()),
+            });
+        }
+        if let Some(bad) = counts.iter().find(|c| !(c.is_finite() && **c >= 0.0)) {
+            return Err(ExecError::InvalidConfig {
+                field: "flow counts",
+                reason: format!("a count must be finite and >= 0 (got {bad})"),
+            });
+        }
+        let (from, to) = (self.now, to_ms);
+        if to > from {
+            for (t, &count) in counts.iter().enumerate() {
+                self.flow_tenant(t, from, to, count);
+            }
+        }
+        self.run_until(to)?;
+        self.now = to;
+        self.debug_check();
+        Ok(())
+    }
+
+    fn flow_tenant(&mut self, t: usize, from: f64, to: f64, count: f64) {
+        let tick = to - from;
+        // Pooled capacity (requests per ms), its mean full-batch latency and the fastest instance.
+        let (mut per_ms, mut weighted_lat, mut fastest, mut cap) = (0.0, 0.0, None::<(f64, u32)>, 1u32);
+        for &s in &self.tenants[t].serving {
+            let inst = &self.insts[s as usize];
+            let lat = inst.lat[inst.cap as usize - 1];
+            let mu = f64::from(inst.cap) / lat;
+            per_ms += mu;
+            weighted_lat += mu * lat;
+            if fastest.is_none_or(|(m, _)| mu > m) {
+                fastest = Some((mu, s));
+                cap = inst.cap;
+            }
+        }
+        let no_instance = self.config.no_instance;
+        let tenant = &mut self.tenants[t];
+        let fl = &mut tenant.fluid;
+        let m = &mut tenant.metrics;
+
+        let arrived = count + fl.arrival_carry;
+        let n = arrived.floor();
+        fl.arrival_carry = arrived - n;
+        let n = n as u64;
+        m.ledger.record_arrivals(n);
+        if n > 0 {
+            let spacing = tick / n as f64;
+            fl.backlog.push_back(Chunk { first: from + spacing / 2.0, spacing, count: n });
+            fl.queued += n;
+        }
+
+        let Some((_, fast)) = fastest else {
+            fl.service_carry = 0.0;
+            match no_instance {
+                NoInstance::Drop => {
+                    m.ledger.dropped += fl.queued;
+                    m.dropped_no_instance += fl.queued;
+                    fl.backlog.clear();
+                    fl.queued = 0;
+                }
+                NoInstance::Wait { .. } => {
+                    m.waited += n;
+                    m.max_waiting_len = m.max_waiting_len.max(fl.queued);
+                    // Drop the requests that have waited their longest wait by the end of the tick.
+                    let expired_before = to - tenant.max_wait_ms;
+                    while let Some(front) = fl.backlog.front_mut() {
+                        let gone = if front.first > expired_before {
+                            0
+                        } else {
+                            (((expired_before - front.first) / front.spacing).floor() as u64 + 1).min(front.count)
+                        };
+                        fl.queued -= gone;
+                        m.ledger.dropped += gone;
+                        m.dropped_wait_expired += gone;
+                        if gone < front.count {
+                            front.first += gone as f64 * front.spacing;
+                            front.count -= gone;
+                            break;
+                        }
+                        fl.backlog.pop_front();
+                    }
+                }
+            }
+            return;
+        };
+
+        let lat = weighted_lat / per_ms;
+        let slack = tenant.spec.slo_ms - lat;
+        let share = within_share(n as f64 / (per_ms * tick), per_ms, slack);
+        let accuracy = tenant.accuracy;
+        let budget = per_ms * tick + fl.service_carry;
+        let mut left = budget.floor() as u64;
+        let mut cursor = from; // when the server is free for the next request
+        let mut within = 0.0;
+        let mut served = 0u64;
+        let per_request = 1.0 / per_ms;
+        while left > 0 {
+            let Some(front) = fl.backlog.front_mut() else { break };
+            let Chunk { first, spacing, count } = *front;
+            let take = count.min(left);
+            // Request i of the chunk arrives at first + i x spacing and is served at
+            // max(cursor + i / c, its arrival): it waits `delay(i) = cursor - first + i (1/c - spacing)` when that
+            // is positive, and is within SLO when the wait is at most the slack.
+            let slope = per_request - spacing;
+            let room = slack - (cursor - first);
+            let ok = if slope > 0.0 {
+                if room < 0.0 { 0.0 } else { (room / slope).floor() + 1.0 }
+            } else if room >= 0.0 {
+                take as f64
+            } else {
+                // Waits shrink along the chunk: the first requests wait too long.
+                take as f64 - (room / slope).ceil()
+            };
+            within += ok.clamp(0.0, take as f64);
+            let delay = |i: f64| (cursor - first + i * slope).max(0.0) + lat;
+            let last = delay((take - 1) as f64);
+            let mid = (delay(0.0) + last) / 2.0;
+            m.latency.record(mid, take);
+            m.latency_sum_ms += mid * take as f64;
+            m.latency_max_ms = m.latency_max_ms.max(last.max(delay(0.0)));
+            cursor = (cursor + take as f64 * per_request).max(first + (take - 1) as f64 * spacing + per_request);
+            left -= take;
+            served += take;
+            if take == count {
+                fl.backlog.pop_front();
+            } else {
+                front.first += take as f64 * spacing;
+                front.count -= take;
+            }
+        }
+        fl.queued -= served;
+        fl.service_carry = if fl.queued > 0 { budget - budget.floor() } else { 0.0 };
+        m.max_queue_len = m.max_queue_len.max(fl.queued);
+        if served == 0 {
+            return;
+        }
+        let w = within * share + fl.within_carry;
+        let whole = (w.floor() as u64).min(served);
+        fl.within_carry = (w - whole as f64).min(1.0);
+        let mut chunk = GoodputLedger {
+            completed: served,
+            within_slo: whole,
+            goodput: accuracy * whole as f64,
+            accuracy_sum: accuracy * served as f64,
+            ..GoodputLedger::default()
+        };
+        m.ledger += chunk;
+        let batches = served.div_ceil(u64::from(cap));
+        m.batches += batches;
+        let inst = &self.insts[fast as usize];
+        let g = &mut self.gpus[inst.gpu as usize].metrics;
+        chunk.requests = served;
+        g.ledger += chunk;
+        g.batches += batches;
+        g.busy_ms += served as f64 / per_ms;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_within_share_falls_with_load_and_rises_with_slack() {
+        let at = |r| within_share(r, 1.0, 20.0);
+        assert_eq!(at(0.0), 1.0);
+        assert!(at(0.5) > 0.999_99, "{}", at(0.5));
+        assert!(at(0.8) > at(0.9) && at(0.9) > at(0.95));
+        assert!(at(0.9) > 0.9 && at(0.9) < 0.99, "{}", at(0.9));
+        // Capped: at capacity and above, the backlog decides.
+        assert!(at(1.5) > 0.1 && at(1.5) == at(1.0));
+        assert!(within_share(0.9, 1.0, 40.0) > at(0.9));
+        assert_eq!(within_share(0.5, 1.0, 0.0), 0.0);
+    }
+}
