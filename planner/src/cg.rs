@@ -80,12 +80,14 @@ struct RowIndex {
     slots: usize,
     /// Offset of profile `p`'s own row within a block, where it has one.
     own: Vec<Option<usize>>,
+    /// Whether any profile has its own row.
+    any_own: bool,
 }
 
 impl RowIndex {
     fn new(pb: &GpuProblem) -> RowIndex {
         let mut k = 3;
-        let own = (0..pb.profiles.len())
+        let own: Vec<Option<usize>> = (0..pb.profiles.len())
             .map(|p| {
                 let beyond = u32::from(pb.max_count(p)) + 1;
                 let implied = u32::from(pb.compute_slices(p)) * beyond > 7
@@ -97,7 +99,8 @@ impl RowIndex {
                 })
             })
             .collect();
-        RowIndex { k, slots: pb.slots, own }
+        let any_own = own.iter().any(Option::is_some);
+        RowIndex { k, slots: pb.slots, own, any_own }
     }
 
     fn usage(&self, t: usize) -> usize {
@@ -226,11 +229,12 @@ struct StepMasks<'a> {
     pre: &'a [bool],
 }
 
-/// [`StepMasks`] of every slot and retraining profile: `usage[t][rt]`, `held[t][rt]`, `pre[t][rt]`.
+/// [`StepMasks`] of every slot `t` and retraining profile `rt`, flat: `usage` and `held` from `(t * m + rt) * m`,
+/// `pre` from `(t * m + rt) * m * m`, with `m = np + 1`.
 struct RoomTables {
-    usage: Vec<Vec<Vec<bool>>>,
-    held: Vec<Vec<Vec<bool>>>,
-    pre: Vec<Vec<Vec<bool>>>,
+    usage: Vec<bool>,
+    held: Vec<bool>,
+    pre: Vec<bool>,
 }
 
 /// Per-tenant data for pricing that does not depend on the duals, computed once per solve.
@@ -247,6 +251,8 @@ struct Pricer {
     /// Retraining choices (`None`: no retraining).
     choices: Vec<Option<RetrainOption>>,
     current: Option<usize>,
+    /// `size[p]`: compute slices, memory slices and instances of profile `p` (zero for `np`, none).
+    size: Vec<[f64; 3]>,
 }
 
 impl Pricer {
@@ -296,7 +302,10 @@ impl Pricer {
         options.sort_by(|a, b| b.start.cmp(&a.start).then(a.profile.cmp(&b.profile)));
         choices.extend(options.into_iter().map(Some));
         let current = t_.current_inference.and_then(|pl| pb.profile_index(pl.profile));
-        Pricer { tenant: i, usable, value, fit, np, choices, current }
+        let size = (0..m)
+            .map(|p| if p < np { [f64::from(pb.compute_slices(p)), f64::from(pb.memory_slices(p)), 1.0] } else { [0.0; 3] })
+            .collect();
+        Pricer { tenant: i, usable, value, fit, np, choices, current, size }
     }
 
     fn fits(&self, a: usize, b: usize, c: usize) -> bool {
@@ -311,22 +320,28 @@ impl Pricer {
     }
 
     /// Whether instances of `items` (profile indices, `np` = none) fit `rem` in the row block at `base`.
-    fn room_for_all(&self, pb: &GpuProblem, l: &RowIndex, rem: &[f64], base: usize, items: &[usize]) -> bool {
-        let (mut compute, mut memory, mut count) = (0.0, 0.0, 0.0);
+    fn room_for_all(&self, _pb: &GpuProblem, l: &RowIndex, rem: &[f64], base: usize, items: &[usize]) -> bool {
+        let mut used = [0.0f64; 3];
+        for &p in items {
+            let s = &self.size[p];
+            used[0] += s[0];
+            used[1] += s[1];
+            used[2] += s[2];
+        }
+        let eps = 1e-9;
+        if !(used[0] <= rem[base] + eps && used[1] <= rem[base + 1] + eps && used[2] <= rem[base + 2] + eps) {
+            return false;
+        }
+        if !l.any_own {
+            return true;
+        }
         let mut per = [0.0f64; 8];
         for &p in items {
             if p < self.np {
-                compute += f64::from(pb.compute_slices(p));
-                memory += f64::from(pb.memory_slices(p));
-                count += 1.0;
                 per[p] += 1.0;
             }
         }
-        let eps = 1e-9;
-        compute <= rem[base] + eps
-            && memory <= rem[base + 1] + eps
-            && count <= rem[base + 2] + eps
-            && items.iter().all(|p| *p >= self.np || l.own[*p].is_none_or(|own| per[*p] <= rem[base + own] + eps))
+        items.iter().all(|p| *p >= self.np || l.own[*p].is_none_or(|own| per[*p] <= rem[base + own] + eps))
     }
 
     /// One slot of the pricing programme without room limits (`t > 0`): for each state, staying, switching cold
@@ -449,25 +464,29 @@ impl Pricer {
             (0..pb.slots).map(|t| (0..np).map(|p| price(pb, l, y, l.room(t), p)).collect()).collect();
         let states = self.usable.len() + 1;
         let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
+        let m = np + 1;
         let tables = rem.map(|rem| {
-            let m = np + 1;
             // Only the retraining profiles these choices hold (and none) are ever looked up.
             let wanted: Vec<bool> =
                 (0..m).map(|rt| rt == none || choices.iter().flatten().any(|o| o.profile == rt)).collect();
-            let per_slot = |f: &dyn Fn(usize, usize) -> Vec<bool>| -> Vec<Vec<Vec<bool>>> {
-                (0..pb.slots)
-                    .map(|t| (0..m).map(|rt| if wanted[rt] { f(t, rt) } else { Vec::new() }).collect())
-                    .collect()
+            let mut k = RoomTables {
+                usage: vec![false; pb.slots * m * m],
+                held: vec![false; pb.slots * m * m],
+                pre: vec![false; pb.slots * m * m * m],
             };
-            RoomTables {
-                usage: per_slot(&|t, rt| {
-                    (0..m).map(|p| self.room_for(pb, l, rem, l.usage(t), [p, rt, none])).collect()
-                }),
-                held: per_slot(&|t, rt| (0..m).map(|q| self.room_for(pb, l, rem, l.room(t), [q, rt, none])).collect()),
-                pre: per_slot(&|t, rt| {
-                    (0..m * m).map(|k| self.room_for(pb, l, rem, l.room(t), [k / m, rt, k % m])).collect()
-                }),
+            for t in 0..pb.slots {
+                for rt in (0..m).filter(|rt| wanted[*rt]) {
+                    let at = (t * m + rt) * m;
+                    for p in 0..m {
+                        k.usage[at + p] = self.room_for(pb, l, rem, l.usage(t), [p, rt, none]);
+                        k.held[at + p] = self.room_for(pb, l, rem, l.room(t), [p, rt, none]);
+                    }
+                    for q in 0..m * m {
+                        k.pre[at * m + q] = self.room_for(pb, l, rem, l.room(t), [q / m, rt, q % m]);
+                    }
+                }
             }
+            k
         });
         let mut best: Vec<(f64, Column)> = Vec::with_capacity(keep + 1);
         let mut value = vec![vec![f64::NEG_INFINITY; states]; pb.slots];
@@ -485,9 +504,9 @@ impl Pricer {
                     let (done, rest) = value.split_at_mut(t);
                     let (prev, here) = (&done[t - 1], &mut rest[0]);
                     let masks = tables.as_ref().map(|k| StepMasks {
-                        usage: &k.usage[t][rt_now],
-                        held: &k.held[t][rt_prev],
-                        pre: &k.pre[t][rt_prev],
+                        usage: &k.usage[(t * m + rt_now) * m..][..m],
+                        held: &k.held[(t * m + rt_prev) * m..][..m],
+                        pre: &k.pre[(t * m + rt_prev) * m * m..][..m * m],
                     });
                     self.step_free(
                         FreeStep { t, regime, rt_now, rt_prev, hold: &hold[t], room: &room[t], masks },
@@ -621,10 +640,19 @@ fn pair_best(
             row[2]
         }
     };
+    // Per slot: which previous states were reached and still fit the room rows beside the retrainings.
+    let mut prev_ok = vec![false; states];
     for t in 0..pb.slots {
         let (ra, rb) = (rt(ca, t), rt(cb, t));
         let (ra_prev, rb_prev) = if t > 0 { (rt(ca, t - 1), rt(cb, t - 1)) } else { (none, none) };
         let (ga, gb) = (regime(ca, t), regime(cb, t));
+        if t > 0 {
+            for (k, ok) in prev_ok.iter_mut().enumerate() {
+                let (held_a, held_b) = (prof(pa, k / nb), prof(pbr, k % nb));
+                *ok = value[(t - 1) * states + k] > f64::NEG_INFINITY
+                    && pa.room_for_all(pb, l, rem, l.room(t), &[held_a, ra_prev, held_b, rb_prev]);
+            }
+        }
         for sa in 0..na {
             for sb in 0..nb {
                 let (xa, xb) = (prof(pa, sa), prof(pbr, sb));
@@ -632,21 +660,16 @@ fn pair_best(
                     continue;
                 }
                 let here = t * states + sa * nb + sb;
-                let prev_states: Vec<usize> = if t == 0 { vec![usize::MAX] } else { (0..states).collect() };
-                for ps in prev_states {
-                    let (base, prev_a, prev_b) = if t == 0 {
-                        (0.0, pa.current.unwrap_or(none), pbr.current.unwrap_or(none))
+                for k in if t == 0 { 0..1 } else { 0..states } {
+                    let (ps, base, prev_a, prev_b) = if t == 0 {
+                        (usize::MAX, 0.0, pa.current.unwrap_or(none), pbr.current.unwrap_or(none))
                     } else {
-                        let v = value[(t - 1) * states + ps];
-                        if v == f64::NEG_INFINITY {
+                        if !prev_ok[k] {
                             continue;
                         }
-                        (v, prof(pa, ps / nb), prof(pbr, ps % nb))
+                        (k, value[(t - 1) * states + k], prof(pa, k / nb), prof(pbr, k % nb))
                     };
                     let (held_a, held_b) = if t == 0 { (none, none) } else { (prev_a, prev_b) };
-                    if t > 0 && !pa.room_for_all(pb, l, rem, l.room(t), &[held_a, ra_prev, held_b, rb_prev]) {
-                        continue;
-                    }
                     let new_a = xa != none && xa != prev_a;
                     let new_b = xb != none && xb != prev_b;
                     for (pre_a, pre_b) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -1022,11 +1045,15 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         consider(plan.clone(), &mut incumbent);
     }
     let mut rounds = 0;
+    let mut spare: Option<Model> = None;
     let mut x_root;
     let mut duals;
     loop {
         rounds += 1;
-        let solved = std::mem::replace(&mut model, ColProblem::new().optimise(Sense::Maximise))
+        // `try_solve` takes the model: an empty placeholder stands in meanwhile, made once (creating a HiGHS
+        // instance per round cost about 8 % of a fleet plan).
+        let placeholder = spare.take().unwrap_or_else(|| ColProblem::new().optimise(Sense::Maximise));
+        let solved = std::mem::replace(&mut model, placeholder)
             .try_solve()
             .map_err(|e| SolveError(format!("HiGHS master LP: {e:?}")))?;
         if solved.status() != HighsModelStatus::Optimal {
@@ -1036,7 +1063,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         let solution = solved.get_solution();
         let y_lp = solution.dual_rows().to_vec();
         let x: Vec<f64> = solution.columns()[n..].to_vec();
-        model = Model::from(solved);
+        spare = Some(std::mem::replace(&mut model, Model::from(solved)));
         let pi_lp: Vec<f64> = y_lp[..ncap].iter().map(|v| v.max(0.0)).collect();
         let mut added = 0;
         // Wentges smoothing: price between the best-bound duals and the LP's; on a mis-price, price at the LP's
