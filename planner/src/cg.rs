@@ -302,9 +302,16 @@ impl Pricer {
         options.sort_by(|a, b| b.start.cmp(&a.start).then(a.profile.cmp(&b.profile)));
         choices.extend(options.into_iter().map(Some));
         let current = t_.current_inference.and_then(|pl| pb.profile_index(pl.profile));
-        let size = (0..m)
-            .map(|p| if p < np { [f64::from(pb.compute_slices(p)), f64::from(pb.memory_slices(p)), 1.0] } else { [0.0; 3] })
-            .collect();
+        let size =
+            (0..m)
+                .map(|p| {
+                    if p < np {
+                        [f64::from(pb.compute_slices(p)), f64::from(pb.memory_slices(p)), 1.0]
+                    } else {
+                        [0.0; 3]
+                    }
+                })
+                .collect();
         Pricer { tenant: i, usable, value, fit, np, choices, current, size }
     }
 

@@ -56,6 +56,20 @@ pub(super) struct FluidTenant {
     pub service_carry: f64,
     /// Fraction of a within-SLO completion carried.
     pub within_carry: f64,
+    /// The pooled server, as of [`Executor`]'s `serving_epoch` (`None`: not computed yet).
+    pub pool: Option<(u64, Pool)>,
+}
+
+/// A tenant's serving instances pooled.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pool {
+    /// Requests per ms (0: no serving instance).
+    pub per_ms: f64,
+    /// Full-batch latency, ms, weighted by throughput.
+    pub lat: f64,
+    /// The fastest instance and its batch cap.
+    pub fastest: u32,
+    pub cap: u32,
 }
 
 /// Highest load the queueing correction is evaluated at: at and above capacity the backlog itself makes requests
@@ -103,21 +117,39 @@ impl Executor {
         Ok(())
     }
 
-    fn flow_tenant(&mut self, t: usize, from: f64, to: f64, count: f64) {
-        let tick = to - from;
-        // Pooled capacity (requests per ms), its mean full-batch latency and the fastest instance.
-        let (mut per_ms, mut weighted_lat, mut fastest, mut cap) = (0.0, 0.0, None::<(f64, u32)>, 1u32);
+    /// Tenant `t`'s serving instances pooled: summed throughput, throughput-weighted latency, fastest instance.
+    fn pool(&self, t: usize) -> Pool {
+        let mut pool = Pool { per_ms: 0.0, lat: 0.0, fastest: 0, cap: 1 };
+        let mut best = 0.0;
         for &s in &self.tenants[t].serving {
             let inst = &self.insts[s as usize];
             let lat = inst.lat[inst.cap as usize - 1];
             let mu = f64::from(inst.cap) / lat;
-            per_ms += mu;
-            weighted_lat += mu * lat;
-            if fastest.is_none_or(|(m, _)| mu > m) {
-                fastest = Some((mu, s));
-                cap = inst.cap;
+            pool.per_ms += mu;
+            pool.lat += mu * lat;
+            if mu > best {
+                best = mu;
+                pool.fastest = s;
+                pool.cap = inst.cap;
             }
         }
+        if pool.per_ms > 0.0 {
+            pool.lat /= pool.per_ms;
+        }
+        pool
+    }
+
+    fn flow_tenant(&mut self, t: usize, from: f64, to: f64, count: f64) {
+        let tick = to - from;
+        let epoch = self.serving_epoch;
+        let pool = match self.tenants[t].fluid.pool {
+            Some((e, pool)) if e == epoch => pool,
+            _ => {
+                let pool = self.pool(t);
+                self.tenants[t].fluid.pool = Some((epoch, pool));
+                pool
+            }
+        };
         let no_instance = self.config.no_instance;
         let tenant = &mut self.tenants[t];
         let fl = &mut tenant.fluid;
@@ -133,8 +165,12 @@ impl Executor {
             fl.backlog.push_back(Chunk { first: from + spacing / 2.0, spacing, count: n });
             fl.queued += n;
         }
+        if fl.queued == 0 {
+            fl.service_carry = 0.0;
+            return;
+        }
 
-        let Some((_, fast)) = fastest else {
+        if pool.per_ms <= 0.0 {
             fl.service_carry = 0.0;
             match no_instance {
                 NoInstance::Drop => {
@@ -167,9 +203,9 @@ impl Executor {
                 }
             }
             return;
-        };
+        }
 
-        let lat = weighted_lat / per_ms;
+        let Pool { per_ms, lat, fastest: fast, cap } = pool;
         let slack = tenant.spec.slo_ms - lat;
         let share = within_share(n as f64 / (per_ms * tick), per_ms, slack);
         let accuracy = tenant.accuracy;

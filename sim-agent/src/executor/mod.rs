@@ -323,6 +323,9 @@ pub struct Executor {
     elsa_partitions: Vec<ElsaPartition>,
     moved: Vec<f64>,
     factors: Vec<f64>,
+    /// Bumped whenever a dispatch set or an inference latency table changes: fluid serving's pooled capacities
+    /// are valid while it stands still.
+    serving_epoch: u64,
 }
 
 impl std::fmt::Debug for Executor {
@@ -396,6 +399,7 @@ impl Executor {
             elsa_partitions: Vec::new(),
             moved: Vec::new(),
             factors: Vec::new(),
+            serving_epoch: 0,
         })
     }
 

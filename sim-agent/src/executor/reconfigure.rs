@@ -275,6 +275,7 @@ impl Executor {
                 inst.cap = cap;
                 inst.lat.clear();
                 inst.lat.extend((1..=cap).map(latency));
+                self.serving_epoch += 1;
                 inst.timeout_ms = tenant.timeout_ms;
             }
             Role::Retraining => inst.speed = model.training_speed_on(gpu, profile) / slowdown,

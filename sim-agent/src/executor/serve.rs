@@ -234,6 +234,7 @@ impl Executor {
         match w.role {
             Role::Inference => {
                 self.tenants[t].serving.push(s as u32);
+                self.serving_epoch += 1;
                 self.flush_waiting(t);
             }
             Role::Retraining => {
@@ -258,6 +259,7 @@ impl Executor {
             match w.role {
                 Role::Inference => {
                     self.tenants[t].serving.retain(|&x| x as usize != s);
+                    self.serving_epoch += 1;
                     let inst = &mut self.insts[s];
                     let keep = inst.in_service as usize;
                     let mut moved = std::mem::take(&mut self.moved);
