@@ -322,12 +322,12 @@ impl Pricer {
 
     /// Whether instances of `items` (profile indices, `np` = none) fit the remaining room of the row block at
     /// `base`.
-    fn room_for(&self, pb: &GpuProblem, l: &RowIndex, rem: &[f64], base: usize, items: [usize; 3]) -> bool {
-        self.room_for_all(pb, l, rem, base, &items)
+    fn room_for(&self, l: &RowIndex, rem: &[f64], base: usize, items: [usize; 3]) -> bool {
+        self.room_for_all(l, rem, base, &items)
     }
 
     /// Whether instances of `items` (profile indices, `np` = none) fit `rem` in the row block at `base`.
-    fn room_for_all(&self, _pb: &GpuProblem, l: &RowIndex, rem: &[f64], base: usize, items: &[usize]) -> bool {
+    fn room_for_all(&self, l: &RowIndex, rem: &[f64], base: usize, items: &[usize]) -> bool {
         let mut used = [0.0f64; 3];
         for &p in items {
             let s = &self.size[p];
@@ -485,11 +485,11 @@ impl Pricer {
                 for rt in (0..m).filter(|rt| wanted[*rt]) {
                     let at = (t * m + rt) * m;
                     for p in 0..m {
-                        k.usage[at + p] = self.room_for(pb, l, rem, l.usage(t), [p, rt, none]);
-                        k.held[at + p] = self.room_for(pb, l, rem, l.room(t), [p, rt, none]);
+                        k.usage[at + p] = self.room_for(l, rem, l.usage(t), [p, rt, none]);
+                        k.held[at + p] = self.room_for(l, rem, l.room(t), [p, rt, none]);
                     }
                     for q in 0..m * m {
-                        k.pre[at * m + q] = self.room_for(pb, l, rem, l.room(t), [q / m, rt, q % m]);
+                        k.pre[at * m + q] = self.room_for(l, rem, l.room(t), [q / m, rt, q % m]);
                     }
                 }
             }
@@ -530,7 +530,7 @@ impl Pricer {
                         continue;
                     }
                     if let Some(rem) = rem
-                        && !self.room_for(pb, l, rem, l.usage(t), [p, rt_now, none])
+                        && !self.room_for(l, rem, l.usage(t), [p, rt_now, none])
                     {
                         continue;
                     }
@@ -549,7 +549,7 @@ impl Pricer {
                         let held_before = if t == 0 { none } else { prev_p };
                         if let Some(rem) = rem
                             && t > 0
-                            && !self.room_for(pb, l, rem, l.room(t), [held_before, rt_prev, none])
+                            && !self.room_for(l, rem, l.room(t), [held_before, rt_prev, none])
                         {
                             continue;
                         }
@@ -563,9 +563,8 @@ impl Pricer {
                                 let cold = row[2];
                                 let warm = row[1] - room[t][p];
                                 let can_pre = (t == 0 || self.fits(prev_p, rt_prev, p))
-                                    && rem.is_none_or(|rem| {
-                                        self.room_for(pb, l, rem, l.room(t), [held_before, rt_prev, p])
-                                    });
+                                    && rem
+                                        .is_none_or(|rem| self.room_for(l, rem, l.room(t), [held_before, rt_prev, p]));
                                 if can_pre && warm > cold {
                                     (warm - hold[t][p], true)
                                 } else {
@@ -657,13 +656,13 @@ fn pair_best(
             for (k, ok) in prev_ok.iter_mut().enumerate() {
                 let (held_a, held_b) = (prof(pa, k / nb), prof(pbr, k % nb));
                 *ok = value[(t - 1) * states + k] > f64::NEG_INFINITY
-                    && pa.room_for_all(pb, l, rem, l.room(t), &[held_a, ra_prev, held_b, rb_prev]);
+                    && pa.room_for_all(l, rem, l.room(t), &[held_a, ra_prev, held_b, rb_prev]);
             }
         }
         for sa in 0..na {
             for sb in 0..nb {
                 let (xa, xb) = (prof(pa, sa), prof(pbr, sb));
-                if !pa.room_for_all(pb, l, rem, l.usage(t), &[xa, ra, xb, rb]) {
+                if !pa.room_for_all(l, rem, l.usage(t), &[xa, ra, xb, rb]) {
                     continue;
                 }
                 let here = t * states + sa * nb + sb;
@@ -692,7 +691,7 @@ fn pair_best(
                                 if pre_a { xa } else { none },
                                 if pre_b { xb } else { none },
                             ];
-                            if !pa.room_for_all(pb, l, rem, l.room(t), &items) {
+                            if !pa.room_for_all(l, rem, l.room(t), &items) {
                                 continue;
                             }
                         }

@@ -254,6 +254,8 @@ fn the_fluid_executor_agrees_with_the_discrete_one() {
     }
     let out = replay().args(["--executor", "fluid", "--tick", "0"]).output().unwrap();
     assert!(failed(&out).contains("--tick must be > 0"));
+    let out = replay().args(["--executor", "fluid", "--tick", "70"]).output().unwrap();
+    assert!(failed(&out).contains("must divide --plan-every"));
     let out =
         replay().args(["--executor", "fluid", "--mode", "cluster", "--coordinator", "127.0.0.1:1"]).output().unwrap();
     assert!(failed(&out).contains("in process only"));

@@ -821,6 +821,9 @@ fn t10_4_fluid_counts_are_checked() {
     let e = ex.flow(100.0, &[f64::NAN]).unwrap_err().to_string();
     assert!(e.contains("finite"), "{e}");
     assert!(matches!(ex.flow(-1.0, &[1.0]), Err(ExecError::TimeWentBack { .. })));
+    let e = ex.flow(0.0, &[1.0]).unwrap_err().to_string();
+    assert!(e.contains("empty interval"), "{e}");
+    ex.flow(0.0, &[0.0]).unwrap();
 }
 
 /// 10.5 Fluid serving follows reconfigurations: a tenant overloading its 3g is moved to a 7g, and once the 7g

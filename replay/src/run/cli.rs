@@ -136,6 +136,13 @@ impl RunArgs {
             "fluid" if !(self.tick.is_finite() && self.tick > 0.0) => {
                 return Err(ReplayError::Usage(format!("--tick must be > 0 ms (got {})", self.tick)));
             }
+            // Ticks start at multiples of the tick from time zero: every window must start on one.
+            "fluid" if ((self.plan_every * 1000.0 / self.tick).fract() * self.tick).abs() > 1e-6 => {
+                return Err(ReplayError::Usage(format!(
+                    "--tick ({} ms) must divide --plan-every ({} s)",
+                    self.tick, self.plan_every
+                )));
+            }
             "fluid" => Some(self.tick),
             other => return Err(ReplayError::Usage(format!("--executor: expected discrete or fluid, got {other:?}"))),
         };

@@ -16,9 +16,9 @@
 //! layouts and assignments (in the executor's instance order), each tenant's accuracy, whether a retraining is due
 //! and its progress, and the measured arrival rate of every planner slot (before the first window, each tenant's
 //! first-window rate, the rate it declares when onboarded). With the same `--plan-every`, `--slot`, `--horizon`,
-//! `--target-utilization` and `--forecaster` on both sides, the leader's `PlannerInput` is the one in-process replay builds, so both modes give
-//! the same numbers for the same seed (a test checks it). The coordinator must run with `--clock virtual` (as
-//! `replay cluster-up` starts it) and start with no nodes of its own.
+//! `--target-utilization` and `--forecaster` on both sides, the leader's `PlannerInput` is the one in-process replay
+//! builds, so both modes give the same numbers for the same seed (a test checks it). The coordinator must run with
+//! `--clock virtual` (as `replay cluster-up` starts it) and start with no nodes of its own.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! simulate request by request (a day of a 100-GPU fleet is tens of billions of requests).
 //!
 //! [`Executor::flow`] takes each tenant's requests over `[now, to)` as a count and serves them from the tenant's
-//! **backlog**, a FIFO of chunks `(arrival time, count)`, by the tenant's serving instances pooled: together they
+//! **backlog**, a FIFO of chunks of evenly spaced requests, by the tenant's serving instances pooled: together they
 //! serve `c = sum of cap / latency(cap)` requests per millisecond (each instance's full-batch throughput, the
 //! planner's SLO capacity, interference included). Everything else is the discrete executor's own: plans,
 //! reconfiguration latencies, drains, warm-ups, retraining, drift and interference run through the same events,
@@ -106,6 +106,12 @@ impl Executor {
             });
         }
         let (from, to) = (self.now, to_ms);
+        if to <= from && counts.iter().any(|c| *c > 0.0) {
+            return Err(ExecError::InvalidConfig {
+                field: "flow counts",
+                reason: format!("requests over an empty interval (from {from} ms to {to} ms)"),
+            });
+        }
         if to > from {
             for (t, &count) in counts.iter().enumerate() {
                 self.flow_tenant(t, from, to, count);
@@ -224,10 +230,12 @@ impl Executor {
             // is positive, and is within SLO when the wait is at most the slack.
             let slope = per_request - spacing;
             let room = slack - (cursor - first);
-            let ok = if slope > 0.0 {
-                if room < 0.0 { 0.0 } else { (room / slope).floor() + 1.0 }
-            } else if room >= 0.0 {
+            let ok = if room >= 0.0 && slope <= 0.0 {
                 take as f64
+            } else if slope > 0.0 {
+                if room < 0.0 { 0.0 } else { (room / slope).floor() + 1.0 }
+            } else if slope == 0.0 {
+                0.0 // every request waits the same, too long
             } else {
                 // Waits shrink along the chunk: the first requests wait too long.
                 take as f64 - (room / slope).ceil()
