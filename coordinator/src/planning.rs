@@ -17,7 +17,7 @@ use tessera_core::plan::GpuPlan;
 use tessera_core::tenant::DemandSource;
 use tessera_core::time::SimTime;
 use tessera_planner::forecast::{Forecast, Forecaster, ForecasterConfig};
-use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput, TenantInput};
+use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput, TenantInput, WarmStart};
 use tessera_planner::policy::{PlanOutcome, Policy};
 use tessera_proto::v1;
 use tessera_proto::v1::agent_client::AgentClient;
@@ -123,6 +123,9 @@ pub struct Planner {
     decisions: Mutex<BTreeMap<GpuId, GpuDecision>>,
     /// Per node: the epoch it acknowledged from this leader.
     acked: Mutex<HashMap<NodeId, u64>>,
+    /// Per GPU: the warm start this leader's last committed plan left for the next round (a hint, not replicated:
+    /// a new leader plans its first round cold).
+    warm: Mutex<BTreeMap<GpuId, WarmStart>>,
     agents: Mutex<HashMap<String, AgentClient<Channel>>>,
 }
 
@@ -145,6 +148,7 @@ impl Planner {
             last_input: Mutex::new(None),
             decisions: Mutex::new(BTreeMap::new()),
             acked: Mutex::new(HashMap::new()),
+            warm: Mutex::new(BTreeMap::new()),
             agents: Mutex::new(HashMap::new()),
         }))
     }
@@ -199,9 +203,10 @@ impl Planner {
         self.decisions.lock().expect("decisions lock").get(gpu).cloned()
     }
 
-    /// Forgets which nodes acknowledged what (on losing or gaining leadership).
+    /// Forgets which nodes acknowledged what, and the warm starts (on losing or gaining leadership).
     pub fn reset_pushes(&self) {
         self.acked.lock().expect("acked lock").clear();
+        self.warm.lock().expect("warm lock").clear();
     }
 
     fn forecasts(
@@ -254,6 +259,8 @@ impl Planner {
         let horizon = self.settings.horizon_slots;
         let mut forecasts = self.forecasts(state, now_ms, horizon, advance_forecasts);
         let fleet: &FleetState = &state.fleet;
+        // Each warm start is used once: the round that succeeds leaves the next ones.
+        let mut warm = std::mem::take(&mut *self.warm.lock().expect("warm lock"));
         let gpus = fleet
             .gpus
             .iter()
@@ -264,6 +271,7 @@ impl Planner {
                     health: g.health,
                     layout: g.applied.clone(),
                     assignments: g.applied_assignments.clone(),
+                    warm: warm.remove(id),
                 };
                 (id.clone(), input)
             })
@@ -441,6 +449,7 @@ impl Planner {
             })
             .collect();
         self.node.propose(Op::Fleet { command: Command::CommitPlan { plan } }).await?;
+        *self.warm.lock().expect("warm lock") = report.warm_starts();
         let (pushed, push_failures) = self.push_all(Some(span), &changed).await;
         span.record("pushed", pushed);
         span.record("push_failures", push_failures);

@@ -1,5 +1,6 @@
 //! Planner benchmarks: per-GPU level-2 solves (1, 3, 7 tenants x 10, 30, 200 slots), the backends on the compact
-//! MILP, and whole fleet rounds (10, 100 GPUs; 1,000 GPUs with `TESSERA_BENCH_FLEET_1000=1`, minutes per sample).
+//! MILP, whole fleet rounds (10, 100 GPUs; 1,000 GPUs with `TESSERA_BENCH_FLEET_1000=1`, minutes per sample), and
+//! the next round after a plan, warm-started from it and cold.
 //!
 //! Run: `cargo bench -p tessera-planner --bench planner`. Besides criterion's timings, each case prints one line
 //! with its objective, bound and relative gap (gap = (bound - objective) / bound, the bound from column
@@ -17,7 +18,7 @@ use tessera_planner::build::{Arrivals, gpu_problem};
 use tessera_planner::policy::{PlanOutcome, by_name};
 use tessera_planner::problem::GpuProblem;
 use tessera_planner::solver::{Backend, SolverConfig, relative_gap};
-use tessera_planner::synthetic::{SyntheticSpec, input as synthetic};
+use tessera_planner::synthetic::{SyntheticSpec, input as synthetic, next_round};
 use tessera_planner::{PlannerConfig, PlannerInput, cg, ilp};
 
 fn models() -> BTreeMap<String, ModelProfile> {
@@ -113,5 +114,38 @@ fn fleets(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, level2, backends, fleets);
+/// Consecutive rounds: the round 6 slots (one plan period) after a first one, whose plan it runs, with forecasts
+/// moved on and revised ([`next_round`]), planned warm (from the first round's plan and prices, as replay and the
+/// coordinator plan) and cold.
+fn warm_rounds(c: &mut Criterion) {
+    let mut group = c.benchmark_group("warm");
+    group.sample_size(10);
+    let policy = by_name("tessera").expect("known");
+    for (gpus, tenants, slots) in [(1, 7, 30), (1, 3, 30), (100, 300, 12)] {
+        let first = fleet(gpus, tenants, slots, 1);
+        let PlanOutcome::Planned(report) = policy.plan(&first).expect("plans") else { panic!("infeasible") };
+        let warm = next_round(&first, &report, 6, 1);
+        let mut cold = warm.clone();
+        for g in cold.gpus.values_mut() {
+            g.warm = None;
+        }
+        let case = format!("{gpus}g{tenants}t{slots}s");
+        for (name, input) in [("warm", &warm), ("cold", &cold)] {
+            if let PlanOutcome::Planned(r) = policy.plan(input).expect("plans") {
+                println!(
+                    "{name} round {case}: objective {:.1} bound {:.1} gap {:.3}%",
+                    r.stats.objective,
+                    r.stats.bound,
+                    100.0 * r.stats.gap
+                );
+            }
+            group.bench_with_input(BenchmarkId::new(name, &case), input, |b, input| {
+                b.iter(|| policy.plan(black_box(input)).expect("plans"))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, level2, backends, fleets, warm_rounds);
 criterion_main!(benches);

@@ -34,6 +34,10 @@
 //! [`COMPACT_LIMIT`] tenant-slots whose gap is still above the configured one go to the compact MILP
 //! ([`crate::ilp`]), which is exact there in milliseconds; the reported bound is the tighter of the two.
 //!
+//! **Warm start** ([`solve_warm`]): the previous round's plan joins the seeds and its best-bound prices are priced
+//! before the first master (a Lagrangian bound valid at any prices, and the stabilisation centre); when that
+//! bound already proves the gap, no master LP is solved at all.
+//!
 //! Measured figures are in the planner issue's closing note and the benchmark's output
 //! (`cargo bench -p tessera-planner`).
 //!
@@ -805,6 +809,32 @@ pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<Solved, SolveErro
 /// [`solve`], with feasible schedules from elsewhere (rule-based allocations) as further starts for the local
 /// search: the result is never worse, on the count-level objective, than the best seed improved by ascent.
 pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) -> Result<Solved, SolveError> {
+    solve_warm(pb, config, seeds, None).map(|w| w.solved)
+}
+
+/// What [`solve_warm`] found, with what the next round may start from.
+#[derive(Debug, Clone)]
+pub struct WarmSolved {
+    /// The plan, its value and its bound.
+    pub solved: Solved,
+    /// The prices of the best bound, per slot: one per usage row (compute slices, memory slices, instances, then
+    /// any per-profile rows) and one per pre-initialisation room row, in that order: the marginal planning value of
+    /// one more unit of each in that slot.
+    pub prices: Vec<Vec<f64>>,
+    /// Column-generation rounds (master LP solves) it took.
+    pub rounds: usize,
+}
+
+/// [`solve_seeded`], warm-started: `prices` (per slot, as [`WarmSolved::prices`] gives them, from the previous
+/// round shifted to this one's slots) are priced first, so that the bound starts where the last round's ended, and
+/// they centre the stabilisation. Prices of the wrong shape are ignored; a warm start changes how fast the gap
+/// closes, never what counts as a plan or a bound.
+pub fn solve_warm(
+    pb: &GpuProblem,
+    config: &SolverConfig,
+    seeds: &[Schedule],
+    prices: Option<&[Vec<f64>]>,
+) -> Result<WarmSolved, SolveError> {
     let n = pb.tenants.len();
     let l = RowIndex::new(pb);
     let limits = row_limits(pb, &l, &pb.current_usage());
@@ -1050,11 +1080,35 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
     for plan in &seed_plans {
         consider(plan.clone(), &mut incumbent);
     }
+    // A warm start's prices: their Lagrangian bound, and the columns they price best, before the first master.
+    let warm: Option<Vec<f64>> = prices
+        .filter(|p| p.len() == pb.slots && p.iter().all(|s| s.len() == 2 * l.k && s.iter().all(|v| v.is_finite())))
+        .map(|p| p.iter().flatten().map(|v| v.max(0.0)).collect());
+    if let Some(w) = warm {
+        let mut y = w.clone();
+        y.extend(std::iter::repeat_n(0.0, n));
+        let mut lagrangian: f64 = w.iter().zip(&b).map(|(p, b)| p * b).sum();
+        for i in 0..n {
+            let top = pricers[i].price_top(pb, &l, &y, None, COLUMNS_PER_PRICING);
+            lagrangian += top.first().map_or(0.0, |(_, best)| *best);
+            for (col, _) in top {
+                if !columns.contains(&col) {
+                    cols.push(add(&mut model, &col));
+                    columns.push(col);
+                }
+            }
+        }
+        if lagrangian < bound {
+            bound = lagrangian;
+            center = w;
+        }
+    }
     let mut rounds = 0;
     let mut spare: Option<Model> = None;
-    let mut x_root;
-    let mut duals;
-    loop {
+    let mut x_root = Vec::new();
+    let mut duals = zero.clone();
+    // A warm start may close the gap before any master is solved.
+    while !within_gap(&incumbent, bound, config.mip_rel_gap) {
         rounds += 1;
         // `try_solve` takes the model: an empty placeholder stands in meanwhile, made once (creating a HiGHS
         // instance per round cost about 8 % of a fleet plan).
@@ -1113,7 +1167,7 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
             }
         }
         x_root = x;
-        if stop || within_gap(&incumbent, bound, config.mip_rel_gap) {
+        if stop {
             break;
         }
     }
@@ -1162,8 +1216,8 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
         let bound = bound.max(objective);
         Solved { schedule, objective, bound, status: SolveStatus::from_gap(objective, bound, config.mip_rel_gap) }
     });
-    match heuristic {
-        Some(s) if s.status != SolveStatus::Budget || n * pb.slots > COMPACT_LIMIT => Ok(s),
+    let solved = match heuristic {
+        Some(s) if s.status != SolveStatus::Budget || n * pb.slots > COMPACT_LIMIT => s,
         other => {
             let compact = ilp::solve(pb, config)?;
             let bound = compact.bound.min(other.as_ref().map_or(f64::INFINITY, |s| s.bound));
@@ -1172,7 +1226,9 @@ pub fn solve_seeded(pb: &GpuProblem, config: &SolverConfig, seeds: &[Schedule]) 
                 _ => compact,
             };
             let bound = bound.max(best.objective);
-            Ok(Solved { bound, status: SolveStatus::from_gap(best.objective, bound, config.mip_rel_gap), ..best })
+            Solved { bound, status: SolveStatus::from_gap(best.objective, bound, config.mip_rel_gap), ..best }
         }
-    }
+    };
+    let prices = center.chunks(2 * l.k).map(<[f64]>::to_vec).collect();
+    Ok(WarmSolved { solved, prices, rounds })
 }

@@ -12,7 +12,7 @@ use tessera_core::model::ModelProfile;
 use tessera_core::plan::{Assignment, Role};
 use tessera_core::tenant::TenantSpec;
 use tessera_core::time::SimTime;
-use tessera_core::{GpuModel, Layout};
+use tessera_core::{GpuModel, Layout, Profile};
 
 use crate::forecast::Forecast;
 use crate::solver::SolverConfig;
@@ -95,6 +95,61 @@ pub struct GpuInput {
     /// Who works on which instance now.
     #[serde(default)]
     pub assignments: Vec<Assignment>,
+    /// The previous round's level-2 result on this GPU, for policies that warm-start from it (tessera).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<WarmStart>,
+}
+
+/// A GPU's level-2 result from a previous round, which the next round shifts onto its own slots: its plan is a
+/// start for the search and its prices a start for the bound. Planning from it is no less exact: the plan is
+/// only a candidate (checked and improved under this round's problem), the prices only a first Lagrangian bound
+/// (valid at any prices), and a warm start that does not fit (other tenants, another slot length, a retraining
+/// that is no longer an option) is used as far as it fits. Replay and the coordinator's leader pass each GPU the
+/// one its last plan produced ([`crate::PlanReport::warm_starts`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmStart {
+    /// Workload time of its slot 0.
+    pub at: SimTime,
+    /// Its slot length, seconds.
+    pub slot_s: f64,
+    /// Each tenant's plan.
+    pub tenants: Vec<WarmTenant>,
+    /// Per slot, the prices of the GPU's capacity rows at the best bound (see
+    /// [`crate::cg::WarmSolved::prices`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prices: Vec<Vec<f64>>,
+}
+
+/// One tenant's part of a [`WarmStart`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmTenant {
+    /// The tenant.
+    pub id: TenantId,
+    /// Its inference profile per slot.
+    pub inference: Vec<Option<Profile>>,
+    /// Its retraining: profile, first slot and the slot after the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retraining: Option<(Profile, usize, usize)>,
+}
+
+impl WarmStart {
+    /// Checks the shape (every tenant and the prices cover the same slots), naming the first problem.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.slot_s.is_finite() && self.slot_s > 0.0) {
+            return Err(format!("slot_s must be > 0 (got {})", self.slot_s));
+        }
+        let slots = self.tenants.first().map_or(self.prices.len(), |t| t.inference.len());
+        if let Some(t) = self.tenants.iter().find(|t| t.inference.len() != slots) {
+            return Err(format!("tenants.{}.inference has {} slots, not {slots}", t.id, t.inference.len()));
+        }
+        if !self.prices.is_empty() && self.prices.len() != slots {
+            return Err(format!("prices has {} slots, not {slots}", self.prices.len()));
+        }
+        if self.prices.iter().flatten().any(|v| !v.is_finite()) {
+            return Err("prices must be finite".into());
+        }
+        Ok(())
+    }
 }
 
 impl GpuInput {
@@ -205,6 +260,9 @@ impl PlannerInput {
         }
         for (gpu, g) in &self.gpus {
             g.layout.validate(g.model).map_err(|e| format!("gpus.{gpu}.layout: {e}"))?;
+            if let Some(w) = &g.warm {
+                w.validate().map_err(|e| format!("gpus.{gpu}.warm.{e}"))?;
+            }
             for a in &g.assignments {
                 if !g.layout.contains(a.placement) {
                     return Err(format!("gpus.{gpu}.assignments: {a} is not in the layout"));

@@ -12,7 +12,7 @@ use tessera_core::time::SimTime;
 
 use crate::assign::L1;
 use crate::evaluate;
-use crate::input::PlannerInput;
+use crate::input::{PlannerInput, WarmStart};
 use crate::problem::GpuProblem;
 use crate::realize::Placed;
 use crate::solver::{SolveError, SolveStatus, relative_gap};
@@ -55,6 +55,12 @@ impl PlanReport {
     /// has no truth): how replay and the tests compare policies on the same input.
     pub fn goodput_under_truth(&self, input: &PlannerInput) -> f64 {
         self.outcomes.values().map(|o| evaluate::under_truth(input, &o.problem, &o.placed)).sum()
+    }
+
+    /// Each GPU's warm start for the next round ([`GpuInput::warm`](crate::input::GpuInput::warm)), where the
+    /// policy gives one.
+    pub fn warm_starts(&self) -> BTreeMap<GpuId, WarmStart> {
+        self.outcomes.iter().filter_map(|(g, o)| o.warm.clone().map(|w| (g.clone(), w))).collect()
     }
 }
 
@@ -151,12 +157,23 @@ pub struct GpuOutcome {
     pub fixed_layout: Option<Layout>,
     /// Retraining configurations (epochs) the policy chose, where it chose other than the tenant's default.
     pub retraining_epochs: BTreeMap<TenantId, f64>,
+    /// What the policy's next round on this GPU may start from, where it warm-starts.
+    pub warm: Option<WarmStart>,
 }
 
 impl GpuOutcome {
     /// An outcome whose layout follows its assignments and whose retraining uses each tenant's default epochs.
     pub fn new(problem: GpuProblem, placed: Placed, bound: f64, status: SolveStatus, note: String) -> GpuOutcome {
-        GpuOutcome { problem, placed, bound, status, note, fixed_layout: None, retraining_epochs: BTreeMap::new() }
+        GpuOutcome {
+            problem,
+            placed,
+            bound,
+            status,
+            note,
+            fixed_layout: None,
+            retraining_epochs: BTreeMap::new(),
+            warm: None,
+        }
     }
 
     /// The layout of slot `t`.

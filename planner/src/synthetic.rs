@@ -58,6 +58,7 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
                 health: GpuHealth::Healthy,
                 layout: Layout::empty(),
                 assignments: vec![],
+                warm: None,
             },
         );
     }
@@ -120,4 +121,53 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
     }
     let config = PlannerConfig { horizon_slots: slots, seed: spec.seed, ..config };
     PlannerInput { epoch: 1, now: SimTime::ZERO, config, models: models.clone(), gpus, tenants, interference: None }
+}
+
+/// The round after `input`, planned as `report`, `advance` slots later, for timing warm-started rounds
+/// (`replay plan --warm` and the benchmark): each GPU runs what the plan put on it at that time and carries the
+/// plan's warm start; retraining progresses by the slots the plan gave it (a finished one raises the tenant's
+/// accuracy); forecasts (and the true arrivals) move on by `advance` slots, the last slot repeating, and each
+/// tenant's is revised by a seeded factor in 0.9-1.1, as a forecaster revises its estimate between rounds.
+pub fn next_round(input: &PlannerInput, report: &crate::PlanReport, advance: usize, seed: u64) -> PlannerInput {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ input.epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut next = input.clone();
+    next.epoch += 1;
+    next.now = SimTime::from_ms(input.now.as_ms() + (advance as f64 * input.config.slot_s * 1000.0).round() as u64);
+    let warm = report.warm_starts();
+    let mut trained: BTreeMap<TenantId, f64> = BTreeMap::new();
+    for (id, g) in &mut next.gpus {
+        let Some(o) = report.outcomes.get(id) else { continue };
+        let at = advance.min(o.placed.slots.len().saturating_sub(1));
+        for slot in &o.placed.slots[..at] {
+            for a in slot.iter().filter(|a| a.role == tessera_core::plan::Role::Retraining) {
+                let model = &input.models[&input.tenants[&a.tenant].spec.model];
+                let speed = model.training_speed_on(g.model, a.placement.profile);
+                *trained.entry(a.tenant.clone()).or_default() += speed * input.config.slot_s;
+            }
+        }
+        g.layout = o.layout(at);
+        g.assignments = o.placed.slots[at].clone();
+        g.warm = warm.get(id).cloned();
+    }
+    let shift = |v: &[f64], factor: f64| -> Vec<f64> {
+        (0..v.len()).map(|t| v[(t + advance).min(v.len().saturating_sub(1))] * factor).collect()
+    };
+    for (id, t) in &mut next.tenants {
+        let factor = rng.random_range(0.9..1.1);
+        t.forecast = Forecast {
+            mean: shift(&t.forecast.mean, factor),
+            low: shift(&t.forecast.low, factor),
+            high: shift(&t.forecast.high, factor),
+        };
+        t.actual = t.actual.as_deref().map(|a| shift(a, 1.0));
+        if let Some(done) = trained.get(id) {
+            t.retraining_done_gpu_s += done;
+            if t.retraining_due && t.retraining_left_s() <= 0.0 {
+                t.accuracy = t.accuracy_after_retraining();
+                t.retraining_due = false;
+                t.retraining_done_gpu_s = 0.0;
+            }
+        }
+    }
+    next
 }

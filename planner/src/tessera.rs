@@ -11,6 +11,10 @@
 //!   one ([`crate::realize`], [`crate::evaluate`]).
 //! - **Forecast hedging**: level 2 maximises expected goodput over three arrival scenarios from the forecast band
 //!   (low, mean, high), so capacity is sized for the band rather than its midpoint.
+//! - **Warm starts** ([`crate::input::WarmStart`]): each GPU's next round starts from this round's plan, shifted
+//!   to its slots (a candidate its search improves), and from the prices of this round's best bound (its first
+//!   Lagrangian bound and stabilisation centre). A GPU whose situation barely moved proves its gap before solving
+//!   a single master LP; plans stay as exact as cold ones, and keep more of what runs (fewer reconfigurations).
 //! - **Accuracy beyond the horizon** ([`tail_values`]): a retraining completed within the horizon keeps paying after
 //!   it, so level 2 credits it with the goodput its accuracy gain earns over half a retraining window at the
 //!   horizon's last arrival rate. A planner that counts the horizon alone never starts a retraining that ends
@@ -23,9 +27,9 @@ use crate::assign;
 use crate::build::{Arrivals, gpu_problem};
 use crate::cg;
 use crate::ekya;
-use crate::input::PlannerInput;
+use crate::input::{PlannerInput, WarmStart, WarmTenant};
 use crate::policy::{GpuOutcome, PlanError, PlanOutcome, Policy, plan_fleet};
-use crate::problem::GpuProblem;
+use crate::problem::{GpuProblem, Schedule};
 use crate::realize::realize;
 use crate::solver::{SolveError, SolverConfig};
 
@@ -59,10 +63,76 @@ pub fn level2(
     }
     let mut problem = gpu_problem(input, gpu, tenants, arrivals);
     tail_values(input, &mut problem);
-    let solved = cg::solve_seeded(&problem, solver, &[thief_seed(input, &problem)])?;
+    let mut seeds = vec![thief_seed(input, &problem)];
+    let shifted = input.gpus[gpu].warm.as_ref().and_then(|w| shift(w, input, &problem));
+    let prices = shifted.as_ref().and_then(|(_, p)| p.as_deref());
+    seeds.extend(shifted.as_ref().and_then(|(s, _)| s.clone()));
+    let cg::WarmSolved { solved, prices, .. } = cg::solve_warm(&problem, solver, &seeds, prices)?;
     let placed = realize(&problem, &solved.schedule);
     let note = describe_retraining(&problem, &solved.schedule);
-    Ok(Some(GpuOutcome::new(problem, placed, solved.bound, solved.status, note)))
+    let warm = warm_start(input, &problem, &solved.schedule, prices);
+    let mut outcome = GpuOutcome::new(problem, placed, solved.bound, solved.status, note);
+    outcome.warm = Some(warm);
+    Ok(Some(outcome))
+}
+
+/// What the next round starts from: this round's schedule and best-bound prices.
+fn warm_start(input: &PlannerInput, pb: &GpuProblem, schedule: &Schedule, prices: Vec<Vec<f64>>) -> WarmStart {
+    WarmStart {
+        at: input.now,
+        slot_s: pb.slot_s,
+        tenants: pb
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| WarmTenant {
+                id: t.id.clone(),
+                inference: schedule.inference.iter().map(|row| row[i].map(|p| pb.profiles[p])).collect(),
+                retraining: schedule.retrain[i].map(|o| (pb.profiles[o.profile], o.start, o.end)),
+            })
+            .collect(),
+        prices,
+    }
+}
+
+/// A warm start moved onto `pb`'s slots, which begin `d` of its slots later: slot `t` takes its slot `t + d`,
+/// and slots beyond its horizon repeat its last. Gives the schedule (where every tenant of `pb` has a plan in
+/// it, and the plan is feasible here) and the prices (where it has them); `None` where the slots do not line up.
+#[allow(clippy::type_complexity)]
+fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Option<(Option<Schedule>, Option<Vec<Vec<f64>>>)> {
+    let slot_ms = pb.slot_s * 1000.0;
+    let elapsed = input.now.as_ms().checked_sub(w.at.as_ms())? as f64;
+    let d = (elapsed / slot_ms).round();
+    if (w.slot_s - pb.slot_s).abs() > 1e-9 || (elapsed - d * slot_ms).abs() > 1.0 {
+        return None;
+    }
+    let d = d as usize;
+    let from = |t: usize, len: usize| (t + d).min(len.saturating_sub(1));
+    let prices = (!w.prices.is_empty() && d < w.prices.len())
+        .then(|| (0..pb.slots).map(|t| w.prices[from(t, w.prices.len())].clone()).collect());
+    let mut schedule = Schedule::empty(pb.slots, pb.tenants.len());
+    for (i, t) in pb.tenants.iter().enumerate() {
+        let Some(old) = w.tenants.iter().find(|o| o.id == t.id).filter(|o| d < o.inference.len()) else {
+            return Some((None, prices));
+        };
+        for slot in 0..pb.slots {
+            schedule.inference[slot][i] =
+                old.inference[from(slot, old.inference.len())].and_then(|p| pb.profile_index(p));
+        }
+        let options = pb.retrain_options(i);
+        schedule.retrain[i] = match (&t.retrain, old.retraining) {
+            // A retraining under way has one option: going on where it runs.
+            (Some(r), _) if r.running_on.is_some() => options.first().copied(),
+            // One planned to start later starts as planned, where that is still an option.
+            (_, Some((p, start, _))) if start >= d => {
+                let p = pb.profile_index(p);
+                options.iter().find(|o| Some(o.profile) == p && o.start == start - d).copied()
+            }
+            _ => None,
+        };
+    }
+    let schedule = schedule.feasible(pb).then_some(schedule);
+    Some((schedule, prices))
 }
 
 /// How long, in retraining windows, level 2 counts the accuracy a retraining buys beyond the horizon. The gain lasts
@@ -93,7 +163,7 @@ pub fn tail_values(input: &PlannerInput, pb: &mut GpuProblem) {
 
 /// Ekya's thief allocation of the same problem (default epochs), a start for the local search: a rule-based
 /// allocation is sometimes a better neighbourhood than the column-generation greedy finds within its budget.
-fn thief_seed(input: &PlannerInput, pb: &GpuProblem) -> crate::problem::Schedule {
+fn thief_seed(input: &PlannerInput, pb: &GpuProblem) -> Schedule {
     let defaults: Vec<ekya::Config> = pb
         .tenants
         .iter()
@@ -117,7 +187,7 @@ fn thief_seed(input: &PlannerInput, pb: &GpuProblem) -> crate::problem::Schedule
 }
 
 /// "retrain a on 2g (slots 0-4)" for each retraining the schedule starts, or "no retraining".
-pub fn describe_retraining(pb: &GpuProblem, schedule: &crate::problem::Schedule) -> String {
+pub fn describe_retraining(pb: &GpuProblem, schedule: &Schedule) -> String {
     let parts: Vec<String> = schedule
         .retrain
         .iter()

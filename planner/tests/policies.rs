@@ -53,6 +53,7 @@ fn add_gpu(input: &mut PlannerInput, id: tessera_core::ids::GpuId, model: GpuMod
             health: GpuHealth::Healthy,
             layout: Layout::empty(),
             assignments: vec![],
+            warm: None,
         },
     );
 }
@@ -134,6 +135,33 @@ proptest! {
         let (_, optimum) = exhaustive::solve(&pb);
         prop_assert!(close(solved.objective, optimum), "solver {} vs exhaustive {}", solved.objective, optimum);
         prop_assert!(solved.bound >= optimum * (1.0 - 1e-6));
+    }
+
+    /// A warm start cannot make level 2 wrong: from any prices (here arbitrary, shaped or not) and a previous plan
+    /// shifted in, the solve still reaches the exhaustive optimum and its bound stays valid.
+    #[test]
+    fn warm_starts_from_any_prices_keep_level2_exact(
+        tenants in 1usize..=3, slots in 2usize..=6, seed in 0u64..1000, retraining in 0usize..=2,
+        scale in 0.0f64..2000.0, width in 5usize..=7,
+    ) {
+        let input = tiny(tenants, slots, seed, retraining.min(tenants));
+        let mut pb = problem(&input, Arrivals::Band);
+        tessera_planner::tessera::tail_values(&input, &mut pb);
+        let (best, optimum) = exhaustive::solve(&pb);
+        // Prices from a seeded walk: any non-negative prices give a valid Lagrangian bound.
+        let prices: Vec<Vec<f64>> = (0..slots)
+            .map(|t| (0..width).map(|k| scale * (((seed as usize + 7 * t + 3 * k) % 11) as f64) / 10.0).collect())
+            .collect();
+        let warm = cg::solve_warm(&pb, &exact(), &[], Some(&prices)).unwrap();
+        prop_assert!(warm.solved.schedule.feasible(&pb));
+        prop_assert!(close(warm.solved.objective, optimum), "warm {} vs exhaustive {} ({best:?})", warm.solved.objective, optimum);
+        prop_assert!(warm.solved.bound >= optimum * (1.0 - 1e-6));
+        // Its own result as the next warm start: the plan is kept and proven without more work than cold.
+        let cold = cg::solve_warm(&pb, &exact(), &[], None).unwrap();
+        let again = cg::solve_warm(&pb, &exact(), std::slice::from_ref(&cold.solved.schedule), Some(&cold.prices)).unwrap();
+        prop_assert!(close(again.solved.objective, optimum));
+        prop_assert!(again.solved.bound >= optimum * (1.0 - 1e-6));
+        prop_assert!(again.rounds <= cold.rounds, "warm {} rounds, cold {}", again.rounds, cold.rounds);
     }
 
     /// The MIGRator placement ILP reaches the optimum of its model found by exhaustive search.
@@ -353,4 +381,59 @@ fn level1_reserves_retraining_room_for_the_most_valuable_retrainings_first() {
     let node = tessera_core::ids::NodeId::new("node-0000").unwrap();
     add_gpu(&mut input, tessera_core::ids::GpuId::new(node, 1), GpuModel::A100_40GB);
     assert_eq!(assign::retraining_budget(&input).len(), 4);
+}
+
+/// Consecutive rounds warm-started from the previous plan (as replay and the coordinator's leader run them) keep
+/// the invariants, are deterministic, and plan within the configured gap of a cold round of the same input; a warm
+/// start that no longer fits its GPU is used as far as it fits.
+#[test]
+fn warm_started_rounds_plan_as_well_as_cold_ones() {
+    let spec = SyntheticSpec { gpus: 4, tenants: 12, slots: 12, gpu_model: GpuModel::A100_40GB, seed: 5 };
+    let first = synthetic(&spec, &models(), PlannerConfig::default());
+    let report = planned("tessera", &first);
+    assert_eq!(report.warm_starts().len(), report.outcomes.len(), "every solved GPU leaves a warm start");
+    let warm = tessera_planner::synthetic::next_round(&first, &report, 6, 1);
+    assert!(warm.gpus.values().all(|g| g.warm.is_some()));
+    let mut cold = warm.clone();
+    for g in cold.gpus.values_mut() {
+        g.warm = None;
+    }
+    let (w, c) = (planned("tessera", &warm), planned("tessera", &cold));
+    assert_eq!(w.plan, planned("tessera", &warm).plan, "warm rounds are deterministic");
+    for (gpu, p) in &w.plan.gpus {
+        check_gpu_plan(gpu, warm.gpus[gpu].model, p).unwrap();
+    }
+    let gap = warm.config.solver.mip_rel_gap;
+    assert!(w.stats.gap <= c.stats.gap.max(gap) + 1e-9, "warm gap {} vs cold {}", w.stats.gap, c.stats.gap);
+    assert!(
+        w.stats.objective >= c.stats.objective * (1.0 - gap),
+        "warm {} vs cold {}",
+        w.stats.objective,
+        c.stats.objective
+    );
+    // The warm start survives JSON (the coordinator dumps its rounds' inputs) and re-plans to the same plan.
+    let text = serde_json::to_string(&warm).unwrap();
+    let back: PlannerInput = serde_json::from_str(&text).unwrap();
+    assert_eq!(planned("tessera", &back).plan, w.plan);
+
+    // A warm start from another GPU (other tenants, other prices) is no worse than none.
+    let mut swapped = warm.clone();
+    let ids: Vec<_> = swapped.gpus.keys().cloned().collect();
+    let moved = swapped.gpus[&ids[1]].warm.clone();
+    swapped.gpus.get_mut(&ids[0]).unwrap().warm = moved;
+    let s = planned("tessera", &swapped);
+    assert!(s.stats.gap <= c.stats.gap.max(gap) + 1e-9);
+}
+
+#[test]
+fn a_malformed_warm_start_is_a_bad_input_naming_the_field() {
+    let spec = SyntheticSpec { gpus: 1, tenants: 2, slots: 6, gpu_model: GpuModel::A100_40GB, seed: 2 };
+    let input = synthetic(&spec, &models(), PlannerConfig::default());
+    let report = planned("tessera", &input);
+    let mut next = tessera_planner::synthetic::next_round(&input, &report, 3, 1);
+    let gpu = next.gpus.keys().next().unwrap().clone();
+    let w = next.gpus.get_mut(&gpu).unwrap().warm.as_mut().unwrap();
+    w.prices.pop();
+    let err = by_name("tessera").unwrap().plan(&next).unwrap_err().to_string();
+    assert!(err.contains(&format!("gpus.{gpu}.warm.prices")), "{err}");
 }

@@ -128,6 +128,11 @@ struct PlanArgs {
     /// Rounds to time.
     #[arg(long, default_value_t = 5)]
     repeat: usize,
+    /// Time consecutive rounds N slots apart instead of the same round: each round runs what the previous plan put
+    /// on the GPUs N slots on, with forecasts moved on and revised, warm-started from the previous plan. The first
+    /// round is cold and reported apart (cold_ms); solve_ms is the median of the warm ones.
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    warm: Option<usize>,
     /// MILP backend: highs or microlp [default: highs, or the input's].
     #[arg(long)]
     solver: Option<String>,
@@ -185,7 +190,7 @@ fn plan(a: PlanArgs) -> anyhow::Result<String> {
     }
     let mut runs = Vec::new();
     for policy in a.policy.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        runs.push(plan_cmd::run(policy, &input, a.repeat)?);
+        runs.push(plan_cmd::run(policy, &input, a.repeat, a.warm)?);
     }
     if a.json {
         let value = if runs.len() == 1 { serde_json::to_value(&runs[0])? } else { serde_json::json!({ "runs": runs }) };

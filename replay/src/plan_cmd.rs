@@ -32,6 +32,13 @@ pub struct PlanRun {
     pub solve_ms: f64,
     /// Every round's wall time, ms.
     pub solve_ms_all: Vec<f64>,
+    /// With `--warm N`: rounds follow one another N slots apart, each warm-started from the one before; the first
+    /// (cold) round's time, ms, which `solve_ms` leaves out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cold_ms: Option<f64>,
+    /// With `--warm N`: N.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm_slots: Option<usize>,
     /// Planning value of the plan: expected goodput over the horizon (requests within SLO x accuracy), plus what
     /// the retrainings it completes earn beyond it where the policy counts that (tessera, oracle).
     pub objective: f64,
@@ -65,16 +72,30 @@ pub fn read_models(dir: &Path) -> anyhow::Result<BTreeMap<String, ModelProfile>>
     tessera_core::config::load_model_dir(dir).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// Runs `policy` `repeat` times on `input`.
-pub fn run(policy: &str, input: &PlannerInput, repeat: usize) -> anyhow::Result<PlanRun> {
+/// Runs `policy` `repeat` times on `input`; with `warm = Some(n)`, on a chain of rounds `n` slots apart, each
+/// warm-started from the one before ([`tessera_planner::synthetic::next_round`]), the first cold and timed apart.
+pub fn run(policy: &str, input: &PlannerInput, repeat: usize, warm: Option<usize>) -> anyhow::Result<PlanRun> {
     let p = by_name(policy).map_err(|e| anyhow::anyhow!(e))?;
     let mut times = Vec::with_capacity(repeat.max(1));
     let mut last = None;
+    let mut cold_ms = None;
+    let mut round = input.clone();
     for _ in 0..repeat.max(1) {
+        if let (Some(n), Some(PlanOutcome::Planned(report))) = (warm, &last) {
+            round = tessera_planner::synthetic::next_round(&round, report, n, round.config.seed);
+        }
         let started = Instant::now();
-        let outcome = p.plan(input)?;
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        let outcome = p.plan(&round)?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        if warm.is_some() && cold_ms.is_none() {
+            cold_ms = Some(ms);
+        } else {
+            times.push(ms);
+        }
         last = Some(outcome);
+    }
+    if times.is_empty() {
+        anyhow::bail!("--warm needs --repeat of at least 2 (the first round is cold)");
     }
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
@@ -87,6 +108,8 @@ pub fn run(policy: &str, input: &PlannerInput, repeat: usize) -> anyhow::Result<
         rounds: times.len(),
         solve_ms: median,
         solve_ms_all: times,
+        cold_ms,
+        warm_slots: warm,
         objective: 0.0,
         bound: 0.0,
         gap: 0.0,
@@ -127,7 +150,7 @@ pub fn table(runs: &[PlanRun]) -> String {
     for r in runs {
         let statuses: Vec<String> = r.statuses.iter().map(|(k, v)| format!("{k}={v}")).collect();
         out.push_str(&format!(
-            "{:<9} {:>6} {:>8} {:>6} {:>8} {:>12.1} {:>14.1} {:>14.1} {:>7.3}%  {}{}\n",
+            "{:<9} {:>6} {:>8} {:>6} {:>8} {:>12.1} {:>14.1} {:>14.1} {:>7.3}%  {}{}{}\n",
             r.policy,
             r.gpus,
             r.tenants,
@@ -138,6 +161,12 @@ pub fn table(runs: &[PlanRun]) -> String {
             r.bound,
             100.0 * r.gap,
             statuses.join(" "),
+            r.cold_ms
+                .map(|c| format!(
+                    " (warm rounds {} slots apart; the cold first took {c:.1} ms)",
+                    r.warm_slots.unwrap_or(0)
+                ))
+                .unwrap_or_default(),
             r.infeasible.as_ref().map(|i| format!(" infeasible: {i}")).unwrap_or_default(),
         ));
     }

@@ -12,6 +12,7 @@
 //! Cold start: at `t0 = 0` no rate has been measured yet, so every forecaster is primed with each tenant's mean
 //! rate over the first window (the rate a tenant declares when it is onboarded); every policy gets the same prior.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -21,7 +22,7 @@ use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::time::SimTime;
 use tessera_planner::forecast::Forecaster;
-use tessera_planner::input::{GpuInput, PlannerInput, TenantInput};
+use tessera_planner::input::{GpuInput, PlannerInput, TenantInput, WarmStart};
 use tessera_planner::policy::{self, PlanOutcome};
 use tessera_sim::executor::{
     Arrival, Dispatch, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference, NoInterference, TenantIndex,
@@ -347,6 +348,8 @@ pub fn run_policy(
     let mut infeasible = 0;
     let mut gpu_ms = 0.0;
     let mut prev = Totals::read(&exec, &gpu_ids);
+    // Each GPU's warm start from the last plan, as the coordinator's leader keeps them.
+    let mut warm: BTreeMap<GpuId, WarmStart> = BTreeMap::new();
     for w in 0..windows {
         let t0 = w as f64 * window_ms;
         let t1 = ((w + 1) as f64 * window_ms).min(scenario.duration_ms);
@@ -364,6 +367,7 @@ pub fn run_policy(
                         health: GpuHealth::Healthy,
                         layout: exec.gpu_layout(*i),
                         assignments: exec.gpu_assignments(*i),
+                        warm: warm.remove(id),
                     };
                     (id.clone(), g)
                 })
@@ -393,6 +397,7 @@ pub fn run_policy(
         let mut later: Vec<(f64, GpuId, GpuPlan)> = Vec::new();
         match outcome {
             PlanOutcome::Planned(report) => {
+                warm = report.warm_starts();
                 let plan = &report.plan;
                 exec.apply(plan).map_err(|e| ReplayError::Sim(format!("window {w}: applying the plan: {e}")))?;
                 later = upcoming_within(plan.gpus.iter(), t0, t1);
