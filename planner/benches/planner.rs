@@ -19,7 +19,7 @@ use tessera_planner::policy::{PlanOutcome, by_name};
 use tessera_planner::problem::GpuProblem;
 use tessera_planner::solver::{Backend, SolverConfig, relative_gap};
 use tessera_planner::synthetic::{SyntheticSpec, input as synthetic, next_round};
-use tessera_planner::{PlannerConfig, PlannerInput, cg, ilp};
+use tessera_planner::{PlannerConfig, PlannerInput, cg, ilp, tessera};
 
 fn models() -> BTreeMap<String, ModelProfile> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
@@ -116,33 +116,61 @@ fn fleets(c: &mut Criterion) {
 
 /// Consecutive rounds: the round 6 slots (one plan period) after a first one, whose plan it runs, with forecasts
 /// moved on and revised ([`next_round`]), planned warm (from the first round's plan and prices, as replay and the
-/// coordinator plan) and cold.
+/// coordinator plan) and cold. One GPU: Tessera's level 2 with every tenant on it (as `level2/`); 100 GPUs: the
+/// whole round.
 fn warm_rounds(c: &mut Criterion) {
     let mut group = c.benchmark_group("warm");
     group.sample_size(10);
-    let policy = by_name("tessera").expect("known");
-    for (gpus, tenants, slots) in [(1, 7, 30), (1, 3, 30), (100, 300, 12)] {
-        let first = fleet(gpus, tenants, slots, 1);
-        let PlanOutcome::Planned(report) = policy.plan(&first).expect("plans") else { panic!("infeasible") };
-        let warm = next_round(&first, &report, 6, 1);
-        let mut cold = warm.clone();
+    let config = SolverConfig::default();
+    let strip = |input: &PlannerInput| {
+        let mut cold = input.clone();
         for g in cold.gpus.values_mut() {
             g.warm = None;
         }
-        let case = format!("{gpus}g{tenants}t{slots}s");
+        cold
+    };
+    for (tenants, slots) in [(7, 30), (3, 30), (7, 10)] {
+        let first = fleet(1, tenants, slots, 1);
+        let gpu = first.gpus.keys().next().expect("one GPU").clone();
+        let ids: Vec<TenantId> = first.tenants.keys().cloned().collect();
+        let solve = |input: &PlannerInput| {
+            tessera::level2(input, &gpu, &ids, Arrivals::Band, &config).expect("solves").expect("has tenants")
+        };
+        let outcomes = BTreeMap::from([(gpu.clone(), solve(&first))]);
+        let warm = next_round(&first, &outcomes, 6, 1);
+        let cold = strip(&warm);
         for (name, input) in [("warm", &warm), ("cold", &cold)] {
-            if let PlanOutcome::Planned(r) = policy.plan(input).expect("plans") {
-                println!(
-                    "{name} round {case}: objective {:.1} bound {:.1} gap {:.3}%",
-                    r.stats.objective,
-                    r.stats.bound,
-                    100.0 * r.stats.gap
-                );
-            }
-            group.bench_with_input(BenchmarkId::new(name, &case), input, |b, input| {
-                b.iter(|| policy.plan(black_box(input)).expect("plans"))
+            let o = solve(input);
+            let (g, tail) = tessera_planner::evaluate::goodput_and_tail(&o.problem, &o.placed);
+            println!(
+                "{name} level2 tenants={tenants} slots={slots}: objective {:.1} bound {:.1} gap {:.3}% ({:?})",
+                g + tail,
+                o.bound,
+                100.0 * relative_gap(g + tail, o.bound.max(g + tail)),
+                o.status
+            );
+            group.bench_with_input(BenchmarkId::new(name, format!("{tenants}t/{slots}")), input, |b, input| {
+                b.iter(|| solve(black_box(input)))
             });
         }
+    }
+    let policy = by_name("tessera").expect("known");
+    let first = fleet(100, 300, 12, 1);
+    let PlanOutcome::Planned(report) = policy.plan(&first).expect("plans") else { panic!("infeasible") };
+    let warm = next_round(&first, &report.outcomes, 6, 1);
+    let cold = strip(&warm);
+    for (name, input) in [("warm", &warm), ("cold", &cold)] {
+        if let PlanOutcome::Planned(r) = policy.plan(input).expect("plans") {
+            println!(
+                "{name} fleet gpus=100 tenants=300 slots=12: objective {:.1} bound {:.1} gap {:.3}%",
+                r.stats.objective,
+                r.stats.bound,
+                100.0 * r.stats.gap
+            );
+        }
+        group.bench_with_input(BenchmarkId::new(name, "fleet100"), input, |b, input| {
+            b.iter(|| policy.plan(black_box(input)).expect("plans"))
+        });
     }
     group.finish();
 }

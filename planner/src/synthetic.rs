@@ -123,20 +123,24 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
     PlannerInput { epoch: 1, now: SimTime::ZERO, config, models: models.clone(), gpus, tenants, interference: None }
 }
 
-/// The round after `input`, planned as `report`, `advance` slots later, for timing warm-started rounds
+/// The round after `input`, whose GPUs were planned as `outcomes` ([`crate::PlanReport::outcomes`]), `advance` slots later, for timing warm-started rounds
 /// (`replay plan --warm` and the benchmark): each GPU runs what the plan put on it at that time and carries the
 /// plan's warm start; retraining progresses by the slots the plan gave it (a finished one raises the tenant's
 /// accuracy); forecasts (and the true arrivals) move on by `advance` slots, the last slot repeating, and each
 /// tenant's is revised by a seeded factor in 0.9-1.1, as a forecaster revises its estimate between rounds.
-pub fn next_round(input: &PlannerInput, report: &crate::PlanReport, advance: usize, seed: u64) -> PlannerInput {
+pub fn next_round(
+    input: &PlannerInput,
+    outcomes: &BTreeMap<GpuId, crate::policy::GpuOutcome>,
+    advance: usize,
+    seed: u64,
+) -> PlannerInput {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ input.epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut next = input.clone();
     next.epoch += 1;
     next.now = SimTime::from_ms(input.now.as_ms() + (advance as f64 * input.config.slot_s * 1000.0).round() as u64);
-    let warm = report.warm_starts();
     let mut trained: BTreeMap<TenantId, f64> = BTreeMap::new();
     for (id, g) in &mut next.gpus {
-        let Some(o) = report.outcomes.get(id) else { continue };
+        let Some(o) = outcomes.get(id) else { continue };
         let at = advance.min(o.placed.slots.len().saturating_sub(1));
         for slot in &o.placed.slots[..at] {
             for a in slot.iter().filter(|a| a.role == tessera_core::plan::Role::Retraining) {
@@ -147,7 +151,7 @@ pub fn next_round(input: &PlannerInput, report: &crate::PlanReport, advance: usi
         }
         g.layout = o.layout(at);
         g.assignments = o.placed.slots[at].clone();
-        g.warm = warm.get(id).cloned();
+        g.warm = o.warm.clone();
     }
     let shift = |v: &[f64], factor: f64| -> Vec<f64> {
         (0..v.len()).map(|t| v[(t + advance).min(v.len().saturating_sub(1))] * factor).collect()

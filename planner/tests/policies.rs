@@ -392,7 +392,7 @@ fn warm_started_rounds_plan_as_well_as_cold_ones() {
     let first = synthetic(&spec, &models(), PlannerConfig::default());
     let report = planned("tessera", &first);
     assert_eq!(report.warm_starts().len(), report.outcomes.len(), "every solved GPU leaves a warm start");
-    let warm = tessera_planner::synthetic::next_round(&first, &report, 6, 1);
+    let warm = tessera_planner::synthetic::next_round(&first, &report.outcomes, 6, 1);
     assert!(warm.gpus.values().all(|g| g.warm.is_some()));
     let mut cold = warm.clone();
     for g in cold.gpus.values_mut() {
@@ -430,7 +430,7 @@ fn a_malformed_warm_start_is_a_bad_input_naming_the_field() {
     let spec = SyntheticSpec { gpus: 1, tenants: 2, slots: 6, gpu_model: GpuModel::A100_40GB, seed: 2 };
     let input = synthetic(&spec, &models(), PlannerConfig::default());
     let report = planned("tessera", &input);
-    let mut next = tessera_planner::synthetic::next_round(&input, &report, 3, 1);
+    let mut next = tessera_planner::synthetic::next_round(&input, &report.outcomes, 3, 1);
     let gpu = next.gpus.keys().next().unwrap().clone();
     let w = next.gpus.get_mut(&gpu).unwrap().warm.as_mut().unwrap();
     w.prices.pop();

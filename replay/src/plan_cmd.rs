@@ -82,7 +82,7 @@ pub fn run(policy: &str, input: &PlannerInput, repeat: usize, warm: Option<usize
     let mut round = input.clone();
     for _ in 0..repeat.max(1) {
         if let (Some(n), Some(PlanOutcome::Planned(report))) = (warm, &last) {
-            round = tessera_planner::synthetic::next_round(&round, report, n, round.config.seed);
+            round = tessera_planner::synthetic::next_round(&round, &report.outcomes, n, round.config.seed);
         }
         let started = Instant::now();
         let outcome = p.plan(&round)?;
