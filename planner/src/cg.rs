@@ -76,6 +76,45 @@ impl PartialEq for Column {
     }
 }
 
+/// The master's columns, in the order they joined it, with an index by content: a column priced again is
+/// recognised by hash instead of by comparing it with every column.
+#[derive(Default)]
+struct Columns {
+    list: Vec<Column>,
+    by_hash: std::collections::HashMap<u64, Vec<usize>>,
+}
+
+impl Columns {
+    fn key(c: &Column) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (c.tenant, &c.inference, &c.pre, c.retrain).hash(&mut h);
+        h.finish()
+    }
+
+    /// Adds `c` unless an equal column is already there; whether it was added.
+    fn insert(&mut self, c: Column) -> bool {
+        let same = self.by_hash.entry(Columns::key(&c)).or_default();
+        if same.iter().any(|&k| self.list[k] == c) {
+            return false;
+        }
+        same.push(self.list.len());
+        self.list.push(c);
+        true
+    }
+
+    fn last(&self) -> &Column {
+        self.list.last().expect("a column was just added")
+    }
+}
+
+impl std::ops::Deref for Columns {
+    type Target = [Column];
+    fn deref(&self) -> &[Column] {
+        &self.list
+    }
+}
+
 /// Row layout: per slot `K` usage rows then `K` room rows; then one convexity row per tenant. A block of `K` rows
 /// is compute slices, memory slices, instances, then one row per profile whose maximum count the first three do
 /// not already imply (on the catalogued GPUs, none: the master LP has a third of the rows it would otherwise).
@@ -849,18 +888,16 @@ pub fn solve_warm(
         model.add_col(c.value, 0.0.., c.rows(pb, &l).iter().map(|&(r, v)| (rows[r], v)))
     };
     // Start from "nothing" for every tenant, plus each tenant's best plan on an empty GPU.
-    let mut columns: Vec<Column> = Vec::new();
+    let mut columns = Columns::default();
     let mut solo_bound = 0.0;
     let zero = vec![0.0; rows.len()];
     for i in 0..n {
         if pricers[i].choices.contains(&None) {
-            columns.push(Column::new(pb, i, vec![None; pb.slots], vec![false; pb.slots], None));
+            columns.insert(Column::new(pb, i, vec![None; pb.slots], vec![false; pb.slots], None));
         }
         let (col, solo) = pricers[i].price(pb, &l, &zero);
         solo_bound += solo;
-        if !columns.contains(&col) {
-            columns.push(col);
-        }
+        columns.insert(col);
     }
     let ncap = l.convex(0);
     let b: Vec<f64> = limits.iter().map(|v| v.max(0.0)).collect();
@@ -903,9 +940,7 @@ pub fn solve_warm(
         })
         .collect();
     for c in first_plan.iter().chain(seed_plans.iter().flatten()).flatten() {
-        if !columns.contains(c) {
-            columns.push(c.clone());
-        }
+        columns.insert(c.clone());
     }
     let mut model = problem.optimise(Sense::Maximise);
     quiet(&mut model, config, config.time_limit_s);
@@ -1095,9 +1130,8 @@ pub fn solve_warm(
             let top = pricers[i].price_top(pb, &l, &y, None, COLUMNS_PER_PRICING);
             lagrangian += top.first().map_or(0.0, |(_, best)| *best);
             for (col, _) in top {
-                if !columns.contains(&col) {
-                    cols.push(add(&mut model, &col));
-                    columns.push(col);
+                if columns.insert(col) {
+                    cols.push(add(&mut model, columns.last()));
                 }
             }
         }
@@ -1146,9 +1180,8 @@ pub fn solve_warm(
                             .iter()
                             .map(|(r, v)| if *r < ncap { pi_lp[*r] * v } else { y_lp[*r] * v })
                             .sum::<f64>();
-                    if rc_lp > 1e-7 * (1.0 + col.value.abs()) && !columns.contains(&col) {
-                        cols.push(add(&mut model, &col));
-                        columns.push(col);
+                    if rc_lp > 1e-7 * (1.0 + col.value.abs()) && columns.insert(col) {
+                        cols.push(add(&mut model, columns.last()));
                         added += 1;
                     }
                 }
