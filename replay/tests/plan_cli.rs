@@ -83,3 +83,29 @@ fn bad_input_is_named_by_file_line_and_field() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("cannot read"));
 }
+
+#[test]
+fn warm_rounds_follow_one_another_and_report_the_cold_one_apart() {
+    let base = ["plan", "--synthetic", "--gpus", "2", "--tenants", "5", "--slots", "6", "--seed", "4", "--json"];
+    let v = json(&replay().args(base).args(["--repeat", "3", "--warm", "2"]).output().unwrap());
+    assert_eq!(v["rounds"], 2, "the cold first round is not counted: {v}");
+    assert_eq!(v["warm_slots"], 2);
+    assert!(v["cold_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["solve_ms_all"].as_array().unwrap().len(), 2);
+    assert!(v["bound"].as_f64().unwrap() >= v["objective"].as_f64().unwrap() - 1e-6);
+    // The chain is seeded: the same command gives the same plans.
+    let again = json(&replay().args(base).args(["--repeat", "3", "--warm", "2"]).output().unwrap());
+    assert_eq!(again["objective"], v["objective"]);
+    // A later round is another input: its plan differs from the first round's.
+    let first = json(&replay().args(base).args(["--repeat", "1"]).output().unwrap());
+    assert_ne!(first["objective"], v["objective"]);
+
+    for (args, needle) in
+        [(["--repeat", "1", "--warm", "2"], "at least 2"), (["--repeat", "3", "--warm", "0"], "--warm")]
+    {
+        let out = replay().args(base).args(args).output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{err}");
+    }
+}
