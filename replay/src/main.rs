@@ -200,6 +200,11 @@ fn plan(a: PlanArgs) -> anyhow::Result<String> {
     }
 }
 
+/// mimalloc: planning rounds allocate many small vectors from every worker thread at once; measured on an hour of
+/// 100 GPUs (fluid executor), about 5 % less planning and wall time than the system allocator, same numbers.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match tessera_agent::cli::parse_or_exit::<Cli>() {
         Ok(cli) => cli,
