@@ -1118,21 +1118,29 @@ pub fn solve_warm(
     for plan in &seed_plans {
         consider(plan.clone(), &mut incumbent);
     }
+    // The Lagrangian bound at capacity prices `pi` (`pi.b` plus each tenant's best reduced cost), with each
+    // tenant's best columns at those prices.
+    let lagrangian_at = |pi: &[f64]| -> (f64, Vec<Column>) {
+        let mut y = pi.to_vec();
+        y.extend(std::iter::repeat_n(0.0, n));
+        let mut lagrangian: f64 = pi.iter().zip(&b).map(|(p, b)| p * b).sum();
+        let mut priced = Vec::new();
+        for i in 0..n {
+            let top = pricers[i].price_top(pb, &l, &y, None, COLUMNS_PER_PRICING);
+            lagrangian += top.first().map_or(0.0, |(_, best)| *best);
+            priced.extend(top.into_iter().map(|(c, _)| c));
+        }
+        (lagrangian, priced)
+    };
     // A warm start's prices: their Lagrangian bound, and the columns they price best, before the first master.
     let warm: Option<Vec<f64>> = prices
         .filter(|p| p.len() == pb.slots && p.iter().all(|s| s.len() == 2 * l.k && s.iter().all(|v| v.is_finite())))
         .map(|p| p.iter().flatten().map(|v| v.max(0.0)).collect());
     if let Some(w) = warm {
-        let mut y = w.clone();
-        y.extend(std::iter::repeat_n(0.0, n));
-        let mut lagrangian: f64 = w.iter().zip(&b).map(|(p, b)| p * b).sum();
-        for i in 0..n {
-            let top = pricers[i].price_top(pb, &l, &y, None, COLUMNS_PER_PRICING);
-            lagrangian += top.first().map_or(0.0, |(_, best)| *best);
-            for (col, _) in top {
-                if columns.insert(col) {
-                    cols.push(add(&mut model, columns.last()));
-                }
+        let (lagrangian, priced) = lagrangian_at(&w);
+        for col in priced {
+            if columns.insert(col) {
+                cols.push(add(&mut model, columns.last()));
             }
         }
         if lagrangian < bound {
@@ -1167,23 +1175,17 @@ pub fn solve_warm(
         // duals, which is exact.
         for alpha in [SMOOTHING, 0.0] {
             let pi: Vec<f64> = center.iter().zip(&pi_lp).map(|(c, p)| alpha * c + (1.0 - alpha) * p).collect();
-            let mut y = pi.clone();
-            y.extend(std::iter::repeat_n(0.0, n));
-            let mut lagrangian: f64 = pi.iter().zip(&b).map(|(p, b)| p * b).sum();
-            for i in 0..n {
-                let top = pricers[i].price_top(pb, &l, &y, None, COLUMNS_PER_PRICING);
-                lagrangian += top.first().map_or(0.0, |(_, best)| *best);
-                for (col, _) in top {
-                    let rc_lp = col.value
-                        - col
-                            .rows(pb, &l)
-                            .iter()
-                            .map(|(r, v)| if *r < ncap { pi_lp[*r] * v } else { y_lp[*r] * v })
-                            .sum::<f64>();
-                    if rc_lp > 1e-7 * (1.0 + col.value.abs()) && columns.insert(col) {
-                        cols.push(add(&mut model, columns.last()));
-                        added += 1;
-                    }
+            let (lagrangian, priced) = lagrangian_at(&pi);
+            for col in priced {
+                let rc_lp = col.value
+                    - col
+                        .rows(pb, &l)
+                        .iter()
+                        .map(|(r, v)| if *r < ncap { pi_lp[*r] * v } else { y_lp[*r] * v })
+                        .sum::<f64>();
+                if rc_lp > 1e-7 * (1.0 + col.value.abs()) && columns.insert(col) {
+                    cols.push(add(&mut model, columns.last()));
+                    added += 1;
                 }
             }
             if lagrangian < bound {

@@ -64,10 +64,9 @@ pub fn level2(
     let mut problem = gpu_problem(input, gpu, tenants, arrivals);
     tail_values(input, &mut problem);
     let mut seeds = vec![thief_seed(input, &problem)];
-    let shifted = input.gpus[gpu].warm.as_ref().and_then(|w| shift(w, input, &problem));
-    let prices = shifted.as_ref().and_then(|(_, p)| p.as_deref());
-    seeds.extend(shifted.as_ref().and_then(|(s, _)| s.clone()));
-    let cg::WarmSolved { solved, prices, .. } = cg::solve_warm(&problem, solver, &seeds, prices)?;
+    let shifted = input.gpus[gpu].warm.as_ref().map(|w| shift(w, input, &problem)).unwrap_or_default();
+    seeds.extend(shifted.schedule);
+    let cg::WarmSolved { solved, prices, .. } = cg::solve_warm(&problem, solver, &seeds, shifted.prices.as_deref())?;
     let placed = realize(&problem, &solved.schedule);
     let note = describe_retraining(&problem, &solved.schedule);
     let warm = warm_start(input, &problem, &solved.schedule, prices);
@@ -95,16 +94,25 @@ fn warm_start(input: &PlannerInput, pb: &GpuProblem, schedule: &Schedule, prices
     }
 }
 
+/// A [`WarmStart`] on this round's slots.
+#[derive(Default)]
+struct Shifted {
+    /// Its plan, where every tenant of the problem has one and it is feasible here.
+    schedule: Option<Schedule>,
+    /// Its prices, where it has them.
+    prices: Option<Vec<Vec<f64>>>,
+}
+
 /// A warm start moved onto `pb`'s slots, which begin `d` of its slots later: slot `t` takes its slot `t + d`,
-/// and slots beyond its horizon repeat its last. Gives the schedule (where every tenant of `pb` has a plan in
-/// it, and the plan is feasible here) and the prices (where it has them); `None` where the slots do not line up.
-#[allow(clippy::type_complexity)]
-fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Option<(Option<Schedule>, Option<Vec<Vec<f64>>>)> {
+/// and slots beyond its horizon repeat its last. Nothing where the slots do not line up.
+fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Shifted {
     let slot_ms = pb.slot_s * 1000.0;
-    let elapsed = input.now.as_ms().checked_sub(w.at.as_ms())? as f64;
+    let Some(elapsed) = input.now.as_ms().checked_sub(w.at.as_ms()).map(|e| e as f64) else {
+        return Shifted::default();
+    };
     let d = (elapsed / slot_ms).round();
     if (w.slot_s - pb.slot_s).abs() > 1e-9 || (elapsed - d * slot_ms).abs() > 1.0 {
-        return None;
+        return Shifted::default();
     }
     let d = d as usize;
     let from = |t: usize, len: usize| (t + d).min(len.saturating_sub(1));
@@ -113,7 +121,7 @@ fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Option<(Option
     let mut schedule = Schedule::empty(pb.slots, pb.tenants.len());
     for (i, t) in pb.tenants.iter().enumerate() {
         let Some(old) = w.tenants.iter().find(|o| o.id == t.id).filter(|o| d < o.inference.len()) else {
-            return Some((None, prices));
+            return Shifted { schedule: None, prices };
         };
         for slot in 0..pb.slots {
             schedule.inference[slot][i] =
@@ -131,8 +139,7 @@ fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Option<(Option
             _ => None,
         };
     }
-    let schedule = schedule.feasible(pb).then_some(schedule);
-    Some((schedule, prices))
+    Shifted { schedule: schedule.feasible(pb).then_some(schedule), prices }
 }
 
 /// How long, in retraining windows, level 2 counts the accuracy a retraining buys beyond the horizon. The gain lasts

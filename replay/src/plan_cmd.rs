@@ -75,6 +75,9 @@ pub fn read_models(dir: &Path) -> anyhow::Result<BTreeMap<String, ModelProfile>>
 /// Runs `policy` `repeat` times on `input`; with `warm = Some(n)`, on a chain of rounds `n` slots apart, each
 /// warm-started from the one before ([`tessera_planner::synthetic::next_round`]), the first cold and timed apart.
 pub fn run(policy: &str, input: &PlannerInput, repeat: usize, warm: Option<usize>) -> anyhow::Result<PlanRun> {
+    if warm.is_some() && repeat < 2 {
+        anyhow::bail!("--warm needs --repeat of at least 2 (the first round is cold)");
+    }
     let p = by_name(policy).map_err(|e| anyhow::anyhow!(e))?;
     let mut times = Vec::with_capacity(repeat.max(1));
     let mut last = None;
@@ -93,9 +96,6 @@ pub fn run(policy: &str, input: &PlannerInput, repeat: usize, warm: Option<usize
             times.push(ms);
         }
         last = Some(outcome);
-    }
-    if times.is_empty() {
-        anyhow::bail!("--warm needs --repeat of at least 2 (the first round is cold)");
     }
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
