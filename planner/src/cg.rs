@@ -200,30 +200,34 @@ impl Column {
     }
 
     fn compute_rows(&self, pb: &GpuProblem, l: &RowIndex) -> Vec<(usize, f64)> {
-        let mut out = Vec::new();
+        // Summed densely over the capacity rows (a row can be hit by inference, retraining and pre-initialisation),
+        // then listed in row order.
+        let mut out = Vec::with_capacity(4 * l.k);
+        let mut dense = vec![0.0; l.convex(0)];
         for t in 0..pb.slots {
             for p in self.held(t) {
+                out.clear();
                 block(pb, l, l.usage(t), p, &mut out);
                 if t + 1 < pb.slots {
                     block(pb, l, l.room(t + 1), p, &mut out);
+                }
+                for &(r, c) in &out {
+                    dense[r] += c;
                 }
             }
             if self.pre[t]
                 && let Some(p) = self.inference[t]
             {
+                out.clear();
                 block(pb, l, l.room(t), p, &mut out);
+                for &(r, c) in &out {
+                    dense[r] += c;
+                }
             }
         }
-        out.push((l.convex(self.tenant), 1.0));
-        // Merge duplicates (a row can be hit by inference and retraining).
-        out.sort_by_key(|(r, _)| *r);
-        let mut merged: Vec<(usize, f64)> = Vec::with_capacity(out.len());
-        for (r, c) in out {
-            match merged.last_mut() {
-                Some((lr, lc)) if *lr == r => *lc += c,
-                _ => merged.push((r, c)),
-            }
-        }
+        let mut merged: Vec<(usize, f64)> =
+            dense.iter().enumerate().filter(|(_, c)| **c != 0.0).map(|(r, c)| (r, *c)).collect();
+        merged.push((l.convex(self.tenant), 1.0));
         merged
     }
 }
@@ -313,7 +317,31 @@ struct Pricer {
 }
 
 impl Pricer {
-    fn new(pb: &GpuProblem, i: usize) -> Pricer {
+    /// Whether each three instances (profile indices, `np` = none) fit the GPU together, flat as [`Pricer::fits`]
+    /// reads it: the same for every tenant of `pb`.
+    fn fit_table(pb: &GpuProblem) -> Vec<bool> {
+        let np = pb.profiles.len();
+        let m = np + 1;
+        let mut fit = vec![false; m * m * m];
+        let mut counts = vec![0u8; np];
+        for a in 0..m {
+            for b in 0..m {
+                for c in 0..m {
+                    counts.iter_mut().for_each(|n| *n = 0);
+                    for x in [a, b, c] {
+                        if x < np {
+                            counts[x] += 1;
+                        }
+                    }
+                    fit[(a * m + b) * m + c] = pb.counts_feasible(&counts);
+                }
+            }
+        }
+        fit
+    }
+
+    /// Tenant `i`'s pricer, with `fit` from [`Pricer::fit_table`].
+    fn new(pb: &GpuProblem, i: usize, fit: Vec<bool>) -> Pricer {
         let t_ = &pb.tenants[i];
         let np = pb.profiles.len();
         let usable: Vec<usize> = (0..np).filter(|p| t_.cap[*p] > 0.0).collect();
@@ -334,20 +362,6 @@ impl Pricer {
             })
             .collect();
         let m = np + 1;
-        let mut fit = vec![false; m * m * m];
-        for a in 0..m {
-            for b in 0..m {
-                for c in 0..m {
-                    let mut counts = vec![0u8; np];
-                    for x in [a, b, c] {
-                        if x < np {
-                            counts[x] += 1;
-                        }
-                    }
-                    fit[(a * m + b) * m + c] = pb.counts_feasible(&counts);
-                }
-            }
-        }
         let options = pb.retrain_options(i);
         let forced = t_.retrain.as_ref().is_some_and(|r| r.running_on.is_some()) && !options.is_empty();
         // No retraining first: its dynamic programme is the shared prefix of every option's (before the option
@@ -927,7 +941,8 @@ pub fn solve_warm(
     let n = pb.tenants.len();
     let l = RowIndex::new(pb);
     let limits = row_limits(pb, &l, &pb.current_usage());
-    let pricers: Vec<Pricer> = (0..n).map(|i| Pricer::new(pb, i)).collect();
+    let fit = Pricer::fit_table(pb);
+    let pricers: Vec<Pricer> = (0..n).map(|i| Pricer::new(pb, i, fit.clone())).collect();
     let mut problem = ColProblem::new();
     let mut rows: Vec<Row> = limits.iter().map(|lim| problem.add_row(..=lim.max(0.0))).collect();
     rows.extend((0..n).map(|_| problem.add_row(1.0..=1.0)));
