@@ -27,12 +27,11 @@
 //! LP column where it still fits) and an LP-guided greedy (each tenant's retraining choice is the one the LP
 //! weighs most, with a variant per split tenant), each followed by single-tenant ascent over the choices the LP
 //! uses. Generation stops as soon as a plan is within the configured gap of the bound, or when the LP is within
-//! half the gap of it, no column improves, or after [`MAX_ROUNDS`] rounds; and when the LP itself is beyond the
-//! gap from a plan that the LP-guided plans have stopped improving (no bound could then prove the gap). If the gap
-//! is still open then, the Lagrangian greedy starts (at the LP's duals, the best-bound duals and zero) and any
-//! seeds join, and the best plan gets pair moves: two tenants re-plan their inference together by an exact dynamic
-//! programme over the pair's profiles, the move that lets one tenant shrink so that another grows. Problems of
-//! at most [`COMPACT_LIMIT`] tenant-slots whose gap is still above the configured one go to the compact MILP
+//! half the gap of it, no column improves, or after [`MAX_ROUNDS`] rounds. If the gap is still open then, the
+//! Lagrangian greedy starts (at the LP's duals, the best-bound duals and zero) and any seeds join, and the best
+//! plan gets pair moves: two tenants re-plan their inference together by an exact dynamic programme over the
+//! pair's profiles, the move that lets one tenant shrink so that another grows. Problems of at most
+//! [`COMPACT_LIMIT`] tenant-slots whose gap is still above the configured one go to the compact MILP
 //! ([`crate::ilp`]), which is exact there in milliseconds; the reported bound is the tighter of the two.
 //!
 //! **Warm start** ([`solve_warm`]): the previous round's plan joins the seeds and its best-bound prices are priced
@@ -890,9 +889,6 @@ pub const MAX_ROUNDS: usize = 40;
 /// half the rounds of 0.5).
 const SMOOTHING: f64 = 0.8;
 
-/// Relative change of the master LP over `PRIMAL_EVERY` rounds below which it has stalled (see `settled`).
-const LP_STALLED: f64 = 1e-3;
-
 /// Rounds between LP-guided plans during column generation (each may prove the gap and end generation early).
 const PRIMAL_EVERY: usize = 3;
 
@@ -1211,8 +1207,6 @@ pub fn solve_warm(
         }
     }
     let mut rounds = 0;
-    let mut improved_at = 0;
-    let mut lp_history: Vec<f64> = Vec::new();
     let mut model = Some(model);
     let mut x_root = Vec::new();
     let mut duals = zero.clone();
@@ -1262,34 +1256,14 @@ pub fn solve_warm(
         }
         bound = bound.max(lp);
         duals = pi_lp.iter().copied().chain(std::iter::repeat_n(0.0, n)).collect::<Vec<f64>>();
-        // The master LP is a lower bound on the Dantzig-Wolfe bound: once it is beyond the gap from the best plan,
-        // no later bound can prove the gap for this plan; only a better plan can. When neither the LP nor the
-        // LP-guided plans have moved for `PRIMAL_EVERY` rounds (the new columns only move the bound), generation
-        // stops (`settled`) and the search below takes over: the rounds that remain would only tighten a bound
-        // that cannot prove the gap (measured on 100-GPU replay rounds: most rounds of the solves that end above
-        // the gap came after their plan was final). Early rounds, where the LP still climbs, never settle; nor
-        // does an exact solve (gap 0), which wants the tightest bound there is.
-        let beyond = |incumbent: &Option<(f64, Vec<Option<Column>>)>| {
-            config.mip_rel_gap > 0.0
-                && incumbent.as_ref().is_some_and(|(v, _)| relative_gap(*v, lp) > config.mip_rel_gap)
-        };
         let stop = added == 0 || relative_gap(lp, bound) <= target || rounds >= MAX_ROUNDS;
-        lp_history.push(lp);
-        let mut settled = false;
         if stop || rounds % PRIMAL_EVERY == 0 {
-            let before = incumbent.as_ref().map(|(v, _)| *v);
             for plan in lp_guided(&columns[..x.len()], &x, &duals) {
                 consider(plan, &mut incumbent);
             }
-            if incumbent.as_ref().map(|(v, _)| *v) != before {
-                improved_at = rounds;
-            }
-            let lp_stalled = rounds > PRIMAL_EVERY
-                && (lp - lp_history[rounds - 1 - PRIMAL_EVERY]).abs() <= LP_STALLED * lp.abs().max(1.0);
-            settled = rounds - improved_at >= PRIMAL_EVERY && lp_stalled && beyond(&incumbent);
         }
         x_root = x;
-        if stop || settled {
+        if stop {
             break;
         }
     }
