@@ -199,30 +199,25 @@ impl Column {
     }
 
     fn compute_rows(&self, pb: &GpuProblem, l: &RowIndex) -> Vec<(usize, f64)> {
-        // Summed densely over the capacity rows (a row can be hit by inference, retraining and pre-initialisation),
-        // then listed in row order.
-        let mut out = Vec::with_capacity(4 * l.k);
-        let mut dense = vec![0.0; l.convex(0)];
+        let mut out = Vec::new();
         for t in 0..pb.slots {
             for p in self.held(t) {
-                out.clear();
                 block(pb, l, l.usage(t), p, &mut out);
                 if t + 1 < pb.slots {
                     block(pb, l, l.room(t + 1), p, &mut out);
-                }
-                for &(r, c) in &out {
-                    dense[r] += c;
                 }
             }
             if self.pre[t]
                 && let Some(p) = self.inference[t]
             {
-                out.clear();
                 block(pb, l, l.room(t), p, &mut out);
-                for &(r, c) in &out {
-                    dense[r] += c;
-                }
             }
+        }
+        // Summed densely over the capacity rows (a row can be hit by inference, retraining and pre-initialisation),
+        // then listed in row order.
+        let mut dense = vec![0.0; l.convex(0)];
+        for (r, c) in out {
+            dense[r] += c;
         }
         let mut merged: Vec<(usize, f64)> =
             dense.iter().enumerate().filter(|(_, c)| **c != 0.0).map(|(r, c)| (r, *c)).collect();
@@ -492,6 +487,45 @@ impl Pricer {
         }
     }
 
+    /// [`StepMasks`] of slot `t` beside retraining profile `rt` (`np`: none), in the room `rem` leaves: `usage[p]`
+    /// and `held[p]` (an instance of `p` fits the usage, room rows), `pre[q * m + p]` (`q` and a pre-initialised
+    /// `p` fit the room rows). `by_size` (valid where no profile has its own rows, as on every catalogued GPU)
+    /// compares sizes with what is left beside the retraining instance instead of checking each entry's room.
+    fn room_masks(
+        &self,
+        l: &RowIndex,
+        rem: &[f64],
+        t: usize,
+        rt: usize,
+        by_size: bool,
+        (usage, held, pre): (&mut [bool], &mut [bool], &mut [bool]),
+    ) {
+        let none = self.np;
+        let m = none + 1;
+        if by_size {
+            let size = &self.size;
+            let left = |base: usize| -> [f64; 3] { std::array::from_fn(|j| rem[base + j] - size[rt][j] + ROOM_EPS) };
+            let within = |r: &[f64; 3], p: usize| (0..3).all(|j| size[p][j] <= r[j]);
+            let (in_usage, in_room) = (left(l.usage(t)), left(l.room(t)));
+            for q in 0..m {
+                usage[q] = within(&in_usage, q);
+                held[q] = within(&in_room, q);
+                let beside: [f64; 3] = std::array::from_fn(|j| in_room[j] - size[q][j]);
+                for p in 0..m {
+                    pre[q * m + p] = within(&beside, p);
+                }
+            }
+            return;
+        }
+        for p in 0..m {
+            usage[p] = self.room_for(l, rem, l.usage(t), [p, rt, none]);
+            held[p] = self.room_for(l, rem, l.room(t), [p, rt, none]);
+        }
+        for q in 0..m * m {
+            pre[q] = self.room_for(l, rem, l.room(t), [q / m, rt, q % m]);
+        }
+    }
+
     /// The best column under capacity duals `y` (convexity duals excluded) and its value `c - y.a`. With `rem`
     /// (the room the other tenants leave in every row), only columns that fit it are considered.
     fn price(&self, pb: &GpuProblem, l: &RowIndex, y: &[f64]) -> (Column, f64) {
@@ -562,32 +596,8 @@ impl Pricer {
             for t in 0..pb.slots {
                 for rt in (0..m).filter(|rt| k.index[*rt] != usize::MAX) {
                     let at = k.at(t, rt) * m;
-                    if !l.any_own {
-                        // Compute, memory and instance rows only: what is left beside the retraining instance,
-                        // checked against each profile's size.
-                        let size = &self.size;
-                        let left = |base: usize| -> [f64; 3] {
-                            std::array::from_fn(|j| rem[base + j] - size[rt][j] + ROOM_EPS)
-                        };
-                        let within = |r: &[f64; 3], p: usize| (0..3).all(|j| size[p][j] <= r[j]);
-                        let (usage, held) = (left(l.usage(t)), left(l.room(t)));
-                        for q in 0..m {
-                            k.usage[at + q] = within(&usage, q);
-                            k.held[at + q] = within(&held, q);
-                            let beside: [f64; 3] = std::array::from_fn(|j| held[j] - size[q][j]);
-                            for p in 0..m {
-                                k.pre[(at + q) * m + p] = within(&beside, p);
-                            }
-                        }
-                        continue;
-                    }
-                    for p in 0..m {
-                        k.usage[at + p] = self.room_for(l, rem, l.usage(t), [p, rt, none]);
-                        k.held[at + p] = self.room_for(l, rem, l.room(t), [p, rt, none]);
-                    }
-                    for q in 0..m * m {
-                        k.pre[at * m + q] = self.room_for(l, rem, l.room(t), [q / m, rt, q % m]);
-                    }
+                    let masks = (&mut k.usage[at..][..m], &mut k.held[at..][..m], &mut k.pre[at * m..][..m * m]);
+                    self.room_masks(l, rem, t, rt, !l.any_own, masks);
                 }
             }
             k
@@ -1327,4 +1337,49 @@ pub fn solve_warm(
     };
     let prices = center.chunks(2 * l.k).map(<[f64]>::to_vec).collect();
     Ok(WarmSolved { solved, prices, rounds })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use tessera_core::catalog::GpuModel;
+    use tessera_core::ids::TenantId;
+
+    use super::{Pricer, RowIndex};
+    use crate::PlannerConfig;
+    use crate::build::{Arrivals, gpu_problem};
+    use crate::synthetic::{SyntheticSpec, input};
+
+    /// The room masks by size (what pricing uses on catalogued GPUs) equal those by a room check per entry, for
+    /// every slot, retraining profile and room left, tight or exceeded.
+    #[test]
+    fn room_masks_by_size_match_the_room_checks() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
+        let models = tessera_core::config::load_model_dir(&dir).expect("shipped model profiles load");
+        for gpu_model in [GpuModel::A100_40GB, GpuModel::H100_80GB] {
+            let spec = SyntheticSpec { gpus: 1, tenants: 3, slots: 4, gpu_model, seed: 3 };
+            let inp = input(&spec, &models, PlannerConfig::default());
+            let gpu = inp.gpus.keys().next().expect("one GPU").clone();
+            let ids: Vec<TenantId> = inp.tenants.keys().cloned().collect();
+            let pb = gpu_problem(&inp, &gpu, &ids, Arrivals::Band);
+            let l = RowIndex::new(&pb);
+            assert!(!l.any_own, "catalogued GPUs have no per-profile rows");
+            let pricer = Pricer::new(&pb, 0, Pricer::fit_table(&pb));
+            let m = pricer.np + 1;
+            for pattern in 0..9 {
+                // Room left in each row, from exceeded (-1) to a whole GPU (8).
+                let rem: Vec<f64> = (0..l.convex(0)).map(|r| ((r * 5 + pattern * 3) % 10) as f64 - 1.0).collect();
+                for t in 0..pb.slots {
+                    for rt in 0..m {
+                        let mut by_size = (vec![false; m], vec![false; m], vec![false; m * m]);
+                        let mut checked = by_size.clone();
+                        pricer.room_masks(&l, &rem, t, rt, true, (&mut by_size.0, &mut by_size.1, &mut by_size.2));
+                        pricer.room_masks(&l, &rem, t, rt, false, (&mut checked.0, &mut checked.1, &mut checked.2));
+                        assert_eq!(by_size, checked, "{gpu_model:?}, slot {t}, retraining {rt}, room {rem:?}");
+                    }
+                }
+            }
+        }
+    }
 }
