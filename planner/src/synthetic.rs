@@ -126,8 +126,9 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
 /// The round `advance` slots after `input`, whose GPUs were planned as `outcomes` ([`crate::PlanReport::outcomes`]),
 /// for timing warm-started rounds (`replay plan --warm` and the benchmark): each GPU runs what the plan put on it at
 /// that time and carries the plan's warm start; retraining progresses by the slots the plan gave it (a finished one
-/// raises the tenant's accuracy); forecasts (and the true arrivals) move on by `advance` slots, the last slot repeating, and each
-/// tenant's is revised by a seeded factor in 0.9-1.1, as a forecaster revises its estimate between rounds.
+/// raises the tenant's accuracy); forecasts (and the true arrivals) move on by `advance` slots, the last slot
+/// repeating, and each tenant's is revised by a seeded factor in 0.9-1.1, as a forecaster revises its estimate
+/// between rounds.
 pub fn next_round(
     input: &PlannerInput,
     outcomes: &BTreeMap<GpuId, crate::policy::GpuOutcome>,
