@@ -79,6 +79,8 @@ pub struct CoordinatorConfig {
     pub horizon_slots: usize,
     /// Share of an instance's SLO throughput plans use (`PlannerConfig::target_utilization`).
     pub target_utilization: f64,
+    /// Relative optimality gap of each GPU's solve (`SolverConfig::mip_rel_gap`).
+    pub gap: f64,
     /// Forecaster of every tenant.
     pub forecaster: tessera_planner::forecast::ForecasterConfig,
     /// Prometheus endpoint.
@@ -126,6 +128,7 @@ struct RawPlanner {
     slot: Option<String>,
     horizon_slots: Option<usize>,
     target_utilization: Option<f64>,
+    gap: Option<f64>,
     forecaster: Option<String>,
 }
 
@@ -166,6 +169,8 @@ pub struct Overrides {
     pub horizon_slots: Option<usize>,
     /// `--target-utilization`.
     pub target_utilization: Option<f64>,
+    /// `--gap`.
+    pub gap: Option<f64>,
     /// `--keep-tail`.
     pub keep_tail: Option<u64>,
     /// `--join`.
@@ -297,6 +302,10 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     if !(target_utilization > 0.0 && target_utilization <= 1.0) {
         return Err(field("planner.target_utilization", "must be in (0, 1]"));
     }
+    let gap = over.gap.or(raw.planner.gap).unwrap_or(tessera_planner::PlannerConfig::default().solver.mip_rel_gap);
+    if !(0.0..1.0).contains(&gap) {
+        return Err(field("planner.gap", "must be in [0, 1)"));
+    }
     let forecaster_name = over.forecaster.clone().or(raw.planner.forecaster).unwrap_or_else(|| "ewma".into());
     let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
         .map_err(|m| field("planner.forecaster", m))?;
@@ -315,6 +324,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         slot,
         horizon_slots,
         target_utilization,
+        gap,
         metrics_listen,
         otlp_endpoint,
         allow_fault_injection: over.allow_fault_injection,
@@ -368,6 +378,16 @@ mod tests {
         let over = Overrides { target_utilization: Some(1.5), ..Default::default() };
         let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
         assert!(e.contains("planner.target_utilization"), "{e}");
+        assert_eq!(c.gap, tessera_planner::PlannerConfig::default().solver.mip_rel_gap);
+        let over = Overrides { gap: Some(0.04), ..Default::default() };
+        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().gap, 0.04);
+        let over = Overrides { gap: Some(1.0), ..Default::default() };
+        let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
+        assert!(e.contains("planner.gap"), "{e}");
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, format!("{text}[planner]\ngap = 0.02\n")).unwrap();
+        assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().gap, 0.02);
+        std::fs::write(&file, text).unwrap();
 
         let over = Overrides { policy: Some("nope".into()), ..Default::default() };
         let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();

@@ -94,6 +94,9 @@ struct ServeArgs {
     /// Share of an instance's SLO throughput plans use, in (0, 1] (default 0.8).
     #[arg(long)]
     target_utilization: Option<f64>,
+    /// Relative optimality gap at which each GPU's solve stops, in [0, 1) (default 0.01).
+    #[arg(long)]
+    gap: Option<f64>,
     /// Forecaster of every tenant: last, ewma or seasonal.
     #[arg(long)]
     forecaster: Option<String>,
@@ -284,6 +287,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 slot: a.slot,
                 horizon_slots: a.horizon_slots,
                 target_utilization: a.target_utilization,
+                gap: a.gap,
                 join: a.join,
                 allow_fault_injection: a.allow_fault_injection,
             };

@@ -47,6 +47,8 @@ pub struct PlanningSettings {
     pub horizon_slots: usize,
     /// Share of an instance's SLO throughput plans use (`PlannerConfig::target_utilization`).
     pub target_utilization: f64,
+    /// Relative optimality gap of each GPU's solve (`SolverConfig::mip_rel_gap`).
+    pub gap: f64,
     /// Forecaster of every tenant.
     pub forecaster: ForecasterConfig,
     /// Deadline of one push to an agent.
@@ -302,6 +304,10 @@ impl Planner {
                 slot_s: self.settings.slot.as_secs_f64(),
                 horizon_slots: horizon,
                 target_utilization: self.settings.target_utilization,
+                solver: tessera_planner::solver::SolverConfig {
+                    mip_rel_gap: self.settings.gap,
+                    ..PlannerConfig::default().solver
+                },
                 ..PlannerConfig::default()
             },
             models: fleet.models.clone(),

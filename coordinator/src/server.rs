@@ -56,6 +56,7 @@ pub async fn serve_until(
             slot: config.slot,
             horizon_slots: config.horizon_slots,
             target_utilization: config.target_utilization,
+            gap: config.gap,
             forecaster: config.forecaster.clone(),
             push_timeout: Duration::from_secs(5),
         },

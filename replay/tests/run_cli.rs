@@ -134,7 +134,7 @@ floor = 0.50
     )
     .unwrap();
     let out = replay()
-        .args(["--gpus", "1", "--duration", "5m", "--policy", "tessera", "--json", "--tenants"])
+        .args(["--gpus", "1", "--duration", "5m", "--policy", "tessera", "--gap", "0.05", "--json", "--tenants"])
         .arg(&file)
         .output()
         .unwrap();
@@ -143,6 +143,7 @@ floor = 0.50
     // 300 req/s Poisson plus the conversation trace's ~5.4 req/s x 60, for 300 s.
     assert!((150_000.0..230_000.0).contains(&requests), "{requests}");
     assert_eq!(v["scenario"]["tenants"], 2);
+    assert_eq!(v["scenario"]["gap"], 0.05);
 
     std::fs::write(
         &file,
@@ -189,6 +190,8 @@ fn bad_input_is_named() {
     assert!(err.contains("cluster"), "{err}");
     let err = failed(&replay().args(["--target-utilization", "1.5", "--duration", "1m"]).output().unwrap());
     assert!(err.contains("target_utilization") && err.contains("1.5"), "{err}");
+    let err = failed(&replay().args(["--gap", "1", "--duration", "1m"]).output().unwrap());
+    assert!(err.contains("--gap") && err.contains("[0, 1)"), "{err}");
 
     // A malformed row names the file, the line and the column; nothing runs.
     let dir = scratch("bad");

@@ -421,6 +421,9 @@ pub struct ClusterUpArgs {
     /// --target-utilization).
     #[arg(long, default_value_t = tessera_planner::PlannerConfig::default().target_utilization)]
     pub target_utilization: f64,
+    /// Relative optimality gap of each GPU's solve (give `replay --mode cluster` the same --gap).
+    #[arg(long, default_value_t = tessera_planner::PlannerConfig::default().solver.mip_rel_gap)]
+    pub gap: f64,
     /// Forecaster of every tenant: last, ewma or seasonal (give `replay --mode cluster` the same --forecaster).
     #[arg(long, default_value = "ewma")]
     pub forecaster: String,
@@ -508,6 +511,7 @@ pub async fn start_cluster(args: &ClusterUpArgs) -> Result<LocalCluster, ReplayE
             slot: Some(format!("{}ms", (args.slot * 1000.0).round() as u64)),
             horizon_slots: Some(args.horizon),
             target_utilization: Some(args.target_utilization),
+            gap: Some(args.gap),
             forecaster: Some(args.forecaster.clone()),
             ..Overrides::default()
         };

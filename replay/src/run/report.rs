@@ -106,6 +106,7 @@ impl Comparison {
                 "window_s": scenario.window_s,
                 "slot_s": scenario.planner.slot_s,
                 "horizon_slots": scenario.planner.horizon_slots,
+                "gap": scenario.planner.solver.mip_rel_gap,
                 "forecaster": scenario.forecaster.to_string(),
                 "tlb": scenario.tlb,
                 "executor": if scenario.fluid_tick_ms.is_some() { "fluid" } else { "discrete" },
