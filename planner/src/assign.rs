@@ -19,6 +19,10 @@
 //! 1. **Sticky**: a tenant stays on the GPU that serves it now when that GPU is healthy or draining. An
 //!    over-committed GPU (needs above 7 slices) sheds its smallest tenants, but only to GPUs with spare slices for
 //!    them: moving costs a cold start, so it is done only where it relieves a GPU without overloading another.
+//!    A tenant with no instance now (its GPU's plan left it out) is placed afresh like a new one: it costs nothing
+//!    to move, and it finds the GPU with the most room. Keeping it on the GPU of its last plan instead lost 4-6 % of
+//!    goodput on 20 minutes of the 100-GPU Azure Functions 2019 day (12:00, seeds 1-2) and planned slower (302
+//!    against 240 ms a round, seed 1), although it lets about half of the GPUs start from their last plan whole.
 //! 2. **Memory-aware**: a tenant only goes where its model fits an instance (and its retraining fits, when due).
 //! 3. **Load-balanced and interference-aware**: the rest, largest need first, go to the healthy GPU that minimises
 //!    `load after placing + 7 x (sum of pairwise slowdowns - 1 with the tenants already there)`.
