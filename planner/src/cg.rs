@@ -1276,15 +1276,16 @@ pub fn solve_warm(
         }
         (lagrangian, priced)
     };
-    // Start prices, before the first master: a warm start's, or without one (or with one of the wrong shape) the
-    // per-slot relaxation's ([`slot_prices`]); their Lagrangian bound, the columns they price best, and the
-    // stabilisation centre. (A warm start does not price the relaxation as well: measured on 20 minutes of the
-    // Azure Functions 2019 day on 100 GPUs, that made rounds slower and lost 0.3-1.7 % of goodput on each of six
-    // seeds, its tighter bounds ending solves sooner on worse plans.)
-    let start: Option<Vec<f64>> = prices
-        .filter(|p| p.len() == pb.slots && p.iter().all(|s| s.len() == 2 * l.k && s.iter().all(|v| v.is_finite())))
-        .map(|p| p.iter().flatten().map(|v| v.max(0.0)).collect())
-        .or_else(|| slot_prices(pb, &l, &pricers, &b, config));
+    // Start prices, before the first master: a warm start's, or without one the per-slot relaxation's
+    // ([`slot_prices`]); their Lagrangian bound, the columns they price best, and the stabilisation centre. (A
+    // warm start does not price the relaxation as well: measured on 20 minutes of the Azure Functions 2019 day on
+    // 100 GPUs, that made rounds slower and lost 0.3-1.7 % of goodput on each of six seeds, its tighter bounds
+    // ending solves sooner on worse plans.)
+    let start: Option<Vec<f64>> = match prices {
+        Some(p) => (p.len() == pb.slots && p.iter().all(|s| s.len() == 2 * l.k && s.iter().all(|v| v.is_finite())))
+            .then(|| p.iter().flatten().map(|v| v.max(0.0)).collect()),
+        None => slot_prices(pb, &l, &pricers, &b, config),
+    };
     if let Some(w) = start {
         let (lagrangian, priced) = lagrangian_at(&w);
         for col in priced {
