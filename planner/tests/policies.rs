@@ -14,9 +14,9 @@ use tessera_core::plan::Role;
 use tessera_core::{GpuModel, Layout, Placement, Profile};
 use tessera_planner::build::{Arrivals, gpu_problem};
 use tessera_planner::input::Interference;
-use tessera_planner::policy::{POLICY_NAMES, PlanOutcome, PlanReport, by_name};
+use tessera_planner::policy::{GpuStats, POLICY_NAMES, PlanOutcome, PlanReport, by_name};
 use tessera_planner::problem::GpuProblem;
-use tessera_planner::solver::SolverConfig;
+use tessera_planner::solver::{SolverConfig, relative_gap};
 use tessera_planner::synthetic::{SyntheticSpec, input as synthetic};
 use tessera_planner::{PlannerConfig, PlannerInput, assign, cg, exhaustive, migrator};
 
@@ -438,7 +438,18 @@ fn warm_started_rounds_plan_as_well_as_cold_ones() {
         check_gpu_plan(gpu, warm.gpus[gpu].model, p).unwrap();
     }
     let gap = warm.config.solver.mip_rel_gap;
-    assert!(w.stats.gap <= c.stats.gap.max(gap) + 1e-9, "warm gap {} vs cold {}", w.stats.gap, c.stats.gap);
+    // Per GPU, a warm start ends within the configured gap or no further from its bound than a cold start (to
+    // 0.01 %: the two bounds come from different prices). The fleet's gaps are not compared: a cold start's
+    // relaxation prices often prove far more than the configured gap at once, where a warm start stops once it
+    // proves the gap.
+    let rel = |s: &GpuStats| relative_gap(s.objective, s.bound);
+    let no_worse_than_cold = |r: &PlanReport| {
+        for (ws, cs) in r.stats.gpus.iter().zip(&c.stats.gpus) {
+            assert_eq!(ws.gpu, cs.gpu);
+            assert!(rel(ws) <= rel(cs).max(gap) + 1e-4, "{}: warm gap {} vs cold {}", ws.gpu, rel(ws), rel(cs));
+        }
+    };
+    no_worse_than_cold(&w);
     assert!(
         w.stats.objective >= c.stats.objective * (1.0 - gap),
         "warm {} vs cold {}",
@@ -455,8 +466,7 @@ fn warm_started_rounds_plan_as_well_as_cold_ones() {
     let ids: Vec<_> = swapped.gpus.keys().cloned().collect();
     let moved = swapped.gpus[&ids[1]].warm.clone();
     swapped.gpus.get_mut(&ids[0]).unwrap().warm = moved;
-    let s = planned("tessera", &swapped);
-    assert!(s.stats.gap <= c.stats.gap.max(gap) + 1e-9);
+    no_worse_than_cold(&planned("tessera", &swapped));
 }
 
 #[test]
