@@ -919,7 +919,7 @@ fn slot_prices(
     model.make_quiet();
     model.set_option("threads", 1);
     model.set_option("random_seed", 0);
-    model.set_option("time_limit", config.time_limit_s.max(0.001));
+    model.set_option("time_limit", config.time_limit_s.max(1e-9));
     // Dual simplex without presolve (measured: the fastest, and its duals centre better than primal simplex's on
     // this degenerate LP: 62 against 108 ms on the 7 x 30 benchmark GPU).
     model.set_option("presolve", "off");
@@ -942,7 +942,7 @@ fn quiet(model: &mut Model, config: &SolverConfig, time_s: f64) {
     model.make_quiet();
     model.set_option("threads", 1);
     model.set_option("random_seed", 0);
-    model.set_option("time_limit", time_s.max(0.001));
+    model.set_option("time_limit", time_s.max(1e-9));
     model.set_option("mip_rel_gap", config.mip_rel_gap.max(0.0));
     model.set_option("mip_max_nodes", i32::try_from(config.max_nodes).unwrap_or(i32::MAX));
     // Primal simplex: adding columns keeps the previous basis primal feasible, so each round re-starts from it
@@ -1310,8 +1310,13 @@ pub fn solve_warm(
             .expect("the master is put back after every solve")
             .try_solve()
             .map_err(|e| SolveError(format!("HiGHS master LP: {e:?}")))?;
-        if solved.status() != HighsModelStatus::Optimal {
-            return Err(SolveError(format!("HiGHS master LP ended with {:?}", solved.status())));
+        match solved.status() {
+            HighsModelStatus::Optimal => {}
+            // The wall-clock safety net (`SolverConfig::time_limit_s`: a machine starved of CPU, a paused process):
+            // generation stops where it is. The incumbent and the bound (valid at any prices) stand, and the
+            // heuristics below still run, so the GPU gets a plan marked as a budget stop rather than none.
+            HighsModelStatus::ReachedTimeLimit => break,
+            other => return Err(SolveError(format!("HiGHS master LP ended with {other:?}"))),
         }
         let lp = solved.objective_value();
         let solution = solved.get_solution();
@@ -1486,7 +1491,33 @@ mod tests {
     use super::{Pricer, RowIndex};
     use crate::PlannerConfig;
     use crate::build::{Arrivals, gpu_problem};
+    use crate::solver::{SolveStatus, SolverConfig};
     use crate::synthetic::{SyntheticSpec, input};
+
+    /// A master LP stopped by the wall-clock limit (a machine starved of CPU) ends column generation, not the
+    /// solve: the GPU still gets a feasible plan, reported as a budget stop under a bound at least its value.
+    #[test]
+    fn a_master_lp_out_of_time_still_gives_a_plan() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
+        let models = tessera_core::config::load_model_dir(&dir).expect("shipped model profiles load");
+        let spec = SyntheticSpec { gpus: 1, tenants: 7, slots: 30, gpu_model: GpuModel::A100_40GB, seed: 1 };
+        let inp = input(&spec, &models, PlannerConfig::default());
+        let gpu = inp.gpus.keys().next().expect("one GPU").clone();
+        let ids: Vec<TenantId> = inp.tenants.keys().cloned().collect();
+        let pb = gpu_problem(&inp, &gpu, &ids, Arrivals::Band);
+        let config = SolverConfig { time_limit_s: 1e-9, ..SolverConfig::default() };
+        let s = super::solve(&pb, &config).expect("a plan despite the time limit");
+        assert!(s.schedule.feasible(&pb));
+        assert!(s.objective > 0.0 && s.bound >= s.objective, "objective {} bound {}", s.objective, s.bound);
+        let full = super::solve(&pb, &SolverConfig::default()).expect("solves");
+        assert_eq!(
+            s.status,
+            SolveStatus::Budget,
+            "stopped at once: {} against {} in full",
+            s.objective,
+            full.objective
+        );
+    }
 
     /// The room masks by size (what pricing uses on catalogued GPUs) equal those by a room check per entry, for
     /// every slot, retraining profile and room left, tight or exceeded.
