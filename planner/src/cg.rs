@@ -916,10 +916,7 @@ fn slot_prices(
         }
     }
     let mut model = problem.optimise(Sense::Maximise);
-    model.make_quiet();
-    model.set_option("threads", 1);
-    model.set_option("random_seed", 0);
-    model.set_option("time_limit", config.time_limit_s.max(1e-9));
+    deterministic(&mut model, config.time_limit_s);
     // Dual simplex without presolve (measured: the fastest, and its duals centre better than primal simplex's on
     // this degenerate LP: 62 against 108 ms on the 7 x 30 benchmark GPU).
     model.set_option("presolve", "off");
@@ -938,11 +935,16 @@ fn slot_prices(
     Some(w)
 }
 
-fn quiet(model: &mut Model, config: &SolverConfig, time_s: f64) {
+/// Quiet, single-threaded and seeded (the same plan every time), with the wall-clock safety net `time_s`.
+fn deterministic(model: &mut Model, time_s: f64) {
     model.make_quiet();
     model.set_option("threads", 1);
     model.set_option("random_seed", 0);
     model.set_option("time_limit", time_s.max(1e-9));
+}
+
+fn quiet(model: &mut Model, config: &SolverConfig, time_s: f64) {
+    deterministic(model, time_s);
     model.set_option("mip_rel_gap", config.mip_rel_gap.max(0.0));
     model.set_option("mip_max_nodes", i32::try_from(config.max_nodes).unwrap_or(i32::MAX));
     // Primal simplex: adding columns keeps the previous basis primal feasible, so each round re-starts from it
@@ -1509,14 +1511,7 @@ mod tests {
         let s = super::solve(&pb, &config).expect("a plan despite the time limit");
         assert!(s.schedule.feasible(&pb));
         assert!(s.objective > 0.0 && s.bound >= s.objective, "objective {} bound {}", s.objective, s.bound);
-        let full = super::solve(&pb, &SolverConfig::default()).expect("solves");
-        assert_eq!(
-            s.status,
-            SolveStatus::Budget,
-            "stopped at once: {} against {} in full",
-            s.objective,
-            full.objective
-        );
+        assert_eq!(s.status, SolveStatus::Budget);
     }
 
     /// The room masks by size (what pricing uses on catalogued GPUs) equal those by a room check per entry, for
