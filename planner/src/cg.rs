@@ -16,8 +16,9 @@
 //! **Master**: the first LP already holds a feasible plan (tenants by solo value take their best plan in the room
 //! the others leave), so its duals mean something from the first round. Per-profile count rows that compute,
 //! memory and instance rows already imply are left out (on every catalogued GPU, all of them), and the LP is
-//! re-solved by primal simplex, which restarts from the previous basis when columns are added. Each pricing adds
-//! the best column of each of a tenant's best few retraining choices, not just one.
+//! re-solved by primal simplex, which restarts from the previous basis when columns are added: the planner's own
+//! dense simplex ([`crate::master`]), with HiGHS taking over for the rest of a solve where it gives up. Each
+//! pricing adds the best column of each of a tenant's best few retraining choices, not just one.
 //!
 //! **Bound**: at every round `pi.b + sum over tenants of the best reduced cost` is a valid upper bound
 //! (Lagrangian); pricing is stabilised by Wentges smoothing (prices between the best-bound duals and the LP's,
@@ -47,17 +48,18 @@
 //! Measured figures are in the planner issue's closing note and the benchmark's output
 //! (`cargo bench -p tessera-planner`).
 //!
-//! HiGHS is called directly (not through good_lp) because column generation needs row duals and incremental
-//! columns, which good_lp does not expose.
+//! HiGHS (the per-slot relaxation, the master's fallback, the compact MILP) is called directly (not through good_lp)
+//! because column generation needs row duals and incremental columns, which good_lp does not expose.
 
 // Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
 #![allow(clippy::needless_range_loop)]
 
 use std::cell::OnceCell;
 
-use highs::{Col, ColProblem, HighsModelStatus, Model, Row, Sense};
+use highs::{ColProblem, HighsModelStatus, Model, Row, Sense};
 
 use crate::ilp::{self, Solved};
+use crate::master::MasterLp;
 use crate::problem::{GpuProblem, RetrainOption, Schedule, Usage};
 use crate::solver::{SolveError, SolveStatus, SolverConfig, relative_gap};
 
@@ -987,6 +989,105 @@ pub const COMPACT_LIMIT: usize = 18;
 /// of that replay, five seeds, 25 times faster with 0.2 % more goodput.
 pub const EXACT_GAP: f64 = 1e-4;
 
+/// Pivots one master solve may take before it gives up and HiGHS takes over.
+const MASTER_PIVOTS: usize = 20_000;
+
+/// The big-M cost of the artificial on each convexity row: the forced first columns may clash, and the penalty
+/// keeps the master feasible until real columns carry every tenant.
+const ARTIFICIAL_PENALTY: f64 = 1e9;
+
+/// One master solve: its objective, row duals and column values (in the order the columns were added).
+struct MasterSolution {
+    objective: f64,
+    duals: Vec<f64>,
+    x: Vec<f64>,
+}
+
+/// The restricted master LP: [`MasterLp`] (a dense simplex kept solved between rounds), or HiGHS from the round
+/// it gives up in (a pivot budget, a singular basis or a failed check; never seen on the benchmark's or the
+/// replays' GPUs, but a numerical corner must not end the plan).
+enum Master {
+    /// The dense simplex, and its pivot budget per solve.
+    Own(Box<MasterLp>, usize),
+    /// HiGHS, with its rows; the model is taken out while it solves.
+    Highs(Option<Model>, Vec<Row>),
+}
+
+impl Master {
+    /// The master over capacity rows `b` and a convexity row per tenant: the dense simplex with `pivots` per
+    /// solve, or with `None` HiGHS.
+    fn new(pb: &GpuProblem, l: &RowIndex, b: &[f64], pivots: Option<usize>) -> Master {
+        let n = pb.tenants.len();
+        let Some(pivots) = pivots else {
+            let mut problem = ColProblem::new();
+            let mut rows: Vec<Row> = b.iter().map(|lim| problem.add_row(..=*lim)).collect();
+            rows.extend((0..n).map(|_| problem.add_row(1.0..=1.0)));
+            let mut model = problem.optimise(Sense::Maximise);
+            for i in 0..n {
+                model.add_col(-ARTIFICIAL_PENALTY, 0.0.., [(rows[l.convex(i)], 1.0)]);
+            }
+            return Master::Highs(Some(model), rows);
+        };
+        let rhs: Vec<f64> = b.iter().copied().chain(std::iter::repeat_n(1.0, n)).collect();
+        let equality: Vec<bool> = (0..rhs.len()).map(|r| r >= b.len()).collect();
+        Master::Own(Box::new(MasterLp::new(rhs, &equality, ARTIFICIAL_PENALTY)), pivots)
+    }
+
+    fn add(&mut self, pb: &GpuProblem, l: &RowIndex, c: &Column) {
+        match self {
+            Master::Own(lp, _) => {
+                lp.add_column(c.value, c.rows(pb, l));
+            }
+            Master::Highs(model, rows) => {
+                let model = model.as_mut().expect("the master is put back after every solve");
+                model.add_col(c.value, 0.0.., c.rows(pb, l).iter().map(|&(r, v)| (rows[r], v)));
+            }
+        }
+    }
+
+    /// Solves the master over `columns` (all of them added): `None` where HiGHS reached the time limit.
+    fn solve(
+        &mut self,
+        pb: &GpuProblem,
+        l: &RowIndex,
+        columns: &[Column],
+        config: &SolverConfig,
+    ) -> Result<Option<MasterSolution>, SolveError> {
+        if let Master::Own(lp, pivots) = self {
+            if lp.solve(*pivots).is_ok() {
+                return Ok(Some(MasterSolution {
+                    objective: lp.objective(),
+                    duals: lp.duals().to_vec(),
+                    x: lp.primal(),
+                }));
+            }
+            let b: Vec<f64> = (0..l.convex(0)).map(|r| lp.rhs(r)).collect();
+            *self = Master::new(pb, l, &b, None);
+            for c in columns {
+                self.add(pb, l, c);
+            }
+        }
+        let Master::Highs(model, _) = self else { unreachable!("the dense simplex returned above") };
+        let mut m = model.take().expect("the master is put back after every solve");
+        quiet(&mut m, config, config.time_limit_s);
+        let solved = m.try_solve().map_err(|e| SolveError(format!("HiGHS master LP: {e:?}")))?;
+        match solved.status() {
+            HighsModelStatus::Optimal => {}
+            HighsModelStatus::ReachedTimeLimit => return Ok(None),
+            other => return Err(SolveError(format!("HiGHS master LP ended with {other:?}"))),
+        }
+        let n = pb.tenants.len();
+        let solution = solved.get_solution();
+        let out = MasterSolution {
+            objective: solved.objective_value(),
+            duals: solution.dual_rows().to_vec(),
+            x: solution.columns()[n..].to_vec(),
+        };
+        *model = Some(Model::from(solved));
+        Ok(Some(out))
+    }
+}
+
 /// Solves `pb` by column generation and a Lagrangian heuristic, with the compact MILP for small problems (see the
 /// module doc).
 pub fn solve(pb: &GpuProblem, config: &SolverConfig) -> Result<Solved, SolveError> {
@@ -1022,21 +1123,26 @@ pub fn solve_warm(
     seeds: &[Schedule],
     prices: Option<&[Vec<f64>]>,
 ) -> Result<WarmSolved, SolveError> {
+    solve_warm_on(pb, config, seeds, prices, MASTER_PIVOTS)
+}
+
+/// [`solve_warm`], with `master_pivots` pivots per master solve before HiGHS takes over (tests of the fallback).
+fn solve_warm_on(
+    pb: &GpuProblem,
+    config: &SolverConfig,
+    seeds: &[Schedule],
+    prices: Option<&[Vec<f64>]>,
+    master_pivots: usize,
+) -> Result<WarmSolved, SolveError> {
     let n = pb.tenants.len();
     let l = RowIndex::new(pb);
     let limits = row_limits(pb, &l, &pb.current_usage());
     let fit = Pricer::fit_table(pb);
     let pricers: Vec<Pricer> = (0..n).map(|i| Pricer::new(pb, i, fit.clone())).collect();
-    let mut problem = ColProblem::new();
-    let mut rows: Vec<Row> = limits.iter().map(|lim| problem.add_row(..=lim.max(0.0))).collect();
-    rows.extend((0..n).map(|_| problem.add_row(1.0..=1.0)));
-    let add = |model: &mut Model, c: &Column| -> Col {
-        model.add_col(c.value, 0.0.., c.rows(pb, &l).iter().map(|&(r, v)| (rows[r], v)))
-    };
     // Start from "nothing" for every tenant, plus each tenant's best plan on an empty GPU.
     let mut columns = Columns::default();
     let mut solo_bound = 0.0;
-    let zero = vec![0.0; rows.len()];
+    let zero = vec![0.0; limits.len() + n];
     for i in 0..n {
         if pricers[i].choices.contains(&None) {
             columns.insert(Column::new(pb, i, vec![None; pb.slots], vec![false; pb.slots], None));
@@ -1088,13 +1194,10 @@ pub fn solve_warm(
     for c in first_plan.iter().chain(seed_plans.iter().flatten()).flatten() {
         columns.insert(c.clone());
     }
-    let mut model = problem.optimise(Sense::Maximise);
-    quiet(&mut model, config, config.time_limit_s);
-    // The forced columns alone may clash; a big-penalty slack per convexity row keeps the master feasible.
-    for i in 0..n {
-        model.add_col(-1e9, 0.0.., [(rows[l.convex(i)], 1.0)]);
+    let mut master = Master::new(pb, &l, &b, Some(master_pivots));
+    for c in columns.iter() {
+        master.add(pb, &l, c);
     }
-    let mut cols: Vec<Col> = columns.iter().map(|c| add(&mut model, c)).collect();
     let target = (config.mip_rel_gap * 0.5).max(1e-6);
 
     let pair_ascend = |chosen: &mut Vec<Option<Column>>| -> bool {
@@ -1291,7 +1394,7 @@ pub fn solve_warm(
         let (lagrangian, priced) = lagrangian_at(&w);
         for col in priced {
             if columns.insert(col) {
-                cols.push(add(&mut model, columns.last()));
+                master.add(pb, &l, columns.last());
             }
         }
         if lagrangian < bound {
@@ -1300,31 +1403,18 @@ pub fn solve_warm(
         }
     }
     let mut rounds = 0;
-    let mut model = Some(model);
     let mut x_root = Vec::new();
     let mut duals = zero.clone();
     // A warm start may close the gap before any master is solved.
     while !within_gap(&incumbent, bound, config.mip_rel_gap) {
         rounds += 1;
         // `try_solve` takes the model and gives it back solved (one HiGHS instance for the whole generation).
-        let solved = model
-            .take()
-            .expect("the master is put back after every solve")
-            .try_solve()
-            .map_err(|e| SolveError(format!("HiGHS master LP: {e:?}")))?;
-        match solved.status() {
-            HighsModelStatus::Optimal => {}
-            // The wall-clock safety net (`SolverConfig::time_limit_s`: a machine starved of CPU, a paused process):
-            // generation stops where it is. The incumbent and the bound (valid at any prices) stand, and the
-            // heuristics below still run, so the GPU gets a plan marked as a budget stop rather than none.
-            HighsModelStatus::ReachedTimeLimit => break,
-            other => return Err(SolveError(format!("HiGHS master LP ended with {other:?}"))),
-        }
-        let lp = solved.objective_value();
-        let solution = solved.get_solution();
-        let y_lp = solution.dual_rows().to_vec();
-        let x: Vec<f64> = solution.columns()[n..].to_vec();
-        let master = model.insert(Model::from(solved));
+        // The wall-clock safety net (`SolverConfig::time_limit_s`, on HiGHS: a machine starved of CPU, a paused
+        // process) stops generation where it is. The incumbent and the bound (valid at any prices) stand, and the
+        // heuristics below still run, so the GPU gets a plan marked as a budget stop rather than none.
+        let Some(MasterSolution { objective: lp, duals: y_lp, x }) = master.solve(pb, &l, &columns, config)? else {
+            break;
+        };
         let pi_lp: Vec<f64> = y_lp[..ncap].iter().map(|v| v.max(0.0)).collect();
         let mut added = 0;
         // Wentges smoothing: price between the best-bound duals and the LP's; on a mis-price, price at the LP's
@@ -1340,7 +1430,7 @@ pub fn solve_warm(
                         .map(|(r, v)| if *r < ncap { pi_lp[*r] * v } else { y_lp[*r] * v })
                         .sum::<f64>();
                 if rc_lp > 1e-7 * (1.0 + col.value.abs()) && columns.insert(col) {
-                    cols.push(add(master, columns.last()));
+                    master.add(pb, &l, columns.last());
                     added += 1;
                 }
             }
@@ -1508,7 +1598,8 @@ mod tests {
         let ids: Vec<TenantId> = inp.tenants.keys().cloned().collect();
         let pb = gpu_problem(&inp, &gpu, &ids, Arrivals::Band);
         let config = SolverConfig { time_limit_s: 1e-9, ..SolverConfig::default() };
-        let s = super::solve(&pb, &config).expect("a plan despite the time limit");
+        // The dense simplex has no clock: with no pivots it gives up at once and HiGHS, out of time, takes over.
+        let s = super::solve_warm_on(&pb, &config, &[], None, 0).expect("a plan despite the time limit").solved;
         assert!(s.schedule.feasible(&pb));
         assert!(s.objective > 0.0 && s.bound >= s.objective, "objective {} bound {}", s.objective, s.bound);
         assert_eq!(s.status, SolveStatus::Budget);

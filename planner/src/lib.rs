@@ -8,7 +8,7 @@
 //! driver), [`assign`] (level 1: tenants to GPUs), [`problem`] and [`build`] (the per-GPU level-2 model),
 //! [`cg`] (column generation, Tessera's level-2 solver), [`ilp`] (the compact MILP), [`exhaustive`] (the
 //! cross-check), [`realize`] and [`evaluate`] (placements and their exact goodput), [`solver`] (MILP backends and
-//! budgets), [`forecast`] (last value, EWMA, seasonal), [`synthetic`] (seeded inputs), and one file per policy
+//! budgets), [`master`] (column generation's master LP), [`forecast`] (last value, EWMA, seasonal), [`synthetic`] (seeded inputs), and one file per policy
 //! ([`tessera`], [`migrator`], [`oracle`], and the baselines [`static_layout`] (`static`), [`paris`], [`ekya`],
 //! [`astraea`], with [`fixed`] for the fixed-layout ones).
 //!
@@ -26,6 +26,7 @@ pub mod fixed;
 pub mod forecast;
 pub mod ilp;
 pub mod input;
+pub mod master;
 pub mod migrator;
 pub mod oracle;
 pub mod paris;

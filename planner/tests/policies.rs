@@ -438,15 +438,24 @@ fn warm_started_rounds_plan_as_well_as_cold_ones() {
         check_gpu_plan(gpu, warm.gpus[gpu].model, p).unwrap();
     }
     let gap = warm.config.solver.mip_rel_gap;
-    // Per GPU, a warm start ends within the configured gap or no further from its bound than a cold start (to
-    // 0.01 %: the two bounds come from different prices). The fleet's gaps are not compared: a cold start's
-    // relaxation prices often prove far more than the configured gap at once, where a warm start stops once it
-    // proves the gap.
+    // Per GPU, a warm start's plan is within the configured gap of the cold start's, and it ends within the
+    // configured gap of its bound or no further than the gap beyond the cold start's. (Where neither proves the gap,
+    // both stop once the master LP settles, at Lagrangian bounds from different prices: on this input the same plan
+    // ends 2.16 % below its warm bound and 1.90 % below its cold one.) The fleet's gaps are not compared: a cold
+    // start's relaxation prices often prove far more than the configured gap at once, where a warm start stops
+    // once it proves the gap.
     let rel = |s: &GpuStats| relative_gap(s.objective, s.bound);
     let no_worse_than_cold = |r: &PlanReport| {
         for (ws, cs) in r.stats.gpus.iter().zip(&c.stats.gpus) {
             assert_eq!(ws.gpu, cs.gpu);
-            assert!(rel(ws) <= rel(cs).max(gap) + 1e-4, "{}: warm gap {} vs cold {}", ws.gpu, rel(ws), rel(cs));
+            assert!(
+                ws.objective >= cs.objective * (1.0 - gap),
+                "{}: warm {} vs cold {}",
+                ws.gpu,
+                ws.objective,
+                cs.objective
+            );
+            assert!(rel(ws) <= rel(cs).max(gap) + gap, "{}: warm gap {} vs cold {}", ws.gpu, rel(ws), rel(cs));
         }
     };
     no_worse_than_cold(&w);
