@@ -1586,9 +1586,9 @@ mod tests {
     use crate::solver::{SolveStatus, SolverConfig};
     use crate::synthetic::{SyntheticSpec, input};
 
-    /// Where the dense simplex gives up (here: a budget of 30 pivots a solve, exhausted in the first rounds), HiGHS takes the
-    /// master over and column generation goes on: on 7 x 30 benchmark GPUs the plan is as good as with the dense
-    /// simplex throughout, within the gap, and both prove it.
+    /// Where the dense simplex gives up (here: a budget of 30 pivots a solve, exhausted in the first rounds), HiGHS
+    /// takes the master over and column generation goes on: on 7 x 30 benchmark GPUs the plan is as good as with
+    /// the dense simplex throughout, within the gap, and both prove it.
     #[test]
     fn highs_takes_the_master_over_where_the_simplex_gives_up() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
