@@ -192,52 +192,72 @@ impl MasterLp {
         }
     }
 
-    /// Rebuilds the inverse of the basis (Gauss-Jordan with partial pivoting) and the basic values.
+    /// Rebuilds the inverse of the basis and the basic values. A basic logical is a unit column, so with the rows
+    /// it covers (`S`) and the others (`T`, as many as there are basic structurals) the basis is block-triangular:
+    /// only the structurals' `T x T` block is inverted (Gauss-Jordan with partial pivoting), and each logical's row
+    /// of the inverse follows from it. Masters keep most of their slacks basic, so this is far cheaper than
+    /// inverting the whole `m x m` basis.
     fn invert(&mut self) -> Result<(), MasterError> {
         let m = self.m;
-        // `a` holds B, `inv` becomes B^-1.
-        let mut a = vec![0.0; m * m];
+        // covered[r]: the basis position of the logical of row r, where it is basic.
+        let mut covered = vec![usize::MAX; m];
+        let mut structural = Vec::new();
         for (i, &v) in self.basis.iter().enumerate() {
-            match self.column(v) {
-                ColumnRef::Unit(r) => a[r * m + i] = 1.0,
-                ColumnRef::Sparse(e) => e.iter().for_each(|&(r, c)| a[r * m + i] = c),
+            if v < m {
+                covered[v] = i;
+            } else {
+                structural.push(i);
             }
         }
-        let mut inv = vec![0.0; m * m];
-        for i in 0..m {
-            inv[i * m + i] = 1.0;
+        let free: Vec<usize> = (0..m).filter(|r| covered[*r] == usize::MAX).collect();
+        let k = structural.len();
+        debug_assert_eq!(k, free.len(), "each basic logical covers its own row");
+        let mut local = vec![usize::MAX; m];
+        for (a, &r) in free.iter().enumerate() {
+            local[r] = a;
         }
-        for col in 0..m {
-            let (p, big) = (col..m)
-                .map(|r| (r, a[r * m + col].abs()))
-                .fold((col, -1.0), |acc, x| if x.1 > acc.1 { x } else { acc });
-            if big < SINGULAR_TOL {
-                return Err(MasterError::Singular);
-            }
-            if p != col {
-                for k in 0..m {
-                    a.swap(p * m + k, col * m + k);
-                    inv.swap(p * m + k, col * m + k);
+        let mut a = vec![0.0; k * k];
+        for (c, &pos) in structural.iter().enumerate() {
+            if let ColumnRef::Sparse(e) = self.column(self.basis[pos]) {
+                for &(r, v) in e {
+                    if local[r] != usize::MAX {
+                        a[local[r] * k + c] = v;
+                    }
                 }
             }
-            let d = 1.0 / a[col * m + col];
-            for k in 0..m {
-                a[col * m + k] *= d;
-                inv[col * m + k] *= d;
+        }
+        let inv = gauss_jordan(&mut a, k)?;
+        // A structural's row: its row of the block's inverse, on the rows T.
+        self.binv.iter_mut().for_each(|v| *v = 0.0);
+        for (c, &pos) in structural.iter().enumerate() {
+            let row = &mut self.binv[pos * m..(pos + 1) * m];
+            for (a_row, &r) in free.iter().enumerate() {
+                row[r] = inv[c * k + a_row];
             }
-            for r in 0..m {
-                let f = a[r * m + col];
-                if r == col || f == 0.0 {
+        }
+        // A logical's row (it covers row r): e_r minus the structurals' rows weighted by their entries in row r.
+        for (r, &i) in covered.iter().enumerate() {
+            if i != usize::MAX {
+                self.binv[i * m + r] = 1.0;
+            }
+        }
+        let mut tmp = vec![0.0; k];
+        for &pos in &structural {
+            let j = self.basis[pos] - m;
+            for (t, &r) in tmp.iter_mut().zip(&free) {
+                *t = self.binv[pos * m + r];
+            }
+            for &(r, v) in &self.entries[self.start[j]..self.start[j + 1]] {
+                let i = covered[r];
+                if i == usize::MAX {
                     continue;
                 }
-                for k in 0..m {
-                    a[r * m + k] -= f * a[col * m + k];
-                    inv[r * m + k] -= f * inv[col * m + k];
+                let row = &mut self.binv[i * m..(i + 1) * m];
+                for (t, &fr) in tmp.iter().zip(&free) {
+                    row[fr] -= v * t;
                 }
             }
         }
-        // Row `i` of `inv` belongs to basis position `i` (B's column `i`).
-        self.binv = inv;
         for i in 0..m {
             let row = &self.binv[i * m..(i + 1) * m];
             self.xb[i] = row.iter().zip(&self.b).map(|(r, b)| r * b).sum();
@@ -405,6 +425,43 @@ impl MasterLp {
             checked = false;
         }
     }
+}
+
+/// The inverse of the `k x k` row-major matrix `a` (destroyed) by Gauss-Jordan elimination with partial pivoting.
+fn gauss_jordan(a: &mut [f64], k: usize) -> Result<Vec<f64>, MasterError> {
+    let mut inv = vec![0.0; k * k];
+    for i in 0..k {
+        inv[i * k + i] = 1.0;
+    }
+    for col in 0..k {
+        let (p, big) =
+            (col..k).map(|r| (r, a[r * k + col].abs())).fold((col, -1.0), |acc, x| if x.1 > acc.1 { x } else { acc });
+        if big < SINGULAR_TOL {
+            return Err(MasterError::Singular);
+        }
+        if p != col {
+            for j in 0..k {
+                a.swap(p * k + j, col * k + j);
+                inv.swap(p * k + j, col * k + j);
+            }
+        }
+        let d = 1.0 / a[col * k + col];
+        for j in 0..k {
+            a[col * k + j] *= d;
+            inv[col * k + j] *= d;
+        }
+        for r in 0..k {
+            let f = a[r * k + col];
+            if r == col || f == 0.0 {
+                continue;
+            }
+            for j in 0..k {
+                a[r * k + j] -= f * a[col * k + j];
+                inv[r * k + j] -= f * inv[col * k + j];
+            }
+        }
+    }
+    Ok(inv)
 }
 
 /// A variable's column.
