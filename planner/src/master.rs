@@ -11,8 +11,10 @@
 //!   convexity row. The logicals are the first basis, so no phase 1 is needed; the artificials leave as soon as
 //!   real columns can carry the convexity rows (the big-M method, as the master had with HiGHS).
 //! - Dantzig pricing on reduced costs scaled by the column's norm; Harris's two-pass ratio test; Bland's rule
-//!   after a run of degenerate pivots (no cycling); the inverse is rebuilt from the basis every
-//!   [`REINVERT_EVERY`] pivots and before optimality is declared, which is then checked on the fresh inverse.
+//!   after a run of degenerate pivots (no cycling). The inverse is updated at each pivot and rebuilt every
+//!   [`REINVERT_EVERY`] pivots, and at an optimum whose basic values or duals no longer solve their systems to
+//!   1e-9 (the optimum is then confirmed on the fresh inverse). A rebuild inverts only the block of the basic
+//!   structural columns: basic slacks are unit columns, and most of a master's slacks are basic.
 //! - A solve that exceeds its pivot budget, meets a singular basis or fails the final check returns an error: the
 //!   caller falls back to HiGHS. Nothing it returns can make a plan or a bound wrong: plans are checked for
 //!   feasibility and bounds are Lagrangian bounds, valid at any prices; only the speed of convergence depends on it.
