@@ -1046,11 +1046,13 @@ impl Master {
         }
     }
 
-    /// Solves the master over `columns` (all of them added): `None` where HiGHS reached the time limit.
+    /// Solves the master over capacity rows `b` and `columns` (all of them added): `None` where HiGHS reached the
+    /// time limit.
     fn solve(
         &mut self,
         pb: &GpuProblem,
         l: &RowIndex,
+        b: &[f64],
         columns: &[Column],
         config: &SolverConfig,
     ) -> Result<Option<MasterSolution>, SolveError> {
@@ -1062,8 +1064,7 @@ impl Master {
                     x: lp.primal(),
                 }));
             }
-            let b: Vec<f64> = (0..l.convex(0)).map(|r| lp.rhs(r)).collect();
-            *self = Master::new(pb, l, &b, None);
+            *self = Master::new(pb, l, b, None);
             for c in columns {
                 self.add(pb, l, c);
             }
@@ -1409,11 +1410,10 @@ fn solve_warm_on(
     // A warm start may close the gap before any master is solved.
     while !within_gap(&incumbent, bound, config.mip_rel_gap) {
         rounds += 1;
-        // `try_solve` takes the model and gives it back solved (one HiGHS instance for the whole generation).
         // The wall-clock safety net (`SolverConfig::time_limit_s`, on HiGHS: a machine starved of CPU, a paused
         // process) stops generation where it is. The incumbent and the bound (valid at any prices) stand, and the
         // heuristics below still run, so the GPU gets a plan marked as a budget stop rather than none.
-        let Some(MasterSolution { objective: lp, duals: y_lp, x }) = master.solve(pb, &l, &columns, config)? else {
+        let Some(MasterSolution { objective: lp, duals: y_lp, x }) = master.solve(pb, &l, &b, &columns, config)? else {
             break;
         };
         let pi_lp: Vec<f64> = y_lp[..ncap].iter().map(|v| v.max(0.0)).collect();
@@ -1584,22 +1584,28 @@ mod tests {
     use super::{Pricer, RowIndex};
     use crate::PlannerConfig;
     use crate::build::{Arrivals, gpu_problem};
+    use crate::problem::GpuProblem;
     use crate::solver::{SolveStatus, SolverConfig};
     use crate::synthetic::{SyntheticSpec, input};
+
+    /// A synthetic GPU's level-2 problem (the shipped model profiles), as the benchmark builds it.
+    fn synthetic_gpu(tenants: usize, slots: usize, gpu_model: GpuModel, seed: u64) -> GpuProblem {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
+        let models = tessera_core::config::load_model_dir(&dir).expect("shipped model profiles load");
+        let spec = SyntheticSpec { gpus: 1, tenants, slots, gpu_model, seed };
+        let inp = input(&spec, &models, PlannerConfig::default());
+        let gpu = inp.gpus.keys().next().expect("one GPU").clone();
+        let ids: Vec<TenantId> = inp.tenants.keys().cloned().collect();
+        gpu_problem(&inp, &gpu, &ids, Arrivals::Band)
+    }
 
     /// Where the dense simplex gives up (here: a budget of 30 pivots a solve, exhausted in the first rounds), HiGHS
     /// takes the master over and column generation goes on: on 7 x 30 benchmark GPUs the plan is as good as with
     /// the dense simplex throughout, within the gap, and both prove it.
     #[test]
     fn highs_takes_the_master_over_where_the_simplex_gives_up() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
-        let models = tessera_core::config::load_model_dir(&dir).expect("shipped model profiles load");
         for seed in 1..=3 {
-            let spec = SyntheticSpec { gpus: 1, tenants: 7, slots: 30, gpu_model: GpuModel::A100_40GB, seed };
-            let inp = input(&spec, &models, PlannerConfig::default());
-            let gpu = inp.gpus.keys().next().expect("one GPU").clone();
-            let ids: Vec<TenantId> = inp.tenants.keys().cloned().collect();
-            let pb = gpu_problem(&inp, &gpu, &ids, Arrivals::Band);
+            let pb = synthetic_gpu(7, 30, GpuModel::A100_40GB, seed);
             let config = SolverConfig::default();
             let own = super::solve_warm_on(&pb, &config, &[], None, super::MASTER_PIVOTS).expect("solves").solved;
             let fallback = super::solve_warm_on(&pb, &config, &[], None, 30).expect("solves").solved;
@@ -1628,13 +1634,7 @@ mod tests {
     /// solve: the GPU still gets a feasible plan, reported as a budget stop under a bound at least its value.
     #[test]
     fn a_master_lp_out_of_time_still_gives_a_plan() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
-        let models = tessera_core::config::load_model_dir(&dir).expect("shipped model profiles load");
-        let spec = SyntheticSpec { gpus: 1, tenants: 7, slots: 30, gpu_model: GpuModel::A100_40GB, seed: 1 };
-        let inp = input(&spec, &models, PlannerConfig::default());
-        let gpu = inp.gpus.keys().next().expect("one GPU").clone();
-        let ids: Vec<TenantId> = inp.tenants.keys().cloned().collect();
-        let pb = gpu_problem(&inp, &gpu, &ids, Arrivals::Band);
+        let pb = synthetic_gpu(7, 30, GpuModel::A100_40GB, 1);
         let config = SolverConfig { time_limit_s: 1e-9, ..SolverConfig::default() };
         // The dense simplex has no clock: with no pivots it gives up at once and HiGHS, out of time, takes over.
         let s = super::solve_warm_on(&pb, &config, &[], None, 0).expect("a plan despite the time limit").solved;
@@ -1647,14 +1647,8 @@ mod tests {
     /// every slot, retraining profile and room left, tight or exceeded.
     #[test]
     fn room_masks_by_size_match_the_room_checks() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
-        let models = tessera_core::config::load_model_dir(&dir).expect("shipped model profiles load");
         for gpu_model in [GpuModel::A100_40GB, GpuModel::H100_80GB] {
-            let spec = SyntheticSpec { gpus: 1, tenants: 3, slots: 4, gpu_model, seed: 3 };
-            let inp = input(&spec, &models, PlannerConfig::default());
-            let gpu = inp.gpus.keys().next().expect("one GPU").clone();
-            let ids: Vec<TenantId> = inp.tenants.keys().cloned().collect();
-            let pb = gpu_problem(&inp, &gpu, &ids, Arrivals::Band);
+            let pb = synthetic_gpu(3, 4, gpu_model, 3);
             let l = RowIndex::new(&pb);
             assert!(!l.any_own, "catalogued GPUs have no per-profile rows");
             let pricer = Pricer::new(&pb, 0, Pricer::fit_table(&pb));

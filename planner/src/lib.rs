@@ -8,9 +8,9 @@
 //! driver), [`assign`] (level 1: tenants to GPUs), [`problem`] and [`build`] (the per-GPU level-2 model),
 //! [`cg`] (column generation, Tessera's level-2 solver), [`ilp`] (the compact MILP), [`exhaustive`] (the
 //! cross-check), [`realize`] and [`evaluate`] (placements and their exact goodput), [`solver`] (MILP backends and
-//! budgets), [`master`] (column generation's master LP), [`forecast`] (last value, EWMA, seasonal), [`synthetic`] (seeded inputs), and one file per policy
-//! ([`tessera`], [`migrator`], [`oracle`], and the baselines [`static_layout`] (`static`), [`paris`], [`ekya`],
-//! [`astraea`], with [`fixed`] for the fixed-layout ones).
+//! budgets), [`master`] (column generation's master LP), [`forecast`] (last value, EWMA, seasonal), [`synthetic`]
+//! (seeded inputs), and one file per policy ([`tessera`], [`migrator`], [`oracle`], and the baselines
+//! [`static_layout`] (`static`), [`paris`], [`ekya`], [`astraea`], with [`fixed`] for the fixed-layout ones).
 //!
 //! Deliberately not here: clocks, I/O, global randomness (seeds are passed in), and anything about how a plan is
 //! carried out (that is the coordinator's and the agents' job).
