@@ -476,14 +476,21 @@ impl Pricer {
                 arg = (other, false);
             }
             let warm = row[1] - st.room[p] - h;
-            if warm > cold {
+            let beside = |ps: usize| self.fits(profile_of(ps), st.rt_prev, p) && pre_ok(profile_of(ps), p);
+            if warm > cold && other != usize::MAX && beside(other) {
+                // The best other state is the best one to switch from pre-initialised, where the new instance fits
+                // beside it (as it mostly does); only where it does not are the others searched.
+                if prev[other] + warm > best + 1e-12 {
+                    best = prev[other] + warm;
+                    arg = (other, true);
+                }
+            } else if warm > cold {
                 for ps in 0..states {
                     if ps != s
                         && prev[ps] > f64::NEG_INFINITY
                         && prev[ps] + warm > best + 1e-12
-                        && self.fits(profile_of(ps), st.rt_prev, p)
                         && held_ok(profile_of(ps))
-                        && pre_ok(profile_of(ps), p)
+                        && beside(ps)
                     {
                         best = prev[ps] + warm;
                         arg = (ps, true);
@@ -492,6 +499,58 @@ impl Pricer {
             }
             here[s] = best;
             from[s] = arg;
+        }
+    }
+
+    /// One slot `t > 0` of the pricing programme run backwards: `here[q]`, the best value of slots `t..` for a
+    /// tenant in state `q` in slot `t - 1`, from `next[s]`, the best value of slots `t + 1..` in state `s` at
+    /// `t`; `to[q]` is the state it moves to (and whether pre-initialised). The same moves and room checks as
+    /// [`Pricer::step_free`], so that a forward run up to any slot joined with this one's values after it finds
+    /// the same optimum as a forward run over the whole horizon.
+    fn step_back(&self, st: FreeStep<'_>, next: &[f64], here: &mut [f64], to: &mut [(usize, bool)]) {
+        let none = self.np;
+        let states = next.len();
+        let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
+        let m = none + 1;
+        let held_ok = |prev_p: usize| st.masks.is_none_or(|k| k.held[prev_p]);
+        let usage_ok = |p: usize| st.masks.is_none_or(|k| k.usage[p]);
+        let pre_ok = |prev_p: usize, p: usize| st.masks.is_none_or(|k| k.pre[prev_p * m + p]);
+        for q in 0..states {
+            here[q] = f64::NEG_INFINITY;
+            let prev_p = profile_of(q);
+            if !held_ok(prev_p) {
+                continue;
+            }
+            let mut best = f64::NEG_INFINITY;
+            let mut arg = (0, false);
+            for s in 0..states {
+                let p = profile_of(s);
+                if next[s] == f64::NEG_INFINITY || !self.fits(p, st.rt_now, none) || !usage_ok(p) {
+                    continue;
+                }
+                let (gain, pre) = if p == none {
+                    (0.0, false)
+                } else {
+                    let row = &self.value[st.regime][st.t][s - 1];
+                    let h = st.hold[p];
+                    if s == q {
+                        (row[0] - h, false)
+                    } else {
+                        let (cold, warm) = (row[2] - h, row[1] - st.room[p] - h);
+                        if warm > cold && self.fits(prev_p, st.rt_prev, p) && pre_ok(prev_p, p) {
+                            (warm, true)
+                        } else {
+                            (cold, false)
+                        }
+                    }
+                };
+                if next[s] + gain > best + 1e-12 {
+                    best = next[s] + gain;
+                    arg = (s, pre);
+                }
+            }
+            here[q] = best;
+            to[q] = arg;
         }
     }
 
@@ -568,19 +627,24 @@ impl Pricer {
     ) -> Vec<(Column, f64)> {
         let np = self.np;
         let none = np;
-        // hold[t][p]: usage rows at t and room rows at t+1; room[t][p]: room rows at t.
-        let hold: Vec<Vec<f64>> = (0..pb.slots)
-            .map(|t| {
-                (0..np)
-                    .map(|p| {
-                        price(pb, l, y, l.usage(t), p)
-                            + if t + 1 < pb.slots { price(pb, l, y, l.room(t + 1), p) } else { 0.0 }
-                    })
-                    .collect()
-            })
-            .collect();
-        let room: Vec<Vec<f64>> =
-            (0..pb.slots).map(|t| (0..np).map(|p| price(pb, l, y, l.room(t), p)).collect()).collect();
+        let slots = pb.slots;
+        // Flat per slot (`t * np + p`): room[..]: price of the room rows at t; hold[..]: usage rows at t and room
+        // rows at t+1.
+        let mut room = vec![0.0; slots * np];
+        for t in 0..slots {
+            for p in 0..np {
+                room[t * np + p] = price(pb, l, y, l.room(t), p);
+            }
+        }
+        let mut hold = vec![0.0; slots * np];
+        for t in 0..slots {
+            for p in 0..np {
+                hold[t * np + p] =
+                    price(pb, l, y, l.usage(t), p) + if t + 1 < slots { room[(t + 1) * np + p] } else { 0.0 };
+            }
+        }
+        let hold_at = |t: usize| &hold[t * np..][..np];
+        let room_at = |t: usize| &room[t * np..][..np];
         let states = self.usable.len() + 1;
         let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
         let m = np + 1;
@@ -597,11 +661,11 @@ impl Pricer {
             let mut k = RoomTables {
                 index,
                 wanted,
-                usage: vec![false; pb.slots * wanted * m],
-                held: vec![false; pb.slots * wanted * m],
-                pre: vec![false; pb.slots * wanted * m * m],
+                usage: vec![false; slots * wanted * m],
+                held: vec![false; slots * wanted * m],
+                pre: vec![false; slots * wanted * m * m],
             };
-            for t in 0..pb.slots {
+            for t in 0..slots {
                 for rt in (0..m).filter(|rt| k.index[*rt] != usize::MAX) {
                     let at = k.at(t, rt) * m;
                     let masks = (&mut k.usage[at..][..m], &mut k.held[at..][..m], &mut k.pre[at * m..][..m * m]);
@@ -611,94 +675,102 @@ impl Pricer {
             k
         });
         let mut best: Vec<(f64, Column)> = Vec::with_capacity(keep + 1);
-        let mut value = vec![vec![f64::NEG_INFINITY; states]; pb.slots];
-        let mut from = vec![vec![(0usize, false); states]; pb.slots];
+        // Flat per slot (`t * states + s`): the programme's values and the move into each state.
+        let mut value = vec![f64::NEG_INFINITY; slots * states];
+        let mut from = vec![(0usize, false); slots * states];
+        let masks_at = |t: usize, rt_now: usize, rt_prev: usize| {
+            tables.as_ref().map(|k| StepMasks {
+                usage: &k.usage[k.at(t, rt_now) * m..][..m],
+                held: &k.held[k.at(t, rt_prev) * m..][..m],
+                pre: &k.pre[k.at(t, rt_prev) * m * m..][..m * m],
+            })
+        };
+        // Slots after a retraining has ended look the same for every option that ends before the horizon (new
+        // accuracy, no retraining instance): one backward programme over them serves all such options, whose
+        // forward runs then stop at their end slot. `tail[t * states + q]` is the best value of slots `t..` for a
+        // tenant in state `q` in slot `t - 1` (zero at the horizon), `to[t * states + q]` its move in slot `t`.
+        let ending = || choices.iter().flatten().filter(|o| o.end < slots);
+        let suffix = (ending().count() >= 2).then(|| {
+            let mut tail = vec![f64::NEG_INFINITY; (slots + 1) * states];
+            let mut to = vec![(0usize, false); slots * states];
+            tail[slots * states..].fill(0.0);
+            let first = ending().map(|o| o.end + 1).min().unwrap_or(slots);
+            for t in (first..slots).rev() {
+                let (head, rest) = tail.split_at_mut((t + 1) * states);
+                let st = FreeStep {
+                    t,
+                    regime: 1,
+                    rt_now: none,
+                    rt_prev: none,
+                    hold: hold_at(t),
+                    room: room_at(t),
+                    masks: masks_at(t, none, none),
+                };
+                self.step_back(st, &rest[..states], &mut head[t * states..], &mut to[t * states..][..states]);
+            }
+            (tail, to)
+        });
         for o in choices {
-            let rt_cost: f64 = o.map_or(0.0, |o| (o.start..o.end.min(pb.slots)).map(|t| hold[t][o.profile]).sum());
+            let rt_cost: f64 = o.map_or(0.0, |o| (o.start..o.end.min(slots)).map(|t| hold_at(t)[o.profile]).sum());
             let rt_at = |t: usize| o.filter(|o| o.active(t)).map_or(none, |o| o.profile);
             // Rows before the option starts are those of the no-retraining run, still in place.
             let first = if choices.first() == Some(&None) { o.map_or(0, |o| o.start) } else { 0 };
-            for t in first..pb.slots {
-                let regime = usize::from(o.is_some_and(|o| o.end <= t));
-                let rt_now = rt_at(t);
-                let rt_prev = if t > 0 { rt_at(t - 1) } else { none };
-                if t > 0 {
-                    let (done, rest) = value.split_at_mut(t);
-                    let (prev, here) = (&done[t - 1], &mut rest[0]);
-                    let masks = tables.as_ref().map(|k| StepMasks {
-                        usage: &k.usage[k.at(t, rt_now) * m..][..m],
-                        held: &k.held[k.at(t, rt_prev) * m..][..m],
-                        pre: &k.pre[k.at(t, rt_prev) * m * m..][..m * m],
-                    });
-                    self.step_free(
-                        FreeStep { t, regime, rt_now, rt_prev, hold: &hold[t], room: &room[t], masks },
-                        prev,
-                        here,
-                        &mut from[t],
-                    );
-                    continue;
-                }
+            // The last slot of the forward run: the option's end slot where the shared suffix takes over.
+            let stop = match (&suffix, o) {
+                (Some(_), Some(o)) if o.end < slots => o.end,
+                _ => slots - 1,
+            };
+            let tail = suffix.as_ref().filter(|_| stop + 1 < slots);
+            if first == 0 {
+                // Slot 0: from what the tenant holds now, which the room rows already count.
+                let rt_now = rt_at(0);
+                let regime = usize::from(o.is_some_and(|o| o.end == 0));
+                let prev_p = self.current.unwrap_or(none);
                 for s in 0..states {
-                    value[t][s] = f64::NEG_INFINITY;
+                    value[s] = f64::NEG_INFINITY;
                     let p = profile_of(s);
-                    if !self.fits(p, rt_now, none) {
-                        continue;
-                    }
-                    if let Some(rem) = rem
-                        && !self.room_for(l, rem, l.usage(t), [p, rt_now, none])
+                    if !self.fits(p, rt_now, none)
+                        || rem.is_some_and(|rem| !self.room_for(l, rem, l.usage(0), [p, rt_now, none]))
                     {
                         continue;
                     }
-                    let prev_range = if t == 0 { 0..1 } else { 0..states };
-                    for ps in prev_range {
-                        let (base, prev_p) = if t == 0 {
-                            (0.0, self.current.unwrap_or(none))
+                    let (gain, pre) = if p == none {
+                        (0.0, false)
+                    } else {
+                        let row = &self.value[regime][0][s - 1];
+                        let h = hold_at(0)[p];
+                        if prev_p == p {
+                            (row[0] - h, false)
                         } else {
-                            let v = value[t - 1][ps];
-                            if v == f64::NEG_INFINITY {
-                                continue;
-                            }
-                            (v, profile_of(ps))
-                        };
-                        // What this tenant held in the previous slot stays until the switch (room rows at t).
-                        let held_before = if t == 0 { none } else { prev_p };
-                        if let Some(rem) = rem
-                            && t > 0
-                            && !self.room_for(l, rem, l.room(t), [held_before, rt_prev, none])
-                        {
-                            continue;
+                            let (cold, warm) = (row[2], row[1] - room_at(0)[p]);
+                            let can_pre = rem.is_none_or(|rem| self.room_for(l, rem, l.room(0), [none, none, p]));
+                            if can_pre && warm > cold { (warm - h, true) } else { (cold - h, false) }
                         }
-                        let (gain, pre) = if p == none {
-                            (0.0, false)
-                        } else {
-                            let row = &self.value[regime][t][s - 1];
-                            if prev_p == p {
-                                (row[0] - hold[t][p], false)
-                            } else {
-                                let cold = row[2];
-                                let warm = row[1] - room[t][p];
-                                let can_pre = (t == 0 || self.fits(prev_p, rt_prev, p))
-                                    && rem
-                                        .is_none_or(|rem| self.room_for(l, rem, l.room(t), [held_before, rt_prev, p]));
-                                if can_pre && warm > cold {
-                                    (warm - hold[t][p], true)
-                                } else {
-                                    (cold - hold[t][p], false)
-                                }
-                            }
-                        };
-                        let candidate = base + gain;
-                        if candidate > value[t][s] + 1e-12 {
-                            value[t][s] = candidate;
-                            from[t][s] = (ps, pre);
-                        }
-                    }
+                    };
+                    value[s] = gain;
+                    from[s] = (0, pre);
                 }
             }
-            let Some((mut s, total)) = value[pb.slots - 1]
+            for t in first.max(1)..=stop {
+                let regime = usize::from(o.is_some_and(|o| o.end <= t));
+                let (rt_now, rt_prev) = (rt_at(t), rt_at(t - 1));
+                let (done, rest) = value.split_at_mut(t * states);
+                let st = FreeStep {
+                    t,
+                    regime,
+                    rt_now,
+                    rt_prev,
+                    hold: hold_at(t),
+                    room: room_at(t),
+                    masks: masks_at(t, rt_now, rt_prev),
+                };
+                self.step_free(st, &done[(t - 1) * states..], &mut rest[..states], &mut from[t * states..][..states]);
+            }
+            let Some((mut s, total)) = value[stop * states..][..states]
                 .iter()
                 .copied()
                 .enumerate()
+                .map(|(q, v)| (q, v + tail.map_or(0.0, |(tail, _)| tail[(stop + 1) * states + q])))
                 .filter(|(_, v)| *v > f64::NEG_INFINITY)
                 .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
             else {
@@ -708,11 +780,18 @@ impl Pricer {
             if best.len() >= keep && best.last().is_some_and(|(b, _)| *b >= reduced - 1e-12) {
                 continue;
             }
-            let mut inference = vec![None; pb.slots];
-            let mut pre = vec![false; pb.slots];
-            for t in (0..pb.slots).rev() {
+            let mut inference = vec![None; slots];
+            let mut pre = vec![false; slots];
+            if let Some((_, to)) = tail {
+                let mut q = s;
+                for t in stop + 1..slots {
+                    (q, pre[t]) = to[t * states + q];
+                    inference[t] = (q > 0).then(|| self.usable[q - 1]);
+                }
+            }
+            for t in (0..=stop).rev() {
                 inference[t] = (s > 0).then(|| self.usable[s - 1]);
-                let (ps, was_pre) = from[t][s];
+                let (ps, was_pre) = from[t * states + s];
                 pre[t] = was_pre;
                 if t > 0 {
                     s = ps;
@@ -1641,6 +1720,67 @@ mod tests {
         assert!(s.schedule.feasible(&pb));
         assert!(s.objective > 0.0 && s.bound >= s.objective, "objective {} bound {}", s.objective, s.bound);
         assert_eq!(s.status, SolveStatus::Budget);
+    }
+
+    /// Pricing all of a tenant's retraining choices at once (options that end before the horizon share one
+    /// backward programme over the slots after their end) finds, for each choice, the column and reduced cost
+    /// that pricing that choice alone (one forward programme over the whole horizon) finds; and each column's
+    /// reduced cost, recomputed from its goodput and rows, is the one reported. Over random prices, with and
+    /// without room limits.
+    #[test]
+    fn the_shared_suffix_prices_every_retraining_choice_as_its_own_programme() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut uniform = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut shared = 0;
+        for (tenants, slots, gpu_model, seed) in
+            [(3, 12, GpuModel::A100_40GB, 1), (7, 12, GpuModel::H100_80GB, 2), (5, 30, GpuModel::A100_40GB, 3)]
+        {
+            let pb = synthetic_gpu(tenants, slots, gpu_model, seed);
+            let l = RowIndex::new(&pb);
+            let ncap = l.convex(0);
+            let fit = Pricer::fit_table(&pb);
+            for i in 0..tenants {
+                let pricer = Pricer::new(&pb, i, fit.clone());
+                shared += usize::from(pricer.choices.iter().flatten().filter(|o| o.end < slots).count() >= 2);
+                for trial in 0..6 {
+                    let scale = pb.tenants[i].weight * [0.0, 1.0, 30.0][trial % 3];
+                    let mut y: Vec<f64> = (0..ncap).map(|_| scale * uniform() * uniform()).collect();
+                    y.extend(std::iter::repeat_n(0.0, tenants));
+                    let rem: Vec<f64> = (0..ncap).map(|r| (8.0 * uniform()).floor() - f64::from(r % 7 == 0)).collect();
+                    let rem = (trial >= 3).then_some(&rem[..]);
+                    let all = pricer.price_choices(&pb, &l, &y, rem, pricer.choices.len(), &pricer.choices);
+                    for o in &pricer.choices {
+                        let alone = pricer.price_choices(&pb, &l, &y, rem, 1, &[*o]).into_iter().next();
+                        let together = all.iter().find(|(c, _)| c.retrain == *o);
+                        match (alone, together) {
+                            (None, None) => {}
+                            (Some((_, a)), Some((c, b))) => {
+                                let tol = 1e-9 * (1.0 + a.abs());
+                                assert!((a - b).abs() <= tol, "tenant {i}, {o:?}: alone {a}, together {b}");
+                                let rc = c.value
+                                    - c.rows(&pb, &l)
+                                        .iter()
+                                        .map(|(r, v)| if *r < ncap { y[*r] * v } else { 0.0 })
+                                        .sum::<f64>();
+                                assert!((rc - b).abs() <= tol, "tenant {i}, {o:?}: recomputed {rc}, reported {b}");
+                                if let Some(rem) = rem {
+                                    assert!(c.rows(&pb, &l).iter().all(|(r, v)| *r >= ncap || *v <= rem[*r] + 1e-9));
+                                }
+                            }
+                            (a, b) => {
+                                panic!("tenant {i}, {o:?}: alone {:?}, together {:?}", a.map(|x| x.1), b.map(|x| x.1))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(shared > 0, "some tenants have several options that end before the horizon");
     }
 
     /// The room masks by size (what pricing uses on catalogued GPUs) equal those by a room check per entry, for
