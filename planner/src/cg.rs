@@ -175,14 +175,6 @@ fn block(pb: &GpuProblem, l: &RowIndex, base: usize, p: usize, out: &mut Vec<(us
     }
 }
 
-/// Price of one instance of `p` in the block at `base`.
-fn price(pb: &GpuProblem, l: &RowIndex, y: &[f64], base: usize, p: usize) -> f64 {
-    y[base] * f64::from(pb.compute_slices(p))
-        + y[base + 1] * f64::from(pb.memory_slices(p))
-        + y[base + 2]
-        + l.own[p].map_or(0.0, |own| y[base + own])
-}
-
 impl Column {
     /// A column with its goodput computed.
     fn new(
@@ -386,6 +378,12 @@ impl Pricer {
                 })
                 .collect();
         Pricer { tenant: i, usable, value, fit, np, choices, current, size }
+    }
+
+    /// Price of one instance of `p` in the block of rows at `base`, from the pricer's size table.
+    fn price_at(&self, l: &RowIndex, y: &[f64], base: usize, p: usize) -> f64 {
+        let s = &self.size[p];
+        y[base] * s[0] + y[base + 1] * s[1] + y[base + 2] * s[2] + l.own[p].map_or(0.0, |own| y[base + own])
     }
 
     fn fits(&self, a: usize, b: usize, c: usize) -> bool {
@@ -633,14 +631,14 @@ impl Pricer {
         let mut room = vec![0.0; slots * np];
         for t in 0..slots {
             for p in 0..np {
-                room[t * np + p] = price(pb, l, y, l.room(t), p);
+                room[t * np + p] = self.price_at(l, y, l.room(t), p);
             }
         }
         let mut hold = vec![0.0; slots * np];
         for t in 0..slots {
             for p in 0..np {
                 hold[t * np + p] =
-                    price(pb, l, y, l.usage(t), p) + if t + 1 < slots { room[(t + 1) * np + p] } else { 0.0 };
+                    self.price_at(l, y, l.usage(t), p) + if t + 1 < slots { room[(t + 1) * np + p] } else { 0.0 };
             }
         }
         let hold_at = |t: usize| &hold[t * np..][..np];
