@@ -259,6 +259,24 @@ struct FreeStep<'a> {
     masks: Option<StepMasks<'a>>,
 }
 
+impl FreeStep<'_> {
+    /// With room limits: whether what the tenant held in the previous slot (profile `q`, `np` = none, beside its
+    /// retraining) fits the room rows; true without limits.
+    fn held_ok(&self, q: usize) -> bool {
+        self.masks.is_none_or(|k| k.held[q])
+    }
+
+    /// Whether an instance of `p` (beside the retraining one) fits the slot's usage rows.
+    fn usage_ok(&self, p: usize) -> bool {
+        self.masks.is_none_or(|k| k.usage[p])
+    }
+
+    /// Whether a pre-initialised `p` fits the room rows beside `q` (and the retraining instance).
+    fn pre_ok(&self, q: usize, p: usize) -> bool {
+        self.masks.is_none_or(|k| k.pre[q * k.usage.len() + p])
+    }
+}
+
 /// Room checks of one slot under hard limits, indexed by profile (`np` = none), for the retraining instance the
 /// tenant holds now and held in the previous slot.
 #[derive(Clone, Copy)]
@@ -429,12 +447,7 @@ impl Pricer {
         let none = self.np;
         let states = prev.len();
         let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
-        let m = none + 1;
-        // With room limits: what the tenant held before the switch must fit the room rows (`held`), its new
-        // instance the usage rows (`usage`), and a pre-initialised one the room rows beside what it held (`pre`).
-        let held_ok = |prev_p: usize| st.masks.is_none_or(|k| k.held[prev_p]);
-        let usage_ok = |p: usize| st.masks.is_none_or(|k| k.usage[p]);
-        let pre_ok = |prev_p: usize, p: usize| st.masks.is_none_or(|k| k.pre[prev_p * m + p]);
+        let (held_ok, usage_ok, pre_ok) = (|q| st.held_ok(q), |p| st.usage_ok(p), |q, p| st.pre_ok(q, p));
         let (mut b1, mut b2) = (usize::MAX, usize::MAX);
         for ps in 0..states {
             let v = prev[ps];
@@ -509,10 +522,7 @@ impl Pricer {
         let none = self.np;
         let states = next.len();
         let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
-        let m = none + 1;
-        let held_ok = |prev_p: usize| st.masks.is_none_or(|k| k.held[prev_p]);
-        let usage_ok = |p: usize| st.masks.is_none_or(|k| k.usage[p]);
-        let pre_ok = |prev_p: usize, p: usize| st.masks.is_none_or(|k| k.pre[prev_p * m + p]);
+        let (held_ok, usage_ok, pre_ok) = (|q| st.held_ok(q), |p| st.usage_ok(p), |q, p| st.pre_ok(q, p));
         for q in 0..states {
             here[q] = f64::NEG_INFINITY;
             let prev_p = profile_of(q);
