@@ -59,24 +59,30 @@ pub enum LatencyModel {
 }
 
 impl LatencyModel {
+    /// [`LatencyModel::latency_ms`] of a `g`-slice instance as a function of the batch, with what does not depend
+    /// on the batch worked out once (the same values to the last bit): capacity searches call it per batch size.
+    pub fn curve(&self, g: u8) -> impl Fn(u32) -> f64 + '_ {
+        let (scale, beta, points): (f64, f64, &[(u32, f64)]) = match self {
+            LatencyModel::Parametric { base_ms, alpha, beta } => {
+                (base_ms * (7.0 / f64::from(g.max(1))).powf(*alpha), *beta, &[])
+            }
+            // Validated tables cover every instance size; fall back to the nearest larger size otherwise.
+            LatencyModel::Table { points } => (
+                0.0,
+                0.0,
+                points.range(g..).next().or_else(|| points.iter().next_back()).map_or(&[], |(_, v)| v.as_slice()),
+            ),
+        };
+        let parametric = matches!(self, LatencyModel::Parametric { .. });
+        move |batch: u32| {
+            let batch = batch.max(1);
+            if parametric { scale * (1.0 + beta * f64::from(batch - 1)) } else { interpolate(points, batch) }
+        }
+    }
+
     /// Latency of a batch of `batch` requests on a `g`-slice instance, ms.
     pub fn latency_ms(&self, g: u8, batch: u32) -> f64 {
-        let batch = batch.max(1);
-        match self {
-            LatencyModel::Parametric { base_ms, alpha, beta } => {
-                base_ms * (7.0 / f64::from(g.max(1))).powf(*alpha) * (1.0 + beta * f64::from(batch - 1))
-            }
-            LatencyModel::Table { points } => {
-                // Validated tables cover every instance size; fall back to the nearest larger size otherwise.
-                let pts = points
-                    .range(g..)
-                    .next()
-                    .or_else(|| points.iter().next_back())
-                    .map(|(_, v)| v.as_slice())
-                    .unwrap_or(&[]);
-                interpolate(pts, batch)
-            }
-        }
+        self.curve(g)(batch)
     }
 }
 
@@ -202,7 +208,10 @@ impl ModelProfile {
     /// Throughput within `slo_ms` on a `profile` instance of a `gpu` whose latency is multiplied by `slowdown`
     /// (>= 1 under interference); `None` when even a batch of one misses the SLO. See the module doc for the rule.
     pub fn slo_capacity_on(&self, gpu: GpuModel, profile: Profile, slo_ms: f64, slowdown: f64) -> Option<SloCapacity> {
-        self.best_batch(slo_ms, |b| self.latency_on(gpu, profile, b) * slowdown)
+        // `latency_on` per batch, with its batch-independent factors computed once.
+        let curve = self.latency.curve(profile.compute_slices());
+        let divisor = Self::sm_ratio(gpu, profile).powf(self.size_sensitivity());
+        self.best_batch(slo_ms, |b| curve(b) / divisor * slowdown)
     }
 
     /// The most requests per second one compute slice of a `gpu` serves within `slo_ms`, over the profiles an
@@ -220,7 +229,8 @@ impl ModelProfile {
 
     /// [`ModelProfile::slo_capacity_on`] for a `g`-slice instance of the reference GPU.
     pub fn slo_capacity(&self, g: u8, slo_ms: f64, slowdown: f64) -> Option<SloCapacity> {
-        self.best_batch(slo_ms, |b| self.latency_ms(g, b) * slowdown)
+        let curve = self.latency.curve(g);
+        self.best_batch(slo_ms, |b| curve(b) * slowdown)
     }
 
     fn best_batch(&self, slo_ms: f64, latency: impl Fn(u32) -> f64) -> Option<SloCapacity> {
@@ -310,6 +320,36 @@ mod tests {
         let points = INSTANCE_SIZES.iter().map(|&g| (g, vec![(1, 10.0 / f64::from(g))])).collect();
         let t = ModelProfile { latency: LatencyModel::Table { points }, ..resnet() };
         assert!((t.size_sensitivity() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn capacity_searches_see_the_latencies_batch_by_batch() {
+        // The searches work out a curve's batch-independent factors once; the values must be the rule's own.
+        let points =
+            INSTANCE_SIZES.iter().map(|&g| (g, vec![(1, 12.0 / f64::from(g)), (8, 40.0 / f64::from(g))])).collect();
+        let table = ModelProfile { latency: LatencyModel::Table { points }, ..resnet() };
+        let (base_ms, alpha, beta) = (2.0f64, 1.0f64, 0.1f64);
+        for g in 1..=7u8 {
+            for b in 1..=40 {
+                let formula = base_ms * (7.0 / f64::from(g)).powf(alpha) * (1.0 + beta * f64::from(b - 1));
+                assert_eq!(resnet().latency_ms(g, b), formula);
+            }
+        }
+        for m in [resnet(), table] {
+            for gpu in GpuModel::ALL {
+                for p in gpu.spec().profiles {
+                    for (slo, slowdown) in [(10.0, 1.0), (30.0, 1.0), (30.0, 1.3), (200.0, 1.0)] {
+                        let by_batch = m.best_batch(slo, |b| m.latency_on(gpu, p.profile, b) * slowdown);
+                        assert_eq!(
+                            m.slo_capacity_on(gpu, p.profile, slo, slowdown),
+                            by_batch,
+                            "{gpu:?} {:?}",
+                            p.profile
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

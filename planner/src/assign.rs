@@ -101,14 +101,15 @@ pub fn retraining_budget(input: &PlannerInput) -> BTreeSet<TenantId> {
     let smallest = |f: &dyn Fn(GpuModel) -> Option<f64>| models.iter().filter_map(|g| f(*g)).reduce(f64::min);
     let mut room = 7.0 * working.len() as f64;
     let mut due: Vec<(f64, f64, TenantId)> = Vec::new();
+    let current = input.current_gpus();
     for (id, t) in &input.tenants {
         // A tenant that fits nowhere takes no room.
         let Some(inference) = smallest(&|g| inference_slices(input, id, g)) else { continue };
         room -= inference;
         let Some(r) = smallest(&|g| retraining_slices(input, id, g)).filter(|r| *r > 0.0) else { continue };
         // A running retraining keeps its instance (level 2 cannot stop it): its room is reserved first.
-        let running = input
-            .current_gpu(id)
+        let running = current
+            .get(id)
             .is_some_and(|g| input.gpus[g].instance_of(id, tessera_core::plan::Role::Retraining).is_some());
         let rate = t.forecast.mean.iter().sum::<f64>() / t.forecast.mean.len().max(1) as f64;
         let gain = t.spec.weight * (t.accuracy_after_retraining() - t.accuracy).max(0.0) * rate;
@@ -202,8 +203,9 @@ pub fn balanced(input: &PlannerInput) -> L1 {
     let mut homeless: Vec<(TenantId, f64)> = Vec::new();
     // 1. Sticky.
     let mut by_gpu: BTreeMap<GpuId, Vec<(TenantId, f64)>> = BTreeMap::new();
+    let current = input.current_gpus();
     for id in input.tenants.keys() {
-        match input.current_gpu(id).filter(|g| load.contains_key(*g)) {
+        match current.get(id).copied().filter(|g| load.contains_key(*g)) {
             Some(g) => match need(input, id, input.gpus[g].model) {
                 Some(n) => by_gpu.entry(g.clone()).or_default().push((id.clone(), n)),
                 None => homeless.push((id.clone(), 0.0)),
@@ -333,8 +335,9 @@ pub fn given(input: &PlannerInput) -> L1 {
         }
     }
     let mut new = Vec::new();
+    let current = input.current_gpus();
     for id in input.tenants.keys() {
-        match input.current_gpu(id).filter(|g| count.contains_key(*g)) {
+        match current.get(id).copied().filter(|g| count.contains_key(*g)) {
             Some(g) if need(input, id, input.gpus[g].model).is_some() => {
                 *count.get_mut(g).expect("tracked") += instances(input, id);
                 out.per_gpu.get_mut(g).expect("tracked").push(id.clone());
@@ -381,8 +384,9 @@ pub fn spread(input: &PlannerInput, per_gpu: usize) -> L1 {
         }
     }
     let mut rest: Vec<(TenantId, f64)> = Vec::new();
+    let current = input.current_gpus();
     for id in input.tenants.keys() {
-        let here = input.current_gpu(id).filter(|g| load.contains_key(*g)).cloned();
+        let here = current.get(id).copied().filter(|g| load.contains_key(*g)).cloned();
         match here.and_then(|g| need(input, id, input.gpus[&g].model).map(|n| (g, n))) {
             Some((g, n)) if out.per_gpu[&g].len() < per_gpu => {
                 *load.get_mut(&g).expect("tracked") += n;

@@ -3,7 +3,7 @@
 //! It serialises to JSON, so the coordinator can dump the input of a round and `replay plan --input FILE`
 //! re-plans it offline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use tessera_core::fleet::GpuHealth;
@@ -276,5 +276,22 @@ impl PlannerInput {
     pub fn current_gpu(&self, id: &TenantId) -> Option<&GpuId> {
         let find = |role| self.gpus.iter().find(|(_, g)| g.instance_of(id, role).is_some()).map(|(k, _)| k);
         find(Role::Inference).or_else(|| find(Role::Retraining))
+    }
+
+    /// [`PlannerInput::current_gpu`] of every tenant that has one, in one pass over the GPUs (level 1 asks for
+    /// each tenant; asking [`PlannerInput::current_gpu`] each time scans the whole fleet per tenant).
+    pub fn current_gpus(&self) -> HashMap<&TenantId, &GpuId> {
+        let mut inference: HashMap<&TenantId, &GpuId> = HashMap::new();
+        let mut retraining: HashMap<&TenantId, &GpuId> = HashMap::new();
+        for (gpu, g) in &self.gpus {
+            for a in &g.assignments {
+                let by_role = if a.role == Role::Inference { &mut inference } else { &mut retraining };
+                by_role.entry(&a.tenant).or_insert(gpu);
+            }
+        }
+        for (t, g) in retraining {
+            inference.entry(t).or_insert(g);
+        }
+        inference
     }
 }

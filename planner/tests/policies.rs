@@ -303,6 +303,17 @@ fn level1_is_sticky_memory_aware_and_spreads_interfering_tenants() {
             assert_eq!(input.current_gpu(t), Some(gpu), "{t} moved");
         }
     }
+    // The one-pass index level 1 uses answers as the per-tenant scan does, retraining-only tenants included.
+    let mut probe = input.clone();
+    let retraining_only = probe.tenants.keys().next().unwrap().clone();
+    for g in probe.gpus.values_mut() {
+        g.assignments.retain(|a| a.tenant != retraining_only || a.role == Role::Retraining);
+    }
+    let index = probe.current_gpus();
+    for t in probe.tenants.keys() {
+        assert_eq!(index.get(t).copied(), probe.current_gpu(t), "{t}");
+    }
+    assert!(index.len() + 1 >= probe.tenants.len());
     for (gpu, tenants) in &first.outcomes {
         for t in &tenants.problem.tenants {
             if input.gpus[gpu].instance_of(&t.id, Role::Inference).is_some() {

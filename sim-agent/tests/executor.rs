@@ -860,3 +860,68 @@ fn t10_5_fluid_serving_follows_a_reconfiguration() {
     assert!(within as f64 > 0.99 * served as f64, "{within} of {served} within SLO at 0.75 load");
     assert!(mid.completed - before.completed > 20 * 1_090, "two instances served more than arrived");
 }
+
+/// 10.6 Serving the steps of a window together ([`Executor::flow_steps`], tenants in parallel between events) gives
+/// what serving them one by one gives, to the last bit: three tenants on two GPUs through a reconfiguration (its
+/// create, warm-up and drain events), a retraining that completes, a tenant without an instance whose requests
+/// wait, overload and a split tick.
+#[test]
+fn t10_6_fluid_steps_together_match_steps_one_by_one() {
+    let run = |together: bool| {
+        let mut b = tenant("b", "batchy", 40.0);
+        b.retraining = Some(RetrainingSpec { work_gpu_s: 20.0, ..retraining() });
+        let tenants = vec![tenant("a", "batchy", 40.0), b, tenant("c", "light", 100.0)];
+        let mut ex = executor(ExecutorConfig::default(), vec![batchy(8), light()], tenants, &["n/0", "n/1"]);
+        let first = plan("3g@0 3g@4", &[("3g@0", "a", Role::Inference, false), ("3g@4", "b", Role::Inference, false)]);
+        ex.install_plan(&gpu("n/0"), &first).unwrap();
+        ex.install_plan(&gpu("n/1"), &plan("7g@0", &[("7g@0", "b", Role::Retraining, false)])).unwrap();
+        // (to, counts) per step: 100 ms ticks at rising load, one tick split at 3,050 ms where "c" gets an
+        // instance and "a" a second one.
+        let mut steps: Vec<(f64, Vec<f64>)> = Vec::new();
+        for k in 0..400u32 {
+            let load = 20.0 + f64::from(k) * 0.4;
+            let counts = vec![load * 1.3, load * 0.7, 3.0 + f64::from(k % 7)];
+            let to = f64::from(k + 1) * 100.0;
+            if k == 30 {
+                steps.push((3_050.0, counts.iter().map(|c| c * 0.5).collect()));
+                steps.push((to, counts.iter().map(|c| c * 0.5).collect()));
+            } else {
+                steps.push((to, counts));
+            }
+        }
+        let change = plan(
+            "3g@0 2g@4 1g@6",
+            &[
+                ("3g@0", "a", Role::Inference, false),
+                ("2g@4", "b", Role::Inference, false),
+                ("1g@6", "c", Role::Inference, false),
+            ],
+        );
+        let split = steps.iter().position(|(to, _)| *to == 3_050.0).unwrap() + 1;
+        for part in [&steps[..split], &steps[split..]] {
+            if together {
+                for chunk in part.chunks(37) {
+                    let batch: Vec<(f64, &[f64])> = chunk.iter().map(|(to, c)| (*to, c.as_slice())).collect();
+                    ex.flow_steps(&batch).unwrap();
+                }
+            } else {
+                for (to, c) in part {
+                    ex.flow(*to, c).unwrap();
+                }
+            }
+            if ex.now_ms() == 3_050.0 {
+                ex.apply_plan(&gpu("n/0"), &change).unwrap();
+            }
+        }
+        ex.check_invariants().unwrap();
+        let tenants: Vec<String> = ["a", "b", "c"]
+            .iter()
+            .map(|t| format!("{:?} {:?}", ex.tenant_metrics(ix(&ex, t)), ex.tenant_state(ix(&ex, t))))
+            .collect();
+        let gpus: Vec<String> = ["n/0", "n/1"].iter().map(|g| format!("{:?}", ex.gpu_metrics(gix(&ex, g)))).collect();
+        (tenants, gpus)
+    };
+    let (one_by_one, together) = (run(false), run(true));
+    assert!(one_by_one.0[1].contains("retrainings_completed: 1"), "{}", one_by_one.0[1]);
+    assert_eq!(one_by_one, together);
+}

@@ -222,7 +222,27 @@ pub(crate) fn flow_window(
     counts.reset(t0, t1, tick_ms, tenants);
     src.count_until(t1, counts)?;
     let sim = |e: tessera_sim::executor::ExecError| ReplayError::Sim(e.to_string());
-    let mut part = vec![0.0; tenants];
+    // The window's steps up to each scheduled change go to the executor together ([`Executor::flow_steps`] serves
+    // the tenants in parallel between events): a whole tick's counts as they are, a split tick's shared by length.
+    enum Step {
+        Tick(usize),
+        Part(usize),
+    }
+    let mut parts: Vec<Vec<f64>> = Vec::new();
+    let mut steps: Vec<(f64, Step)> = Vec::new();
+    let flush = |exec: &mut Executor, steps: &mut Vec<(f64, Step)>, parts: &mut Vec<Vec<f64>>| {
+        let batch: Vec<(f64, &[f64])> = steps
+            .iter()
+            .map(|(to, step)| match *step {
+                Step::Tick(k) => (*to, counts.tick(k)),
+                Step::Part(i) => (*to, parts[i].as_slice()),
+            })
+            .collect();
+        let done = exec.flow_steps(&batch).map_err(sim);
+        steps.clear();
+        parts.clear();
+        done
+    };
     let mut next = later.iter().peekable();
     for k in 0..counts.ticks() {
         let a = t0 + k as f64 * tick_ms;
@@ -232,15 +252,21 @@ pub(crate) fn flow_window(
         while let Some((at, gpu, step)) = next.next_if(|(at, _, _)| *at < b) {
             let at = at.max(from);
             let share = (at - from) / (b - a);
-            part.iter_mut().zip(row).for_each(|(p, n)| *p = n * share);
-            exec.flow(at, &part).map_err(sim)?;
+            parts.push(row.iter().map(|n| n * share).collect());
+            steps.push((at, Step::Part(parts.len() - 1)));
+            flush(exec, &mut steps, &mut parts)?;
             exec.apply_plan(gpu, step).map_err(|e| ReplayError::Sim(format!("{gpu} at {at} ms: {e}")))?;
             from = at;
         }
-        let share = (b - from) / (b - a);
-        part.iter_mut().zip(row).for_each(|(p, n)| *p = n * share);
-        exec.flow(b, &part).map_err(sim)?;
+        if from == a {
+            steps.push((b, Step::Tick(k)));
+        } else {
+            let share = (b - from) / (b - a);
+            parts.push(row.iter().map(|n| n * share).collect());
+            steps.push((b, Step::Part(parts.len() - 1)));
+        }
     }
+    flush(exec, &mut steps, &mut parts)?;
     exec.advance_to(t1).map_err(sim)
 }
 

@@ -32,7 +32,10 @@
 
 use tessera_core::goodput::GoodputLedger;
 
+use rayon::prelude::*;
+
 use super::config::NoInstance;
+use super::state::{Inst, Tenant};
 use super::{ExecError, Executor};
 
 /// Requests that arrived evenly spaced: `count` of them, the first at `first` ms, then every `spacing` ms.
@@ -92,7 +95,69 @@ impl Executor {
     /// Fluid serving over `[now, to_ms)`: `counts[t]` requests of tenant index `t` arrive spread over it (see the
     /// module documentation of fluid mode); then every event due by `to_ms` is handled and the clock moves there.
     pub fn flow(&mut self, to_ms: f64, counts: &[f64]) -> Result<(), ExecError> {
-        self.check_time(to_ms)?;
+        self.check_flow(self.now, to_ms, counts)?;
+        let (from, to) = (self.now, to_ms);
+        if to > from {
+            for (t, &count) in counts.iter().enumerate() {
+                let delta = self.flow_tenant(t, from, to, count);
+                self.add_gpu_delta(delta);
+            }
+        }
+        self.run_until(to)?;
+        self.now = to;
+        self.debug_check();
+        Ok(())
+    }
+
+    /// [`Executor::flow`] for each of `steps` in turn, `(to_ms, counts)`, with the same result to the last bit;
+    /// tenants are served in parallel over the steps between two events (when no event falls due, a tenant's
+    /// fluid serving does not depend on any other tenant's), and the GPU counters are added in step order.
+    pub fn flow_steps(&mut self, steps: &[(f64, &[f64])]) -> Result<(), ExecError> {
+        let mut from = self.now;
+        for &(to, counts) in steps {
+            self.check_flow(from, to, counts)?;
+            from = to;
+        }
+        let mut deltas: Vec<Option<GpuDelta>> = Vec::new();
+        let mut i = 0;
+        while i < steps.len() {
+            // Steps i..=k run before the next event falls due: it is handled at the end of step k.
+            let due = self.heap.peek().map_or(f64::INFINITY, |ev| ev.at);
+            let k = (i..steps.len()).find(|&j| steps[j].0 >= due).unwrap_or(steps.len() - 1);
+            let batch = &steps[i..=k];
+            let n = batch.len();
+            deltas.clear();
+            deltas.resize(self.tenants.len() * n, None);
+            let start = self.now;
+            let (insts, epoch, no_instance) = (&self.insts, self.serving_epoch, self.config.no_instance);
+            self.tenants.par_iter_mut().zip(deltas.par_chunks_mut(n)).enumerate().for_each(|(t, (tenant, out))| {
+                let mut from = start;
+                for (&(to, counts), slot) in batch.iter().zip(out) {
+                    if to > from {
+                        *slot = flow_one(tenant, insts, epoch, no_instance, from, to, counts[t]);
+                    }
+                    from = to;
+                }
+            });
+            for j in 0..n {
+                for t in 0..self.tenants.len() {
+                    self.add_gpu_delta(deltas[t * n + j]);
+                }
+            }
+            let to = batch[n - 1].0;
+            self.run_until(to)?;
+            self.now = to;
+            self.debug_check();
+            i = k + 1;
+        }
+        Ok(())
+    }
+
+    /// Checks one fluid step from `from` to `to_ms`.
+    fn check_flow(&self, from: f64, to_ms: f64, counts: &[f64]) -> Result<(), ExecError> {
+        if to_ms.is_nan() || to_ms < from {
+            return Err(ExecError::TimeWentBack { now_ms: from, at_ms: to_ms });
+        }
         if counts.len() != self.tenants.len() {
             return Err(ExecError::InvalidConfig {
                 field: "flow counts",
@@ -105,59 +170,84 @@ impl Executor {
                 reason: format!("a count must be finite and >= 0 (got {bad})"),
             });
         }
-        let (from, to) = (self.now, to_ms);
-        if to <= from && counts.iter().any(|c| *c > 0.0) {
+        if to_ms <= from && counts.iter().any(|c| *c > 0.0) {
             return Err(ExecError::InvalidConfig {
                 field: "flow counts",
-                reason: format!("requests over an empty interval (from {from} ms to {to} ms)"),
+                reason: format!("requests over an empty interval (from {from} ms to {to_ms} ms)"),
             });
         }
-        if to > from {
-            for (t, &count) in counts.iter().enumerate() {
-                self.flow_tenant(t, from, to, count);
-            }
-        }
-        self.run_until(to)?;
-        self.now = to;
-        self.debug_check();
         Ok(())
     }
 
-    /// Tenant `t`'s serving instances pooled: summed throughput, throughput-weighted latency, fastest instance.
-    fn pool(&self, t: usize) -> Pool {
-        let mut pool = Pool { per_ms: 0.0, lat: 0.0, fastest: 0, cap: 1 };
-        let mut best = 0.0;
-        for &s in &self.tenants[t].serving {
-            let inst = &self.insts[s as usize];
-            let lat = inst.lat[inst.cap as usize - 1];
-            let mu = f64::from(inst.cap) / lat;
-            pool.per_ms += mu;
-            pool.lat += mu * lat;
-            if mu > best {
-                best = mu;
-                pool.fastest = s;
-                pool.cap = inst.cap;
-            }
-        }
-        if pool.per_ms > 0.0 {
-            pool.lat /= pool.per_ms;
-        }
-        pool
+    /// Adds a tenant's served requests of one step to the GPU of its fastest instance.
+    fn add_gpu_delta(&mut self, delta: Option<GpuDelta>) {
+        let Some(GpuDelta { gpu, chunk, batches, busy_ms }) = delta else { return };
+        let g = &mut self.gpus[gpu as usize].metrics;
+        g.ledger += chunk;
+        g.batches += batches;
+        g.busy_ms += busy_ms;
     }
+}
 
-    fn flow_tenant(&mut self, t: usize, from: f64, to: f64, count: f64) {
+/// What one tenant's fluid step adds to the counters of the GPU of its fastest instance.
+#[derive(Debug, Clone, Copy)]
+struct GpuDelta {
+    gpu: u32,
+    chunk: GoodputLedger,
+    batches: u64,
+    busy_ms: f64,
+}
+
+/// Tenant `tenant`'s serving instances pooled: summed throughput, throughput-weighted latency, fastest instance.
+fn pool(tenant: &Tenant, insts: &[Inst]) -> Pool {
+    let mut pool = Pool { per_ms: 0.0, lat: 0.0, fastest: 0, cap: 1 };
+    let mut best = 0.0;
+    for &s in &tenant.serving {
+        let inst = &insts[s as usize];
+        let lat = inst.lat[inst.cap as usize - 1];
+        let mu = f64::from(inst.cap) / lat;
+        pool.per_ms += mu;
+        pool.lat += mu * lat;
+        if mu > best {
+            best = mu;
+            pool.fastest = s;
+            pool.cap = inst.cap;
+        }
+    }
+    if pool.per_ms > 0.0 {
+        pool.lat /= pool.per_ms;
+    }
+    pool
+}
+
+impl Executor {
+    fn flow_tenant(&mut self, t: usize, from: f64, to: f64, count: f64) -> Option<GpuDelta> {
+        let (insts, epoch, no_instance) = (&self.insts, self.serving_epoch, self.config.no_instance);
+        flow_one(&mut self.tenants[t], insts, epoch, no_instance, from, to, count)
+    }
+}
+
+/// One tenant's fluid step over `[from, to)` with `count` arrivals (see the module documentation); what it adds to
+/// its fastest instance's GPU, if it served anything.
+fn flow_one(
+    tenant: &mut Tenant,
+    insts: &[Inst],
+    epoch: u64,
+    no_instance: NoInstance,
+    from: f64,
+    to: f64,
+    count: f64,
+) -> Option<GpuDelta> {
+    {
         let tick = to - from;
-        let epoch = self.serving_epoch;
-        let pool = match self.tenants[t].fluid.pool {
+        let pool = match tenant.fluid.pool {
             Some((e, pool)) if e == epoch => pool,
             _ => {
-                let pool = self.pool(t);
-                self.tenants[t].fluid.pool = Some((epoch, pool));
+                let pool = pool(tenant, insts);
+                tenant.fluid.pool = Some((epoch, pool));
                 pool
             }
         };
-        let no_instance = self.config.no_instance;
-        let tenant = &mut self.tenants[t];
         let fl = &mut tenant.fluid;
         let m = &mut tenant.metrics;
 
@@ -173,7 +263,7 @@ impl Executor {
         }
         if fl.queued == 0 {
             fl.service_carry = 0.0;
-            return;
+            return None;
         }
 
         if pool.per_ms <= 0.0 {
@@ -208,7 +298,7 @@ impl Executor {
                     }
                 }
             }
-            return;
+            return None;
         }
 
         let Pool { per_ms, lat, fastest: fast, cap } = pool;
@@ -261,7 +351,7 @@ impl Executor {
         fl.service_carry = if fl.queued > 0 { budget - budget.floor() } else { 0.0 };
         m.max_queue_len = m.max_queue_len.max(fl.queued);
         if served == 0 {
-            return;
+            return None;
         }
         let w = within * share + fl.within_carry;
         let whole = (w.floor() as u64).min(served);
@@ -276,12 +366,8 @@ impl Executor {
         m.ledger += chunk;
         let batches = served.div_ceil(u64::from(cap));
         m.batches += batches;
-        let inst = &self.insts[fast as usize];
-        let g = &mut self.gpus[inst.gpu as usize].metrics;
         chunk.requests = served;
-        g.ledger += chunk;
-        g.batches += batches;
-        g.busy_ms += served as f64 / per_ms;
+        Some(GpuDelta { gpu: insts[fast as usize].gpu, chunk, batches, busy_ms: served as f64 / per_ms })
     }
 }
 
