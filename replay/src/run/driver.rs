@@ -13,6 +13,7 @@
 //! rate over the first window (the rate a tenant declares when it is onboarded); every policy gets the same prior.
 
 use std::collections::BTreeMap;
+use std::sync::mpsc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -207,20 +208,16 @@ pub(crate) fn feed_window(
     exec.advance_to(t1).map_err(|e| ReplayError::Sim(e.to_string()))
 }
 
-/// Fluid [`feed_window`]: the window's requests as counts per tick of `tick_ms` ([`Executor::flow`]), each
-/// scheduled change applied at its time (the tick it falls in is split there, its counts shared by length).
+/// Fluid [`feed_window`]: the window's requests as `counts` per tick ([`Executor::flow`]; they start at the
+/// executor's time), each scheduled change applied at its time (the tick it falls in is split there, its counts
+/// shared by length).
 pub(crate) fn flow_window(
     exec: &mut Executor,
-    src: &mut dyn ArrivalSource,
-    counts: &mut TickCounts,
+    counts: &TickCounts,
     later: &[(f64, GpuId, GpuPlan)],
     t1: f64,
-    tick_ms: f64,
 ) -> Result<(), ReplayError> {
-    let t0 = exec.now_ms();
-    let tenants = exec.tenant_ids().count();
-    counts.reset(t0, t1, tick_ms, tenants);
-    src.count_until(t1, counts)?;
+    let (t0, tick_ms) = (counts.from_ms, counts.tick_ms);
     let sim = |e: tessera_sim::executor::ExecError| ReplayError::Sim(e.to_string());
     // The window's steps up to each scheduled change go to the executor together ([`Executor::flow_steps`] serves
     // the tenants in parallel between events): a whole tick's counts as they are, a split tick's shared by length.
@@ -368,7 +365,6 @@ pub fn run_policy(
 
     let mut src = arrivals.open()?;
     let mut buf: Vec<Arrival> = Vec::new();
-    let mut counts = TickCounts::default();
     let mut rows = Vec::with_capacity(windows);
     let mut plan_ms = Vec::with_capacity(windows);
     let mut infeasible = 0;
@@ -376,88 +372,129 @@ pub fn run_policy(
     let mut prev = Totals::read(&exec, &gpu_ids);
     // Each GPU's warm start from the last plan, as the coordinator's leader keeps them.
     let mut warm: BTreeMap<GpuId, WarmStart> = BTreeMap::new();
-    for w in 0..windows {
-        let t0 = w as f64 * window_ms;
-        let t1 = ((w + 1) as f64 * window_ms).min(scenario.duration_ms);
-        let first_slot = w * slots_per_window;
-        let input = PlannerInput {
-            epoch: w as u64 + 1,
-            now: SimTime::from_ms(t0.round() as u64),
-            config: tessera_planner::PlannerConfig { seed: scenario.seed, ..scenario.planner.clone() },
-            models: scenario.models.clone(),
-            gpus: gpu_ids
-                .iter()
-                .map(|(i, id)| {
-                    let g = GpuInput {
-                        model: scenario.gpus[id],
-                        health: GpuHealth::Healthy,
-                        layout: exec.gpu_layout(*i),
-                        assignments: exec.gpu_assignments(*i),
-                        warm: warm.remove(id),
-                    };
-                    (id.clone(), g)
-                })
-                .collect(),
-            tenants: tenant_ids
-                .iter()
-                .enumerate()
-                .map(|(i, id)| {
-                    let st = exec.tenant_state(exec_index[i]);
-                    let t = TenantInput {
-                        spec: scenario.tenants[i].clone(),
-                        forecast: forecasters[i].forecast(horizon),
-                        actual: (policy_name == "oracle").then(|| truth.window(i, first_slot, horizon)),
-                        accuracy: st.accuracy,
-                        retraining_due: st.retraining_due,
-                        retraining_done_gpu_s: st.retraining_done_gpu_s,
-                    };
-                    (id.clone(), t)
-                })
-                .collect(),
-            interference: None,
-        };
-        let plan_start = Instant::now();
-        let outcome = policy.plan(&input).map_err(|e| ReplayError::Plan(format!("window {w}: {e}")))?;
-        let round_ms = plan_start.elapsed().as_secs_f64() * 1000.0;
-        plan_ms.push(round_ms);
-        let mut later: Vec<(f64, GpuId, GpuPlan)> = Vec::new();
-        match outcome {
-            PlanOutcome::Planned(report) => {
-                warm = report.warm_starts();
-                let plan = &report.plan;
-                exec.apply(plan).map_err(|e| ReplayError::Sim(format!("window {w}: applying the plan: {e}")))?;
-                later = upcoming_within(plan.gpus.iter(), t0, t1);
+    let window_end = |w: usize| ((w + 1) as f64 * window_ms).min(scenario.duration_ms);
+    std::thread::scope(|scope| -> Result<PolicyRun, ReplayError> {
+        // A fluid run reads the trace on a thread of its own, a window ahead: the counts of window w + 1 are ready
+        // when window w has been planned and served (its buffers come back to be refilled).
+        let mut reader = scenario.fluid_tick_ms.map(|tick| {
+            let (ready, counted) = mpsc::sync_channel::<Result<TickCounts, ReplayError>>(1);
+            let (recycle, spare) = mpsc::channel::<TickCounts>();
+            let tenants = tenant_ids.len();
+            let mut src = std::mem::replace(&mut src, Box::new(NoArrivals));
+            scope.spawn(move || {
+                for w in 0..windows {
+                    let mut counts = spare.try_recv().unwrap_or_default();
+                    counts.reset(w as f64 * window_ms, window_end(w), tick, tenants);
+                    let read = src.count_until(window_end(w), &mut counts).map(|()| counts);
+                    let failed = read.is_err();
+                    if ready.send(read).is_err() || failed {
+                        break;
+                    }
+                }
+            });
+            (counted, recycle)
+        });
+        for w in 0..windows {
+            let t0 = w as f64 * window_ms;
+            let t1 = window_end(w);
+            let first_slot = w * slots_per_window;
+            let input = PlannerInput {
+                epoch: w as u64 + 1,
+                now: SimTime::from_ms(t0.round() as u64),
+                config: tessera_planner::PlannerConfig { seed: scenario.seed, ..scenario.planner.clone() },
+                models: scenario.models.clone(),
+                gpus: gpu_ids
+                    .iter()
+                    .map(|(i, id)| {
+                        let g = GpuInput {
+                            model: scenario.gpus[id],
+                            health: GpuHealth::Healthy,
+                            layout: exec.gpu_layout(*i),
+                            assignments: exec.gpu_assignments(*i),
+                            warm: warm.remove(id),
+                        };
+                        (id.clone(), g)
+                    })
+                    .collect(),
+                tenants: tenant_ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| {
+                        let st = exec.tenant_state(exec_index[i]);
+                        let t = TenantInput {
+                            spec: scenario.tenants[i].clone(),
+                            forecast: forecasters[i].forecast(horizon),
+                            actual: (policy_name == "oracle").then(|| truth.window(i, first_slot, horizon)),
+                            accuracy: st.accuracy,
+                            retraining_due: st.retraining_due,
+                            retraining_done_gpu_s: st.retraining_done_gpu_s,
+                        };
+                        (id.clone(), t)
+                    })
+                    .collect(),
+                interference: None,
+            };
+            let plan_start = Instant::now();
+            let outcome = policy.plan(&input).map_err(|e| ReplayError::Plan(format!("window {w}: {e}")))?;
+            let round_ms = plan_start.elapsed().as_secs_f64() * 1000.0;
+            plan_ms.push(round_ms);
+            let mut later: Vec<(f64, GpuId, GpuPlan)> = Vec::new();
+            match outcome {
+                PlanOutcome::Planned(report) => {
+                    warm = report.warm_starts();
+                    let plan = &report.plan;
+                    exec.apply(plan).map_err(|e| ReplayError::Sim(format!("window {w}: applying the plan: {e}")))?;
+                    later = upcoming_within(plan.gpus.iter(), t0, t1);
+                }
+                PlanOutcome::Infeasible { .. } => infeasible += 1,
             }
-            PlanOutcome::Infeasible { .. } => infeasible += 1,
-        }
-        let active = gpu_ids.iter().filter(|(i, _)| !exec.gpu_layout(*i).is_empty()).count() as u32;
-        let layouts = gpu_ids
-            .iter()
-            .take(LAYOUT_GPUS)
-            .map(|(i, id)| exec.gpu_layout(*i).display_for(scenario.gpus[id]))
-            .collect();
+            let active = gpu_ids.iter().filter(|(i, _)| !exec.gpu_layout(*i).is_empty()).count() as u32;
+            let layouts = gpu_ids
+                .iter()
+                .take(LAYOUT_GPUS)
+                .map(|(i, id)| exec.gpu_layout(*i).display_for(scenario.gpus[id]))
+                .collect();
 
-        match scenario.fluid_tick_ms {
-            Some(tick) => flow_window(&mut exec, src.as_mut(), &mut counts, &later, t1, tick)?,
-            None => feed_window(&mut exec, src.as_mut(), &mut buf, &later, t1)?,
-        }
+            match &mut reader {
+                Some((counted, recycle)) => {
+                    let counts = counted.recv().map_err(|_| ReplayError::Sim("the trace reader stopped".into()))??;
+                    flow_window(&mut exec, &counts, &later, t1)?;
+                    // The reader may be done; then the buffer is simply dropped.
+                    let _ = recycle.send(counts);
+                }
+                None => feed_window(&mut exec, src.as_mut(), &mut buf, &later, t1)?,
+            }
 
-        for (i, f) in forecasters.iter_mut().enumerate() {
-            for s in first_slot..first_slot + slots_per_window {
-                if (s as f64) * slot_ms < t1 {
-                    f.observe(truth.rates[i].get(s).copied().unwrap_or(0.0));
+            for (i, f) in forecasters.iter_mut().enumerate() {
+                for s in first_slot..first_slot + slots_per_window {
+                    if (s as f64) * slot_ms < t1 {
+                        f.observe(truth.rates[i].get(s).copied().unwrap_or(0.0));
+                    }
                 }
             }
+            gpu_ms += f64::from(active) * (t1 - t0);
+            let now = Totals::read(&exec, &gpu_ids);
+            let d = now.since(&prev);
+            rows.push(WindowRow::new(t0, &d, active, round_ms, layouts));
+            prev = now;
+            progress(w + 1, windows);
         }
-        gpu_ms += f64::from(active) * (t1 - t0);
-        let now = Totals::read(&exec, &gpu_ids);
-        let d = now.since(&prev);
-        rows.push(WindowRow::new(t0, &d, active, round_ms, layouts));
-        prev = now;
-        progress(w + 1, windows);
+        let end = Totals::read(&exec, &gpu_ids);
+        Ok(PolicyRun::finish(policy_name, &end, gpu_ms, infeasible, &plan_ms, started, rows))
+    })
+}
+
+/// The source a fluid run's driver keeps once its trace has moved to the reader thread: nothing arrives.
+struct NoArrivals;
+
+impl ArrivalSource for NoArrivals {
+    fn next_until(&mut self, _until_ms: f64, _out: &mut Vec<Arrival>) -> Result<(), ReplayError> {
+        Ok(())
     }
-    let end = Totals::read(&exec, &gpu_ids);
-    Ok(PolicyRun::finish(policy_name, &end, gpu_ms, infeasible, &plan_ms, started, rows))
+
+    fn count_until(&mut self, _until_ms: f64, _counts: &mut TickCounts) -> Result<(), ReplayError> {
+        Ok(())
+    }
 }
 
 /// Cumulative counters read off the executor.
