@@ -150,6 +150,9 @@ impl GpuProblem {
         let mut instances = 0u32;
         for (p, c) in profiles.iter().zip(counts) {
             let c = u32::from(*c);
+            if c == 0 {
+                continue; // (no catalogue lookup for the profiles not used, most of them in most checks)
+            }
             if c > u32::from(gpu.profile(*p).map_or(0, |s| s.max_count)) {
                 return false;
             }
