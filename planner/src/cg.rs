@@ -165,13 +165,13 @@ impl RowIndex {
     }
 }
 
-/// Adds `profile`'s use of a block of `K` rows starting at `base` to `out`.
-fn block(pb: &GpuProblem, l: &RowIndex, base: usize, p: usize, out: &mut Vec<(usize, f64)>) {
-    out.push((base, f64::from(pb.compute_slices(p))));
-    out.push((base + 1, f64::from(pb.memory_slices(p))));
-    out.push((base + 2, 1.0));
+/// Adds `profile`'s use of a block of `K` rows starting at `base` to the dense row sums `dense`.
+fn block(pb: &GpuProblem, l: &RowIndex, base: usize, p: usize, dense: &mut [f64]) {
+    dense[base] += f64::from(pb.compute_slices(p));
+    dense[base + 1] += f64::from(pb.memory_slices(p));
+    dense[base + 2] += 1.0;
     if let Some(own) = l.own[p] {
-        out.push((base + own, 1.0));
+        dense[base + own] += 1.0;
     }
 }
 
@@ -199,28 +199,24 @@ impl Column {
     }
 
     fn compute_rows(&self, pb: &GpuProblem, l: &RowIndex) -> Vec<(usize, f64)> {
-        let mut out = Vec::new();
+        // Summed densely over the capacity rows (a row can be hit by inference, retraining and pre-initialisation),
+        // then listed in row order.
+        let mut dense = vec![0.0; l.convex(0)];
         for t in 0..pb.slots {
             for p in self.held(t) {
-                block(pb, l, l.usage(t), p, &mut out);
+                block(pb, l, l.usage(t), p, &mut dense);
                 if t + 1 < pb.slots {
-                    block(pb, l, l.room(t + 1), p, &mut out);
+                    block(pb, l, l.room(t + 1), p, &mut dense);
                 }
             }
             if self.pre[t]
                 && let Some(p) = self.inference[t]
             {
-                block(pb, l, l.room(t), p, &mut out);
+                block(pb, l, l.room(t), p, &mut dense);
             }
         }
-        // Summed densely over the capacity rows (a row can be hit by inference, retraining and pre-initialisation),
-        // then listed in row order.
-        let mut dense = vec![0.0; l.convex(0)];
-        for (r, c) in out {
-            dense[r] += c;
-        }
-        let mut merged: Vec<(usize, f64)> =
-            dense.iter().enumerate().filter(|(_, c)| **c != 0.0).map(|(r, c)| (r, *c)).collect();
+        let mut merged: Vec<(usize, f64)> = Vec::with_capacity(dense.iter().filter(|c| **c != 0.0).count() + 1);
+        merged.extend(dense.iter().enumerate().filter(|(_, c)| **c != 0.0).map(|(r, c)| (r, *c)));
         merged.push((l.convex(self.tenant), 1.0));
         merged
     }
@@ -718,6 +714,31 @@ impl Pricer {
             }
             (tail, to)
         });
+        // `gain[(t * m + rt) * 2 + regime]`: the most one slot can add to the programme's value, beside retraining
+        // profile `rt` (`np`: none): any move into any state that fits beside it, or nothing. A choice whose
+        // forward run cannot beat the `keep` best found so far, even at these gains, is skipped (its run would
+        // be rejected: the same result, without the run).
+        let gain = (choices.len() > keep).then(|| {
+            let mut gain = vec![0.0f64; slots * m * 2];
+            let held: Vec<usize> =
+                (0..m).filter(|rt| *rt == none || choices.iter().flatten().any(|o| o.profile == *rt)).collect();
+            for t in 0..slots {
+                for &rt in &held {
+                    let usage = masks_at(t, rt, rt).map(|k| k.usage);
+                    for regime in 0..2 {
+                        let mut g = 0.0f64;
+                        for (k, row) in self.value[regime][t].iter().enumerate() {
+                            let p = self.usable[k];
+                            if self.fits(p, rt, none) && usage.is_none_or(|u| u[p]) {
+                                g = g.max(row[0].max(row[1] - room_at(t)[p]).max(row[2]) - hold_at(t)[p]);
+                            }
+                        }
+                        gain[(t * m + rt) * 2 + regime] = g;
+                    }
+                }
+            }
+            gain
+        });
         for o in choices {
             let rt_cost: f64 = o.map_or(0.0, |o| (o.start..o.end.min(slots)).map(|t| hold_at(t)[o.profile]).sum());
             let rt_at = |t: usize| o.filter(|o| o.active(t)).map_or(none, |o| o.profile);
@@ -729,6 +750,30 @@ impl Pricer {
                 _ => slots - 1,
             };
             let tail = suffix.as_ref().filter(|_| stop + 1 < slots);
+            if best.len() >= keep
+                && let (Some((worst, _)), Some(gain)) = (best.last(), &gain)
+            {
+                let before = if first == 0 {
+                    0.0
+                } else {
+                    value[(first - 1) * states..][..states].iter().copied().fold(f64::NEG_INFINITY, f64::max)
+                };
+                let after = tail.map_or(0.0, |(tail, _)| {
+                    tail[(stop + 1) * states..][..states].iter().copied().fold(f64::NEG_INFINITY, f64::max)
+                });
+                let mut within = 0.0;
+                let mut scale = before.abs() + after.abs() + rt_cost.abs();
+                for t in first..=stop {
+                    let g = gain[(t * m + rt_at(t)) * 2 + usize::from(o.is_some_and(|o| o.end <= t))];
+                    within += g;
+                    scale += g.abs();
+                }
+                let tail_value = pb.tail_value(self.tenant, *o);
+                let most = before + within + after - rt_cost + tail_value;
+                if most + 1e-9 * (1.0 + scale + tail_value.abs()) <= *worst {
+                    continue;
+                }
+            }
             if first == 0 {
                 // Slot 0: from what the tenant holds now, which the room rows already count.
                 let rt_now = rt_at(0);
@@ -826,6 +871,19 @@ fn pair_best(
     cb: &Column,
     rem: &[f64],
 ) -> Option<(Column, Column)> {
+    pair_best_on(pb, l, (pa, pbr), (ca, cb), rem, true)
+}
+
+/// [`pair_best`], with or without its shortcuts (room checks by size, pre-initialisation only where it pays, and
+/// previous states skipped where they cannot win), which leave the result as it is (tested).
+fn pair_best_on(
+    pb: &GpuProblem,
+    l: &RowIndex,
+    (pa, pbr): (&Pricer, &Pricer),
+    (ca, cb): (&Column, &Column),
+    rem: &[f64],
+    shortcuts: bool,
+) -> Option<(Column, Column)> {
     let none = pa.np;
     let (na, nb) = (pa.usable.len() + 1, pbr.usable.len() + 1);
     let prof = |pr: &Pricer, s: usize| if s == 0 { none } else { pr.usable[s - 1] };
@@ -848,8 +906,13 @@ fn pair_best(
             row[2]
         }
     };
-    // Per slot: which previous states were reached and still fit the room rows beside the retrainings.
+    // Per slot: which previous states were reached and still fit the room rows beside the retrainings, and (where
+    // no profile has rows of its own, as on every catalogued GPU) the room rows they leave, so that a
+    // pre-initialisation's check compares sizes (the rows hold small integers, so this is the same test).
     let mut prev_ok = vec![false; states];
+    let mut left = vec![[0.0f64; 3]; states];
+    let by_size = shortcuts && !l.any_own;
+    let size = |p: usize| pa.size[p];
     for t in 0..pb.slots {
         let (ra, rb) = (rt(ca, t), rt(cb, t));
         let (ra_prev, rb_prev) = if t > 0 { (rt(ca, t - 1), rt(cb, t - 1)) } else { (none, none) };
@@ -859,6 +922,13 @@ fn pair_best(
                 let (held_a, held_b) = (prof(pa, k / nb), prof(pbr, k % nb));
                 *ok = value[(t - 1) * states + k] > f64::NEG_INFINITY
                     && pa.room_for_all(l, rem, l.room(t), &[held_a, ra_prev, held_b, rb_prev]);
+                if by_size {
+                    let base = l.room(t);
+                    left[k] = std::array::from_fn(|j| {
+                        rem[base + j] + ROOM_EPS
+                            - (size(held_a)[j] + size(ra_prev)[j] + size(held_b)[j] + size(rb_prev)[j])
+                    });
+                }
             }
         }
         for sa in 0..na {
@@ -868,11 +938,32 @@ fn pair_best(
                     continue;
                 }
                 let here = t * states + sa * nb + sb;
+                // Pre-initialising a tenant's new instance can only win where it earns more than a cold start.
+                let pre_pays = |pr: &Pricer, reg: usize, s: usize| {
+                    s > 0 && pr.value[reg][t][s - 1][1] > pr.value[reg][t][s - 1][2]
+                };
+                let (pays_a, pays_b) = (!shortcuts || pre_pays(pa, ga, sa), !shortcuts || pre_pays(pbr, gb, sb));
+                let both: [f64; 3] = std::array::from_fn(|j| size(xa)[j] + size(xb)[j]);
+                // The most entering this state can gain from any previous one: a previous state whose value plus
+                // it cannot beat the best found (the same strict test as below, with room for rounding) is skipped.
+                let most = |pr: &Pricer, reg: usize, s: usize| {
+                    if s == 0 {
+                        0.0
+                    } else {
+                        let row = &pr.value[reg][t][s - 1];
+                        row[0].max(row[1]).max(row[2])
+                    }
+                };
+                let most = most(pa, ga, sa) + most(pbr, gb, sb);
                 for k in if t == 0 { 0..1 } else { 0..states } {
                     let (ps, base, prev_a, prev_b) = if t == 0 {
                         (usize::MAX, 0.0, pa.current.unwrap_or(none), pbr.current.unwrap_or(none))
                     } else {
-                        if !prev_ok[k] {
+                        let base = value[(t - 1) * states + k];
+                        if !prev_ok[k]
+                            || (shortcuts
+                                && base + most + 1e-9 * (1.0 + base.abs() + most.abs()) <= value[here] + 1e-12)
+                        {
                             continue;
                         }
                         (k, value[(t - 1) * states + k], prof(pa, k / nb), prof(pbr, k % nb))
@@ -881,10 +972,19 @@ fn pair_best(
                     let new_a = xa != none && xa != prev_a;
                     let new_b = xb != none && xb != prev_b;
                     for (pre_a, pre_b) in [(false, false), (true, false), (false, true), (true, true)] {
-                        if (pre_a && !new_a) || (pre_b && !new_b) {
+                        if (pre_a && !(new_a && pays_a)) || (pre_b && !(new_b && pays_b)) {
                             continue;
                         }
-                        if pre_a || pre_b {
+                        if (pre_a || pre_b) && by_size && t > 0 {
+                            let fits = match (pre_a, pre_b) {
+                                (true, false) => (0..3).all(|j| size(xa)[j] <= left[k][j]),
+                                (false, true) => (0..3).all(|j| size(xb)[j] <= left[k][j]),
+                                _ => (0..3).all(|j| both[j] <= left[k][j]),
+                            };
+                            if !fits {
+                                continue;
+                            }
+                        } else if pre_a || pre_b {
                             let items = [
                                 held_a,
                                 ra_prev,
@@ -1668,7 +1768,7 @@ mod tests {
     use tessera_core::catalog::GpuModel;
     use tessera_core::ids::TenantId;
 
-    use super::{Pricer, RowIndex};
+    use super::{Pricer, RowIndex, pair_best_on};
     use crate::PlannerConfig;
     use crate::build::{Arrivals, gpu_problem};
     use crate::problem::GpuProblem;
@@ -1762,6 +1862,17 @@ mod tests {
                     let rem: Vec<f64> = (0..ncap).map(|r| (8.0 * uniform()).floor() - f64::from(r % 7 == 0)).collect();
                     let rem = (trial >= 3).then_some(&rem[..]);
                     let all = pricer.price_choices(&pb, &l, &y, rem, pricer.choices.len(), &pricer.choices);
+                    // Fewer kept: the same best values (choices that cannot reach them are skipped unpriced).
+                    for keep in 1..=3 {
+                        let top = pricer.price_choices(&pb, &l, &y, rem, keep, &pricer.choices);
+                        assert_eq!(top.len(), all.len().min(keep), "tenant {i}, keep {keep}");
+                        for ((_, a), (_, b)) in top.iter().zip(&all) {
+                            assert!(
+                                (a - b).abs() <= 1e-9 * (1.0 + b.abs()),
+                                "tenant {i}, keep {keep}: {a} against {b}"
+                            );
+                        }
+                    }
                     for o in &pricer.choices {
                         let alone = pricer.price_choices(&pb, &l, &y, rem, 1, &[*o]).into_iter().next();
                         let together = all.iter().find(|(c, _)| c.retrain == *o);
@@ -1789,6 +1900,59 @@ mod tests {
             }
         }
         assert!(shared > 0, "some tenants have several options that end before the horizon");
+    }
+
+    /// Pair moves with their shortcuts (room checks by size, pre-initialisation only where it pays, previous states
+    /// that cannot win skipped) find the very columns the plain programme finds, for random retraining choices,
+    /// rooms and GPUs.
+    #[test]
+    fn pair_moves_with_shortcuts_find_what_the_plain_programme_finds() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut uniform = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (mut found, mut pre) = (0, 0);
+        for (tenants, slots, gpu_model, seed) in
+            [(3, 8, GpuModel::A100_40GB, 1), (4, 8, GpuModel::H100_80GB, 2), (3, 12, GpuModel::H100_80GB, 3)]
+        {
+            let pb = synthetic_gpu(tenants, slots, gpu_model, seed);
+            let l = RowIndex::new(&pb);
+            let ncap = l.convex(0);
+            let fit = Pricer::fit_table(&pb);
+            let pricers: Vec<Pricer> = (0..tenants).map(|i| Pricer::new(&pb, i, fit.clone())).collect();
+            for trial in 0..8 {
+                // Each tenant's column: its best at random prices, with a random one of its retraining choices.
+                let mut y: Vec<f64> = (0..ncap).map(|_| pb.tenants[0].weight * 10.0 * uniform()).collect();
+                y.extend(std::iter::repeat_n(0.0, tenants));
+                let columns: Vec<_> = pricers
+                    .iter()
+                    .map(|p| {
+                        let all = p.price_choices(&pb, &l, &y, None, p.choices.len(), &p.choices);
+                        all[(uniform() * all.len() as f64) as usize % all.len()].0.clone()
+                    })
+                    .collect();
+                // Room the others leave: a whole GPU, or random and sometimes exceeded.
+                let rem: Vec<f64> = (0..ncap)
+                    .map(|r| if trial % 2 == 0 { [7.0, 8.0, 7.0][r % 3] } else { (9.0 * uniform()).floor() - 1.0 })
+                    .collect();
+                for a in 0..tenants {
+                    for b in a + 1..tenants {
+                        let (pair, cols) = ((&pricers[a], &pricers[b]), (&columns[a], &columns[b]));
+                        let fast = pair_best_on(&pb, &l, pair, cols, &rem, true);
+                        let plain = pair_best_on(&pb, &l, pair, cols, &rem, false);
+                        assert_eq!(fast, plain, "{gpu_model:?}, trial {trial}, tenants {a} and {b}");
+                        if let Some((ca, cb)) = fast {
+                            found += 1;
+                            pre += usize::from(ca.pre.iter().chain(&cb.pre).any(|p| *p));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(found > 20 && pre > 0, "{found} pair plans, {pre} with a pre-initialisation");
     }
 
     /// The room masks by size (what pricing uses on catalogued GPUs) equal those by a room check per entry, for
