@@ -1413,10 +1413,17 @@ fn solve_warm_on(
     };
     // Single-tenant ascent: each tenant in turn takes its best column in the room the others leave (exact DP),
     // over the retraining choices `cands` (all of them where `None`), until no tenant improves.
+    // A tenant is priced again only once another has moved since it was last priced: in the same room it would
+    // find the same column, which does not improve on itself.
     let ascend = |chosen: &mut Vec<Option<Column>>, cands: Option<&[Vec<Option<RetrainOption>>]>| {
+        let (mut moves, mut priced_at) = (0usize, vec![usize::MAX; n]);
         for _pass in 0..8 {
             let mut improved = false;
             for i in 0..n {
+                if priced_at[i] == moves {
+                    continue;
+                }
+                priced_at[i] = moves;
                 let rem = room_left(chosen, i);
                 let best = match cands {
                     Some(c) => {
@@ -1436,6 +1443,8 @@ fn solve_warm_on(
                     if col.value > now + 1e-9 * (1.0 + now.abs()) {
                         chosen[i] = Some(col);
                         improved = true;
+                        moves += 1;
+                        priced_at[i] = moves;
                     }
                 }
             }

@@ -72,6 +72,9 @@ pub struct MasterLp {
     /// Row duals `c_B B^-1`, kept by the last solve.
     y: Vec<f64>,
     since_invert: usize,
+    /// Variables below this index had no improving reduced cost at the last optimum: until a pivot changes the
+    /// duals, only the columns added since then can enter.
+    priced: usize,
 }
 
 impl MasterLp {
@@ -102,6 +105,7 @@ impl MasterLp {
             binv,
             y: vec![0.0; m],
             since_invert: 0,
+            priced: 0,
         }
     }
 
@@ -283,10 +287,11 @@ impl MasterLp {
         }
     }
 
-    /// The entering variable: the largest scaled reduced cost, or under Bland's rule the first improving one.
-    fn choose_entering(&self, bland: bool) -> Option<(usize, f64)> {
+    /// The entering variable among those from `from` on: the largest scaled reduced cost, or under Bland's rule
+    /// the first improving one.
+    fn choose_entering(&self, bland: bool, from: usize) -> Option<(usize, f64)> {
         let mut best: Option<(usize, f64, f64)> = None;
-        for j in 0..self.cost.len() {
+        for j in from..self.cost.len() {
             if self.basic[j] {
                 continue;
             }
@@ -314,6 +319,9 @@ impl MasterLp {
         let mut w = vec![0.0; m];
         let mut pivots = 0;
         let mut degenerate = 0;
+        // Until the first pivot the duals are those of the last optimum, at which no earlier variable improved:
+        // only the columns added since can enter.
+        let mut from = std::mem::take(&mut self.priced);
         self.compute_duals();
         loop {
             if self.since_invert >= REINVERT_EVERY {
@@ -321,12 +329,14 @@ impl MasterLp {
                 self.compute_duals();
             }
             let bland = degenerate > m.max(10);
-            let Some((q, d)) = self.choose_entering(bland) else {
+            let Some((q, d)) = self.choose_entering(bland, from) else {
                 let fresh = self.since_invert == 0;
                 let feasible = self.xb.iter().all(|x| *x >= -1e-7);
                 if feasible && (fresh || self.accurate()) {
+                    self.priced = self.cost.len();
                     return Ok(());
                 }
+                from = 0;
                 if fresh {
                     return Err(MasterError::Check);
                 }
@@ -338,6 +348,7 @@ impl MasterLp {
             if pivots >= max_pivots {
                 return Err(MasterError::Budget);
             }
+            from = 0;
             self.ftran(q, &mut w);
             // Harris: the largest step any row allows within the feasibility tolerance, then the largest pivot
             // among the rows that block within it (Bland: the lowest variable index among the tightest).
