@@ -1784,6 +1784,16 @@ mod tests {
     use crate::solver::{SolveStatus, SolverConfig};
     use crate::synthetic::{SyntheticSpec, input};
 
+    /// A uniform draw in `[0, 1)` per call (xorshift64 from `seed`), for randomised checks.
+    fn uniform_from(mut rng: u64) -> impl FnMut() -> f64 {
+        move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
     /// A synthetic GPU's level-2 problem (the shipped model profiles), as the benchmark builds it.
     fn synthetic_gpu(tenants: usize, slots: usize, gpu_model: GpuModel, seed: u64) -> GpuProblem {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
@@ -1846,13 +1856,7 @@ mod tests {
     /// without room limits.
     #[test]
     fn the_shared_suffix_prices_every_retraining_choice_as_its_own_programme() {
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut uniform = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut uniform = uniform_from(0x2545_f491_4f6c_dd1du64);
         let mut shared = 0;
         for (tenants, slots, gpu_model, seed) in
             [(3, 12, GpuModel::A100_40GB, 1), (7, 12, GpuModel::H100_80GB, 2), (5, 30, GpuModel::A100_40GB, 3)]
@@ -1916,13 +1920,7 @@ mod tests {
     /// rooms and GPUs.
     #[test]
     fn pair_moves_with_shortcuts_find_what_the_plain_programme_finds() {
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut uniform = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut uniform = uniform_from(0x9e37_79b9_7f4a_7c15u64);
         let (mut found, mut pre) = (0, 0);
         for (tenants, slots, gpu_model, seed) in
             [(3, 8, GpuModel::A100_40GB, 1), (4, 8, GpuModel::H100_80GB, 2), (3, 12, GpuModel::H100_80GB, 3)]
