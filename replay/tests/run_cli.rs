@@ -265,3 +265,36 @@ fn the_fluid_executor_agrees_with_the_discrete_one() {
     let out = replay().args(["--executor", "liquid"]).output().unwrap();
     assert!(failed(&out).contains("expected discrete or fluid"));
 }
+
+/// `--late-requests shed` drops queued requests that can no longer meet their SLO, for every policy and in both
+/// executors: on an overloaded fleet far more requests meet the SLO than when they are served late, the two
+/// executors agree, and the summary says which rule ran.
+#[test]
+fn shedding_late_requests_keeps_an_overloaded_fleet_within_slo() {
+    let run = |executor: &str, late: &str| -> Value {
+        let out = replay()
+            .args(["--gpus", "2", "--duration", "5m", "--load", "1.6", "--policy", "tessera,static", "--json"])
+            .args(["--executor", executor, "--late-requests", late])
+            .output()
+            .unwrap();
+        serde_json::from_str(&ok(&out)).unwrap()
+    };
+    let get = |v: &Value, p: &str, k: &str| v["policies"][p][k].as_f64().unwrap();
+    let mut shed_attainment = Vec::new();
+    for executor in ["discrete", "fluid"] {
+        let (served, shed) = (run(executor, "serve"), run(executor, "shed"));
+        assert_eq!(served["scenario"]["late_requests"], "serve");
+        assert_eq!(shed["scenario"]["late_requests"], "shed");
+        for p in ["tessera", "static"] {
+            assert_eq!(get(&served, p, "requests"), get(&shed, p, "requests"), "{p}: the same requests");
+            let (a, b) = (get(&served, p, "slo_attainment"), get(&shed, p, "slo_attainment"));
+            assert!(b > a + 0.1, "{executor} {p}: SLO attainment {a} served late, {b} shed");
+            assert!(get(&shed, p, "goodput") > get(&served, p, "goodput"), "{executor} {p}");
+        }
+        shed_attainment.push(get(&shed, "tessera", "slo_attainment"));
+    }
+    assert!((shed_attainment[0] - shed_attainment[1]).abs() < 0.05, "discrete vs fluid: {shed_attainment:?}");
+    let out = replay().args(["--late-requests", "drop", "--duration", "1m"]).output().unwrap();
+    let err = failed(&out);
+    assert!(err.contains("--late-requests") && err.contains("drop"), "{err}");
+}

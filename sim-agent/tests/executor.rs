@@ -16,7 +16,7 @@ use tessera_core::plan::{Assignment, GpuPlan, Plan, Role};
 use tessera_core::tenant::{DemandSource, RetrainingSpec, TenantSpec};
 use tessera_sim::executor::{
     Arrival, BatchCap, BatchRecord, Dispatch, ExecError, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference,
-    InterferenceError, NoInstance, NoInterference, Resident, TenantIndex, TlbInterference,
+    InterferenceError, LateRequests, NoInstance, NoInterference, Resident, TenantIndex, TlbInterference,
 };
 use tessera_sim::tlb::{TenantStreamSpec, TlbMode, TlbModel, TlbParams};
 
@@ -731,7 +731,12 @@ fn t9_2_the_tlb_model_slows_co_located_tenants() {
 /// `secs` at `load` of that capacity, discretely (Poisson arrivals) or fluidly (ticks of 100 ms); returns the
 /// tenant's ledger and its queue at the end.
 fn served_at(load: f64, fluid: bool, secs: f64) -> (GoodputLedger, u64) {
-    let config = ExecutorConfig { seed: 5, ..ExecutorConfig::default() };
+    served_with(LateRequests::Serve, load, fluid, secs)
+}
+
+/// [`served_at`] with `late` requests served or shed.
+fn served_with(late: LateRequests, load: f64, fluid: bool, secs: f64) -> (GoodputLedger, u64) {
+    let config = ExecutorConfig { seed: 5, late, ..ExecutorConfig::default() };
     let mut ex = executor(config, vec![batchy(8)], vec![tenant("a", "batchy", 40.0)], &["n/0"]);
     ex.install_plan(&gpu("n/0"), &plan("7g@0", &[("7g@0", "a", Role::Inference, false)])).unwrap();
     let a = ix(&ex, "a");
@@ -773,6 +778,53 @@ fn t10_1_fluid_serving_agrees_with_discrete_serving() {
         assert!((f.requests as f64 / d.requests as f64 - 1.0).abs() < 0.01, "load {load}: the same requests");
         assert!((served(&f) - served(&d)).abs() < 0.01, "load {load}: served");
         assert!((att(&f) - att(&d)).abs() < 0.03, "load {load}: within SLO");
+    }
+}
+
+/// 10.1b Shedding late requests, in both executors: below capacity it changes almost nothing; above it, every
+/// request served meets the SLO, the queue stays short, and within-SLO requests are about the instance's capacity
+/// (where serving them late loses nearly all). Fluid and discrete shedding agree.
+#[test]
+fn t10_1b_shedding_late_requests_keeps_an_overloaded_instance_within_slo() {
+    let att = |l: &GoodputLedger| l.within_slo as f64 / l.requests as f64;
+    for fluid in [false, true] {
+        let (served, _) = served_with(LateRequests::Serve, 0.7, fluid, 60.0);
+        let (shed, _) = served_with(LateRequests::Shed, 0.7, fluid, 60.0);
+        assert!(att(&shed) >= att(&served) - 1e-9 && att(&shed) - att(&served) < 0.01, "fluid {fluid}: {shed:?}");
+    }
+    for load in [0.85, 0.95, 1.0] {
+        let (d, _) = served_with(LateRequests::Shed, load, false, 60.0);
+        let (f, _) = served_with(LateRequests::Shed, load, true, 60.0);
+        eprintln!("load {load}: discrete {d:?}; fluid {f:?}");
+        assert!((att(&d) - att(&f)).abs() < 0.02, "load {load}: discrete {} vs fluid {}", att(&d), att(&f));
+    }
+    for load in [1.1, 1.5, 2.0] {
+        let capacity = 8.0 / 11.0 * 60_000.0; // requests the instance serves in 60 s at full batches
+        let mut attained = Vec::new();
+        for fluid in [false, true] {
+            let (late, _) = served_with(LateRequests::Serve, load, fluid, 60.0);
+            let (l, queued) = served_with(LateRequests::Shed, load, fluid, 60.0);
+            eprintln!("load {load}, fluid {fluid}: served late {late:?}; shed {l:?}, queued {queued}");
+            assert_eq!(l.requests, l.completed + l.dropped + queued);
+            assert_eq!(l.within_slo, l.completed, "load {load}, fluid {fluid}: every request served meets the SLO");
+            assert!(
+                l.dropped > 0 && (queued as f64) < 0.01 * l.requests as f64,
+                "load {load}: excess shed, not queued"
+            );
+            let within = l.within_slo as f64;
+            assert!(
+                within > 0.93 * capacity && within < 1.01 * capacity,
+                "load {load}, fluid {fluid}: {within} of {capacity}"
+            );
+            assert!(att(&l) > 2.0 * att(&late), "load {load}, fluid {fluid}: shedding beats serving late");
+            attained.push(att(&l));
+        }
+        assert!(
+            (attained[0] - attained[1]).abs() < 0.03,
+            "load {load}: discrete {} vs fluid {}",
+            attained[0],
+            attained[1]
+        );
     }
 }
 

@@ -10,6 +10,7 @@ use tessera_core::GpuModel;
 use tessera_planner::PlannerConfig;
 use tessera_planner::forecast::ForecasterConfig;
 use tessera_planner::solver::SolverConfig;
+use tessera_sim::executor::LateRequests;
 
 use super::capacity::{self, CapacityResult};
 use super::driver::{RateTable, run_policy};
@@ -118,6 +119,11 @@ pub struct RunArgs {
     /// Fluid executor's tick, ms.
     #[arg(long, default_value_t = 100.0, value_name = "MS")]
     pub tick: f64,
+    /// Queued requests that can no longer meet their SLO: serve (served late, in arrival order, as Triton does by
+    /// default; under overload they hold up the requests behind them) or shed (dropped when a batch starts, as
+    /// Clockwork and Nexus do, so that an overload loses only its excess). The same for every policy.
+    #[arg(long, default_value = "serve", value_name = "RULE")]
+    pub late_requests: String,
 }
 
 impl RunArgs {
@@ -191,6 +197,13 @@ impl RunArgs {
             forecaster,
             tlb: self.tlb,
             fluid_tick_ms,
+            late: match self.late_requests.as_str() {
+                "serve" => LateRequests::Serve,
+                "shed" => LateRequests::Shed,
+                other => {
+                    return Err(ReplayError::Usage(format!("--late-requests: expected serve or shed, got {other:?}")));
+                }
+            },
             seed: self.seed,
         })
     }

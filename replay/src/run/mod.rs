@@ -29,7 +29,7 @@ use tessera_core::model::ModelProfile;
 use tessera_core::tenant::{DemandSource, TenantSpec};
 use tessera_planner::PlannerConfig;
 use tessera_planner::forecast::ForecasterConfig;
-use tessera_sim::executor::{Arrival, ExecutorConfig, TenantIndex};
+use tessera_sim::executor::{Arrival, ExecutorConfig, LateRequests, TenantIndex};
 
 use crate::trace::{self, ArrivalStream, TraceArrival, TraceOptions, TraceScan};
 use arrivals::{ArrivalSource, Arrivals, Merged, PoissonSet, Reorder, Scaler, TickCounts, TickSpread};
@@ -138,6 +138,8 @@ pub struct RunSpec {
     pub tlb: bool,
     /// Fluid serving's tick, ms (`None`: every request simulated).
     pub fluid_tick_ms: Option<f64>,
+    /// Queued requests that can no longer meet their SLO: served late or shed.
+    pub late: LateRequests,
     /// Seed.
     pub seed: u64,
 }
@@ -277,7 +279,7 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
         window_s: spec.window_s,
         planner: spec.planner.clone(),
         forecaster: spec.forecaster.clone(),
-        executor: ExecutorConfig::default(),
+        executor: ExecutorConfig { late: spec.late, ..ExecutorConfig::default() },
         tlb: spec.tlb,
         fluid_tick_ms: spec.fluid_tick_ms,
         seed: spec.seed,

@@ -111,6 +111,7 @@ impl Comparison {
                 "tlb": scenario.tlb,
                 "executor": if scenario.fluid_tick_ms.is_some() { "fluid" } else { "discrete" },
                 "fluid_tick_ms": scenario.fluid_tick_ms,
+                "late_requests": scenario.executor.late,
             },
             "policies": policies,
         })

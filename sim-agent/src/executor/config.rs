@@ -58,6 +58,21 @@ pub enum NoInstance {
     },
 }
 
+/// What a serving instance does with queued requests that can no longer meet their SLO.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LateRequests {
+    /// Served anyway, in arrival order (Triton's default queue policy). They complete late and earn nothing, and
+    /// under overload they take the capacity of the requests behind them, which then complete late too.
+    #[default]
+    Serve,
+    /// Shed when a batch starts, as Clockwork and Nexus do: while the oldest queued request would finish after
+    /// its deadline in the batch about to start, it is dropped (counted in
+    /// [`TenantMetrics::dropped_late`](super::TenantMetrics::dropped_late)). Every request served then meets
+    /// the SLO, and an overload loses only its excess.
+    Shed,
+}
+
 /// How a request picks one of its tenant's serving inference instances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -91,6 +106,8 @@ pub struct ExecutorConfig {
     pub no_instance: NoInstance,
     /// Dispatch rule among a tenant's instances. Default: [`Dispatch::EarliestFinish`].
     pub dispatch: Dispatch,
+    /// Queued requests that can no longer meet their SLO. Default: [`LateRequests::Serve`].
+    pub late: LateRequests,
     /// Keep a [`BatchRecord`](super::BatchRecord) of every completed batch (for tests and time series; it
     /// allocates per batch, so it is off by default).
     pub record_batches: bool,
@@ -106,6 +123,7 @@ impl Default for ExecutorConfig {
             batch_cap: BatchCap::SloAdmissible,
             no_instance: NoInstance::Wait { max_wait_of_slo: 1.0 },
             dispatch: Dispatch::EarliestFinish,
+            late: LateRequests::Serve,
             record_batches: false,
         }
     }

@@ -20,6 +20,11 @@
 //!   `r / (2 c (1 - r))`, the M/D/1 mean), at slack `w = SLO - l` and load `r` (the tick's arrival rate over `c`,
 //!   at most 0.99). Above capacity the backlog grows and its requests are served late, as in the discrete
 //!   executor.
+//! - With [`LateRequests::Shed`], requests that would be served after `arrival + SLO - l` are shed instead, as
+//!   the discrete executor sheds them: those the backlog has made late, and, where a chunk arrives faster than
+//!   `c`, the requests the server passes over while it serves one request every `1 / c` ms at the edge of the
+//!   slack. The queueing correction is then the share a Poisson stream loses beyond that excess when waits
+//!   are capped at the slack ([`shed_share`]), and those requests are shed rather than served late.
 //! - With no serving instance, the backlog waits as requests do (`NoInstance::Wait`: a chunk is dropped once it
 //!   has waited its longest wait; `NoInstance::Drop`: at once).
 //! - Accounting as in the discrete executor: arrivals when they arrive, completions with the accuracy of the model
@@ -34,7 +39,7 @@ use tessera_core::goodput::GoodputLedger;
 
 use rayon::prelude::*;
 
-use super::config::NoInstance;
+use super::config::{LateRequests, NoInstance};
 use super::state::{Inst, Tenant};
 use super::{ExecError, Executor};
 
@@ -91,6 +96,27 @@ pub(super) fn within_share(load: f64, per_ms: f64, slack_ms: f64) -> f64 {
     1.0 - (-2.0 * (1.0 - r) * per_ms * slack_ms / r).exp()
 }
 
+/// Share of its arrivals that a server shedding late requests loses to queueing, beyond the excess it sheds
+/// above capacity (`max(0, 1 - 1/r)`, which the fluid sheds itself). The queue of a Poisson stream against a
+/// constant-rate server is a reflected Brownian motion (drift `r - 1`, variance `r` per service time); with
+/// shedding, a wait never exceeds the slack, so it is reflected at `k = c w` requests as well, where it loses
+/// `(r - 1) e^(q) / (e^(q) - 1)` per service time, `q = 2 (r - 1) k / r` (`1 / (2 k)` of the arrivals at `r = 1`).
+pub(super) fn shed_share(load: f64, per_ms: f64, slack_ms: f64) -> f64 {
+    if load <= 0.0 || slack_ms <= 0.0 {
+        return 0.0;
+    }
+    let (r, k) = (load, per_ms * slack_ms);
+    let q = 2.0 * (r - 1.0) * k / r;
+    let lost = if q.abs() < 1e-9 {
+        1.0 / (2.0 * k)
+    } else if q > 0.0 {
+        (r - 1.0) / (r * (1.0 - (-q).exp()))
+    } else {
+        (1.0 - r) * q.exp() / (r * (1.0 - q.exp()))
+    };
+    (lost - (1.0 - 1.0 / r).max(0.0)).clamp(0.0, 1.0)
+}
+
 impl Executor {
     /// Fluid serving over `[now, to_ms)`: `counts[t]` requests of tenant index `t` arrive spread over it (see the
     /// module documentation of fluid mode); then every event due by `to_ms` is handled and the clock moves there.
@@ -129,12 +155,12 @@ impl Executor {
             deltas.clear();
             deltas.resize(self.tenants.len() * n, None);
             let start = self.now;
-            let (insts, epoch, no_instance) = (&self.insts, self.serving_epoch, self.config.no_instance);
+            let (insts, epoch, rules) = (&self.insts, self.serving_epoch, self.rules());
             self.tenants.par_iter_mut().zip(deltas.par_chunks_mut(n)).enumerate().for_each(|(t, (tenant, out))| {
                 let mut from = start;
                 for (&(to, counts), slot) in batch.iter().zip(out) {
                     if to > from {
-                        *slot = flow_one(tenant, insts, epoch, no_instance, from, to, counts[t]);
+                        *slot = flow_one(tenant, insts, epoch, rules, from, to, counts[t]);
                     }
                     from = to;
                 }
@@ -222,9 +248,20 @@ fn pool(tenant: &Tenant, insts: &[Inst]) -> Pool {
 
 impl Executor {
     fn flow_tenant(&mut self, t: usize, from: f64, to: f64, count: f64) -> Option<GpuDelta> {
-        let (insts, epoch, no_instance) = (&self.insts, self.serving_epoch, self.config.no_instance);
-        flow_one(&mut self.tenants[t], insts, epoch, no_instance, from, to, count)
+        let (insts, epoch, rules) = (&self.insts, self.serving_epoch, self.rules());
+        flow_one(&mut self.tenants[t], insts, epoch, rules, from, to, count)
     }
+
+    fn rules(&self) -> Rules {
+        Rules { no_instance: self.config.no_instance, late: self.config.late }
+    }
+}
+
+/// The executor settings a fluid step follows.
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    no_instance: NoInstance,
+    late: LateRequests,
 }
 
 /// One tenant's fluid step over `[from, to)` with `count` arrivals (see the module documentation); what it adds to
@@ -233,7 +270,7 @@ fn flow_one(
     tenant: &mut Tenant,
     insts: &[Inst],
     epoch: u64,
-    no_instance: NoInstance,
+    rules: Rules,
     from: f64,
     to: f64,
     count: f64,
@@ -268,7 +305,7 @@ fn flow_one(
 
         if pool.per_ms <= 0.0 {
             fl.service_carry = 0.0;
-            match no_instance {
+            match rules.no_instance {
                 NoInstance::Drop => {
                     m.ledger.dropped += fl.queued;
                     m.dropped_no_instance += fl.queued;
@@ -303,18 +340,86 @@ fn flow_one(
 
         let Pool { per_ms, lat, fastest: fast, cap } = pool;
         let slack = tenant.spec.slo_ms - lat;
-        let share = within_share(n as f64 / (per_ms * tick), per_ms, slack);
+        let load = n as f64 / (per_ms * tick);
+        let share = match rules.late {
+            LateRequests::Serve => within_share(load, per_ms, slack),
+            LateRequests::Shed => 1.0 - shed_share(load, per_ms, slack),
+        };
         let accuracy = tenant.accuracy;
         let budget = per_ms * tick + fl.service_carry;
+        let shed = rules.late == LateRequests::Shed;
         let mut left = budget.floor() as u64;
         let mut cursor = from; // when the server is free for the next request
         let mut within = 0.0;
         let mut served = 0u64;
         let per_request = 1.0 / per_ms;
+        let mut shed_count = 0u64;
         while left > 0 {
             let Some(front) = fl.backlog.front_mut() else { break };
+            if shed && (cursor - slack > front.first || slack <= 0.0) {
+                // Shed the requests that would be served after their deadline: arrived before cursor - slack.
+                let late = if slack <= 0.0 {
+                    front.count // even served at once, it would complete late
+                } else {
+                    (((cursor - slack - front.first) / front.spacing).ceil() as u64).min(front.count)
+                };
+                shed_count += late;
+                fl.queued -= late;
+                if late == front.count {
+                    fl.backlog.pop_front();
+                    continue;
+                }
+                front.first += late as f64 * front.spacing;
+                front.count -= late;
+            }
             let Chunk { first, spacing, count } = *front;
             let take = count.min(left);
+            if shed && per_request > spacing {
+                // Denser than the server: the first requests are served within the slack; once the wait reaches
+                // it, each request served is the oldest one still in time, and those between are shed.
+                let room = (slack - (cursor - first)).max(0.0);
+                let in_time = ((room / (per_request - spacing)).floor() as u64 + 1).min(take);
+                let edge = if in_time < take {
+                    // Serving at the edge: one request every 1 / c ms passes over 1 / (c x spacing) requests.
+                    let passed = count - in_time;
+                    let most = ((passed as f64 * spacing / per_request).ceil() as u64).max(1);
+                    let served = (left - in_time).min(most);
+                    let over = if served == most {
+                        passed
+                    } else {
+                        ((served as f64 * per_request / spacing) as u64).clamp(served, passed)
+                    };
+                    (served, over)
+                } else {
+                    (0, 0)
+                };
+                let (edge_served, edge_over) = edge;
+                let n_served = in_time + edge_served;
+                let consumed = in_time + edge_over;
+                within += n_served as f64;
+                let wait0 = (cursor - first).max(0.0);
+                let wait_last = if edge_served > 0 {
+                    slack.max(0.0)
+                } else {
+                    wait0 + (in_time - 1) as f64 * (per_request - spacing)
+                };
+                let mid = (wait0 + wait_last) / 2.0 + lat;
+                m.latency.record(mid, n_served);
+                m.latency_sum_ms += mid * n_served as f64;
+                m.latency_max_ms = m.latency_max_ms.max(wait_last.max(wait0) + lat);
+                cursor = cursor.max(first) + n_served as f64 * per_request;
+                shed_count += consumed - n_served;
+                left -= n_served;
+                served += n_served;
+                fl.queued -= consumed - n_served;
+                if consumed == count {
+                    fl.backlog.pop_front();
+                } else {
+                    front.first += consumed as f64 * spacing;
+                    front.count -= consumed;
+                }
+                continue;
+            }
             // Request i of the chunk arrives at first + i x spacing and is served at
             // max(cursor + i / c, its arrival): it waits `delay(i) = cursor - first + i (1/c - spacing)` when that
             // is positive, and is within SLO when the wait is at most the slack.
@@ -350,17 +455,23 @@ fn flow_one(
         fl.queued -= served;
         fl.service_carry = if fl.queued > 0 { budget - budget.floor() } else { 0.0 };
         m.max_queue_len = m.max_queue_len.max(fl.queued);
+        m.ledger.dropped += shed_count;
+        m.dropped_late += shed_count;
         if served == 0 {
             return None;
         }
         let w = within * share + fl.within_carry;
         let whole = (w.floor() as u64).min(served);
         fl.within_carry = (w - whole as f64).min(1.0);
+        // Shedding: the requests the queueing correction makes late are shed rather than served late.
+        let (completed, late) = if shed { (whole, served - whole) } else { (served, 0) };
+        m.dropped_late += late;
         let mut chunk = GoodputLedger {
-            completed: served,
+            completed,
+            dropped: late,
             within_slo: whole,
             goodput: accuracy * whole as f64,
-            accuracy_sum: accuracy * served as f64,
+            accuracy_sum: accuracy * completed as f64,
             ..GoodputLedger::default()
         };
         m.ledger += chunk;

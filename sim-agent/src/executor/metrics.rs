@@ -98,6 +98,8 @@ pub struct TenantMetrics {
     pub dropped_no_instance: u64,
     /// Requests dropped after waiting their longest wait.
     pub dropped_wait_expired: u64,
+    /// Requests shed from a queue because they could no longer meet the SLO ([`LateRequests::Shed`](super::LateRequests::Shed)).
+    pub dropped_late: u64,
     /// Queued requests moved off an instance that was switched off (drain).
     pub redispatched: u64,
     /// Longest queue (requests waiting for a batch, batch in service excluded) seen on one of its instances.
@@ -118,7 +120,8 @@ impl TenantMetrics {
 }
 
 /// Counters of one GPU since the start. Its ledger counts the requests queued on its instances: a request moved to
-/// another GPU's instance by a drain counts there, not here, and drops happen at the tenant, so it has none.
+/// another GPU's instance by a drain counts there, not here, and drops happen at the tenant, so its only drops are
+/// the late requests its instances shed ([`LateRequests::Shed`](super::LateRequests::Shed)).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuMetrics {
     /// Goodput of the requests its instances served.

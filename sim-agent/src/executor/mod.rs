@@ -47,6 +47,10 @@
 //!   full batch. An optimistic estimate (the batch's current size, no timeout) would let ELSA fill the smallest
 //!   instances to the deadline and then miss it as batches grow; with the bound, an instance ELSA picks as
 //!   meeting the SLO does meet it (unless a reconfiguration intervenes).
+//! - **Late requests** ([`LateRequests`]): by default a queued request is served however late. With
+//!   [`LateRequests::Shed`], when a batch is about to start, the oldest queued request is dropped while it would
+//!   complete after its deadline (arrival + SLO) in that batch; the queue is in arrival order and a batch's requests
+//!   complete together, so the first one kept makes every request of the batch meet the SLO.
 //! - **No serving instance** (none planned, or being created, warmed or switched): the request is dropped at once,
 //!   or waits in the tenant's queue until an instance serves, at most `max_wait_of_slo x SLO` (default: the SLO,
 //!   after which it can no longer meet it), then it is dropped ([`NoInstance`]). Both are counted.
@@ -147,7 +151,7 @@ use tessera_core::tenant::TenantSpec;
 use tessera_planner::paris::ElsaPartition;
 
 pub use arrivals::{Arrival, PoissonArrivals, poisson_arrivals};
-pub use config::{BatchCap, BatchTimeout, Dispatch, ExecutorConfig, NoInstance};
+pub use config::{BatchCap, BatchTimeout, Dispatch, ExecutorConfig, LateRequests, NoInstance};
 pub use interference::{Interference, InterferenceError, NoInterference, Resident, TlbInterference};
 pub use metrics::{
     BatchRecord, ExecutorReport, GpuMetrics, GpuReport, LatencyHistogram, ReconfigSummary, TenantMetrics, TenantReport,

@@ -6,7 +6,7 @@ use tessera_planner::paris::{ElsaPartition, elsa_dispatch};
 
 use super::metrics::BatchRecord;
 use super::state::{Event, EventKind, NEVER, Phase};
-use super::{Dispatch, ExecError, Executor, GpuIndex, NoInstance, TenantIndex};
+use super::{Dispatch, ExecError, Executor, GpuIndex, LateRequests, NoInstance, TenantIndex};
 
 impl Executor {
     /// Handles every event due at or before `t`, in time order.
@@ -166,13 +166,33 @@ impl Executor {
     fn try_start(&mut self, s: usize) {
         let now = self.now;
         let inst = &mut self.insts[s];
-        let Some(&head) = inst.queue.front() else { return };
-        if inst.in_service > 0 || inst.phase != Phase::Serving {
+        if inst.in_service > 0 || inst.phase != Phase::Serving || inst.queue.is_empty() {
             return;
         }
+        let tenant = inst.work.map_or(0, |w| w.tenant as usize);
+        if self.config.late == LateRequests::Shed {
+            // The queue is in arrival order and a batch's requests finish together: once the oldest meets its
+            // deadline, so do the others.
+            let slo_ms = self.tenants[tenant].spec.slo_ms;
+            let mut shed = 0u64;
+            while let Some(&oldest) = inst.queue.front() {
+                let n = inst.queue.len().min(inst.cap as usize);
+                if oldest + slo_ms >= now + inst.lat[n - 1] {
+                    break;
+                }
+                inst.queue.pop_front();
+                shed += 1;
+            }
+            if shed > 0 {
+                self.gpus[inst.gpu as usize].metrics.ledger.dropped += shed;
+                let m = &mut self.tenants[tenant].metrics;
+                m.ledger.dropped += shed;
+                m.dropped_late += shed;
+            }
+        }
+        let Some(&head) = inst.queue.front() else { return };
         let n = inst.queue.len().min(inst.cap as usize);
         if n == inst.cap as usize || now >= head + inst.timeout_ms {
-            let tenant = inst.work.map_or(0, |w| w.tenant as usize);
             inst.in_service = n as u32;
             inst.batch_start = now;
             inst.batch_end = now + inst.lat[n - 1];
