@@ -119,10 +119,10 @@ pub struct RunArgs {
     /// Fluid executor's tick, ms.
     #[arg(long, default_value_t = 100.0, value_name = "MS")]
     pub tick: f64,
-    /// Queued requests that can no longer meet their SLO: serve (served late, in arrival order, as Triton does by
-    /// default; under overload they hold up the requests behind them) or shed (dropped when a batch starts, as
-    /// Clockwork and Nexus do, so that an overload loses only its excess). The same for every policy.
-    #[arg(long, default_value = "serve", value_name = "RULE")]
+    /// Queued requests that can no longer meet their SLO: shed (dropped when a batch starts, as Clockwork and Nexus
+    /// do, so that an overload loses only its excess) or serve (served late, in arrival order, as Triton's default
+    /// queue does; under overload they hold up the requests behind them). The same for every policy.
+    #[arg(long, default_value = "shed", value_name = "RULE")]
     pub late_requests: String,
 }
 
