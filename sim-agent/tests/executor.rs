@@ -754,7 +754,10 @@ fn served_with(late: LateRequests, load: f64, fluid: bool, secs: f64) -> (Goodpu
         ex.advance_to(end_ms).unwrap();
     }
     ex.check_invariants().unwrap();
-    (ex.tenant_metrics(a).ledger, ex.tenant_state(a).queued)
+    let m = ex.tenant_metrics(a);
+    // Every request completed, and only those, is in the latency record (shed ones included in neither).
+    assert_eq!(m.latency.total(), m.ledger.completed, "{late:?} at load {load}, fluid {fluid}");
+    (m.ledger, ex.tenant_state(a).queued)
 }
 
 /// 10.1 Fluid serving agrees with request-by-request serving on one instance, from light load to overload: the

@@ -24,7 +24,8 @@
 //!   the discrete executor sheds them: those the backlog has made late, and, where a chunk arrives faster than
 //!   `c`, the requests the server passes over while it serves one request every `1 / c` ms at the edge of the
 //!   slack. The queueing correction is then the share a Poisson stream loses beyond that excess when waits
-//!   are capped at the slack ([`shed_share`]), and those requests are shed rather than served late.
+//!   are capped at the slack ([`shed_share`]), and those requests are shed rather than served late (they leave
+//!   the latency record too, taken from the tick's slowest chunks).
 //! - With no serving instance, the backlog waits as requests do (`NoInstance::Wait`: a chunk is dropped once it
 //!   has waited its longest wait; `NoInstance::Drop`: at once).
 //! - Accounting as in the discrete executor: arrivals when they arrive, completions with the accuracy of the model
@@ -224,6 +225,58 @@ struct GpuDelta {
     busy_ms: f64,
 }
 
+/// The served chunks' mean latencies of one tenant's tick, recorded at its end so that requests the queueing
+/// correction sheds ([`LateRequests::Shed`]) can leave the record first, the slowest first. A tick serves a few
+/// chunks; beyond [`Latencies::KEPT`] of them, chunks are recorded at once (and are never the ones dropped).
+#[derive(Default)]
+struct Latencies {
+    kept: [(f64, u64); Latencies::KEPT],
+    len: usize,
+    /// Latency sum of the chunks recorded at once.
+    early_sum: f64,
+}
+
+impl Latencies {
+    const KEPT: usize = 8;
+
+    fn push(&mut self, hist: &mut super::metrics::LatencyHistogram, mid: f64, n: u64) {
+        if self.len < Self::KEPT {
+            self.kept[self.len] = (mid, n);
+            self.len += 1;
+        } else {
+            hist.record(mid, n);
+            self.early_sum += mid * n as f64;
+        }
+    }
+
+    /// Removes `n` requests from the kept chunks, slowest first.
+    fn drop_slowest(&mut self, mut n: u64) {
+        while n > 0 {
+            let Some(i) = (0..self.len)
+                .filter(|i| self.kept[*i].1 > 0)
+                .max_by(|a, b| self.kept[*a].0.total_cmp(&self.kept[*b].0))
+            else {
+                return;
+            };
+            let take = n.min(self.kept[i].1);
+            self.kept[i].1 -= take;
+            n -= take;
+        }
+    }
+
+    /// Records the kept chunks; the latency sum of everything recorded.
+    fn flush(&self, hist: &mut super::metrics::LatencyHistogram) -> f64 {
+        let mut sum = self.early_sum;
+        for &(mid, n) in &self.kept[..self.len] {
+            if n > 0 {
+                hist.record(mid, n);
+                sum += mid * n as f64;
+            }
+        }
+        sum
+    }
+}
+
 /// Tenant `tenant`'s serving instances pooled: summed throughput, throughput-weighted latency, fastest instance.
 fn pool(tenant: &Tenant, insts: &[Inst]) -> Pool {
     let mut pool = Pool { per_ms: 0.0, lat: 0.0, fastest: 0, cap: 1 };
@@ -354,6 +407,7 @@ fn flow_one(
         let mut served = 0u64;
         let per_request = 1.0 / per_ms;
         let mut shed_count = 0u64;
+        let mut recs = Latencies::default();
         while left > 0 {
             let Some(front) = fl.backlog.front_mut() else { break };
             if shed && (cursor - slack > front.first || slack <= 0.0) {
@@ -404,8 +458,7 @@ fn flow_one(
                     wait0 + (in_time - 1) as f64 * (per_request - spacing)
                 };
                 let mid = (wait0 + wait_last) / 2.0 + lat;
-                m.latency.record(mid, n_served);
-                m.latency_sum_ms += mid * n_served as f64;
+                recs.push(&mut m.latency, mid, n_served);
                 m.latency_max_ms = m.latency_max_ms.max(wait_last.max(wait0) + lat);
                 cursor = cursor.max(first) + n_served as f64 * per_request;
                 shed_count += consumed - n_served;
@@ -439,8 +492,7 @@ fn flow_one(
             let delay = |i: f64| (cursor - first + i * slope).max(0.0) + lat;
             let last = delay((take - 1) as f64);
             let mid = (delay(0.0) + last) / 2.0;
-            m.latency.record(mid, take);
-            m.latency_sum_ms += mid * take as f64;
+            recs.push(&mut m.latency, mid, take);
             m.latency_max_ms = m.latency_max_ms.max(last.max(delay(0.0)));
             cursor = (cursor + take as f64 * per_request).max(first + (take - 1) as f64 * spacing + per_request);
             left -= take;
@@ -466,6 +518,9 @@ fn flow_one(
         // Shedding: the requests the queueing correction makes late are shed rather than served late.
         let (completed, late) = if shed { (whole, served - whole) } else { (served, 0) };
         m.dropped_late += late;
+        // The shed ones are the longest waits: they leave the latency record.
+        recs.drop_slowest(late);
+        m.latency_sum_ms += recs.flush(&mut m.latency);
         let mut chunk = GoodputLedger {
             completed,
             dropped: late,
