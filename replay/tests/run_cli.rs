@@ -43,6 +43,8 @@ fn default_trace_every_output_and_the_oracle_ratio() {
     let summary: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["trace"], "azure-llm-2023-conv.csv");
     assert_eq!(summary["seed"], 1);
+    // Late requests are shed unless `--late-requests serve` says otherwise.
+    assert_eq!(summary["scenario"]["late_requests"], "shed");
     for p in ["tessera", "static", "oracle"] {
         let s = &summary["policies"][p];
         for key in [
