@@ -300,3 +300,49 @@ fn shedding_late_requests_keeps_an_overloaded_fleet_within_slo() {
     let err = failed(&out);
     assert!(err.contains("--late-requests") && err.contains("drop"), "{err}");
 }
+
+/// `--replan-on-burst`: the code trace's burst at 180 s (3x the busiest 10 s before it) calls replans inside the
+/// window, at the same slots for every policy but the oracle (which sees it coming), and tessera reacts to it in
+/// both executors; a run without bursts plans exactly as without the flag; cluster mode refuses it, and a fluid
+/// tick must divide the slot.
+#[test]
+fn a_burst_calls_a_replan_inside_the_window() {
+    let run = |extra: &[&str]| -> Value {
+        let out = replay().args(extra).arg("--json").output().unwrap();
+        serde_json::from_str(&ok(&out)).unwrap()
+    };
+    let get = |v: &Value, p: &str, k: &str| v["policies"][p][k].as_f64().unwrap();
+    let code = ["--trace", "traces/azure-llm-2023-code.csv", "--duration", "4m"];
+    for executor in ["discrete", "fluid"] {
+        let base = [&code[..], &["--executor", executor, "--policy", "tessera,static"]].concat();
+        let reacting = run(&[&base[..], &["--replan-on-burst"]].concat());
+        let planned = run(&base);
+        assert_eq!(reacting["scenario"]["replan_on_burst"], true);
+        assert_eq!(planned["scenario"]["replan_on_burst"], false);
+        let replans = get(&reacting, "tessera", "burst_replans");
+        assert!(replans >= 1.0, "{executor}: {reacting}");
+        assert_eq!(get(&reacting, "static", "burst_replans"), replans, "{executor}: the same slots for every policy");
+        assert_eq!(get(&planned, "tessera", "burst_replans"), 0.0);
+        let (with, without) = (get(&reacting, "tessera", "goodput"), get(&planned, "tessera", "goodput"));
+        assert!(with > 1.1 * without, "{executor}: tessera {with} reacting to the burst, {without} not");
+    }
+    let oracle = run(&[&code[..], &["--policy", "oracle", "--replan-on-burst"]].concat());
+    assert_eq!(get(&oracle, "oracle", "burst_replans"), 0.0);
+
+    let quiet = [SMALL, &["--policy", "tessera"]].concat();
+    let (reacting, planned) = (run(&[&quiet[..], &["--replan-on-burst"]].concat()), run(&quiet));
+    assert_eq!(get(&reacting, "tessera", "burst_replans"), 0.0);
+    assert_eq!(get(&reacting, "tessera", "goodput"), get(&planned, "tessera", "goodput"));
+
+    let out = replay()
+        .args(["--replan-on-burst", "--mode", "cluster", "--coordinator", "127.0.0.1:1", "--duration", "1m"])
+        .output()
+        .unwrap();
+    assert!(failed(&out).contains("--replan-on-burst"));
+    let out = replay()
+        .args(["--replan-on-burst", "--executor", "fluid", "--tick", "300", "--duration", "1m"])
+        .output()
+        .unwrap();
+    let err = failed(&out);
+    assert!(err.contains("--tick") && err.contains("--slot"), "{err}");
+}

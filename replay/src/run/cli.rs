@@ -124,6 +124,11 @@ pub struct RunArgs {
     /// queue does; under overload they hold up the requests behind them). The same for every policy.
     #[arg(long, default_value = "shed", value_name = "RULE")]
     pub late_requests: String,
+    /// Also plan inside a window, at the end of any slot whose arrivals leave the band of the forecast the current
+    /// plan was made with (a tenant's rate above twice the band's high edge): the policy reacts to a burst within a
+    /// slot instead of at the next window. The same for every policy; in process only.
+    #[arg(long)]
+    pub replan_on_burst: bool,
 }
 
 impl RunArgs {
@@ -138,6 +143,21 @@ impl RunArgs {
             }
             "cluster" => {}
             other => return Err(ReplayError::Usage(format!("--mode: expected in-process or cluster, got {other:?}"))),
+        }
+        if self.replan_on_burst && self.mode == "cluster" {
+            return Err(ReplayError::Usage(
+                "--replan-on-burst runs in process only (a cluster's leader plans once per window)".into(),
+            ));
+        }
+        // A burst replan starts at a slot boundary, which must start a tick too.
+        if self.replan_on_burst
+            && self.executor == "fluid"
+            && ((self.slot * 1000.0 / self.tick).fract() * self.tick).abs() > 1e-6
+        {
+            return Err(ReplayError::Usage(format!(
+                "--replan-on-burst with --executor fluid: --tick ({} ms) must divide --slot ({} s)",
+                self.tick, self.slot
+            )));
         }
         let fluid_tick_ms = match self.executor.as_str() {
             "discrete" => None,
@@ -204,6 +224,7 @@ impl RunArgs {
                     return Err(ReplayError::Usage(format!("--late-requests: expected serve or shed, got {other:?}")));
                 }
             },
+            replan_on_burst: self.replan_on_burst,
             seed: self.seed,
         })
     }

@@ -6,7 +6,12 @@
 //!    rate of every slot before `t0`). Only the `oracle` also gets the true rates of the horizon (`actual`).
 //! 2. Plan, and apply the plan's targets now. Changes the plan schedules later in the window (`upcoming`, a
 //!    slot-by-slot policy's later slots) are applied at their times; the next round supersedes the rest.
-//! 3. Feed the window's arrivals to the executor in time order and advance it to `t1`.
+//! 3. Feed the window's arrivals to the executor in time order and advance it to `t1`. With
+//!    [`Scenario::replan_on_burst`], a slot at a time: after a slot whose arrivals leave the band of the forecast the
+//!    current plan was made with ([`BURST_FACTOR`] times its high edge, for any tenant), the forecasters observe the
+//!    window's slots so far and the policy plans again at once, from the executor's state; that plan replaces the
+//!    rest of the window's. The slots that call a replan depend only on the trace and the forecasters, so every
+//!    policy replans at the same times (except the oracle, which sees every burst coming).
 //! 4. Record the window: requests, completions within SLO, goodput, accuracy, reconfigurations, layouts.
 //!
 //! Cold start: at `t0 = 0` no rate has been measured yet, so every forecaster is primed with each tenant's mean
@@ -22,9 +27,9 @@ use tessera_core::goodput::GoodputLedger;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::time::SimTime;
-use tessera_planner::forecast::Forecaster;
+use tessera_planner::forecast::{Forecast, Forecaster};
 use tessera_planner::input::{GpuInput, PlannerInput, TenantInput, WarmStart};
-use tessera_planner::policy::{self, PlanOutcome};
+use tessera_planner::policy::{self, PlanOutcome, Policy};
 use tessera_sim::executor::{
     Arrival, Dispatch, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference, NoInterference, TenantIndex,
     TlbInterference,
@@ -153,6 +158,8 @@ pub struct PolicyRun {
     pub plan_ms_median: f64,
     /// Wall time of the whole run, seconds (planning and simulation).
     pub wall_s: f64,
+    /// Rounds a burst called inside a window (`--replan-on-burst`), beyond one per window.
+    pub burst_replans: u64,
     /// Per window.
     pub windows: Vec<WindowRow>,
 }
@@ -208,16 +215,18 @@ pub(crate) fn feed_window(
     exec.advance_to(t1).map_err(|e| ReplayError::Sim(e.to_string()))
 }
 
-/// Fluid [`feed_window`]: the window's requests as `counts` per tick ([`Executor::flow`]; they start at the
-/// executor's time), each scheduled change applied at its time (the tick it falls in is split there, its counts
-/// shared by length).
+/// Fluid [`feed_window`]: the requests of `counts` (per tick, [`Executor::flow`]) in the ticks that start in
+/// `[from, t1)` (the executor is at `from`, a tick boundary), each scheduled change applied at its time (the tick it
+/// falls in is split there, its counts shared by length).
 pub(crate) fn flow_window(
     exec: &mut Executor,
     counts: &TickCounts,
+    from: f64,
     later: &[(f64, GpuId, GpuPlan)],
     t1: f64,
 ) -> Result<(), ReplayError> {
     let (t0, tick_ms) = (counts.from_ms, counts.tick_ms);
+    let first_tick = ((from - t0) / tick_ms).round().max(0.0) as usize;
     let sim = |e: tessera_sim::executor::ExecError| ReplayError::Sim(e.to_string());
     // The window's steps up to each scheduled change go to the executor together ([`Executor::flow_steps`] serves
     // the tenants in parallel between events): a whole tick's counts as they are, a split tick's shared by length.
@@ -241,8 +250,11 @@ pub(crate) fn flow_window(
         done
     };
     let mut next = later.iter().peekable();
-    for k in 0..counts.ticks() {
+    for k in first_tick..counts.ticks() {
         let a = t0 + k as f64 * tick_ms;
+        if a >= t1 {
+            break;
+        }
         let b = (a + tick_ms).min(t1);
         let row = counts.tick(k);
         let mut from = a;
@@ -309,6 +321,7 @@ impl PolicyRun {
             infeasible_rounds,
             plan_ms_median: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
             wall_s: started.elapsed().as_secs_f64(),
+            burst_replans: 0,
             windows,
         }
     }
@@ -363,11 +376,24 @@ pub fn run_policy(
         })
         .collect();
 
+    let ctx = RoundContext {
+        scenario,
+        policy_name,
+        tenant_ids: &tenant_ids,
+        exec_index: &exec_index,
+        gpu_ids: &gpu_ids,
+        truth,
+        horizon,
+    };
     let mut src = arrivals.open()?;
     let mut buf: Vec<Arrival> = Vec::new();
     let mut rows = Vec::with_capacity(windows);
     let mut plan_ms = Vec::with_capacity(windows);
     let mut infeasible = 0;
+    let mut epoch = 1u64;
+    let mut replans = 0u64;
+    // The oracle sees every burst coming: it plans once per window.
+    let reacts = scenario.replan_on_burst && policy_name != "oracle";
     let mut gpu_ms = 0.0;
     let mut prev = Totals::read(&exec, &gpu_ids);
     // Each GPU's warm start from the last plan, as the coordinator's leader keeps them.
@@ -398,56 +424,16 @@ pub fn run_policy(
             let t0 = w as f64 * window_ms;
             let t1 = window_end(w);
             let first_slot = w * slots_per_window;
-            let input = PlannerInput {
-                epoch: w as u64 + 1,
-                now: SimTime::from_ms(t0.round() as u64),
-                config: tessera_planner::PlannerConfig { seed: scenario.seed, ..scenario.planner.clone() },
-                models: scenario.models.clone(),
-                gpus: gpu_ids
-                    .iter()
-                    .map(|(i, id)| {
-                        let g = GpuInput {
-                            model: scenario.gpus[id],
-                            health: GpuHealth::Healthy,
-                            layout: exec.gpu_layout(*i),
-                            assignments: exec.gpu_assignments(*i),
-                            warm: warm.remove(id),
-                        };
-                        (id.clone(), g)
-                    })
-                    .collect(),
-                tenants: tenant_ids
-                    .iter()
-                    .enumerate()
-                    .map(|(i, id)| {
-                        let st = exec.tenant_state(exec_index[i]);
-                        let t = TenantInput {
-                            spec: scenario.tenants[i].clone(),
-                            forecast: forecasters[i].forecast(horizon),
-                            actual: (policy_name == "oracle").then(|| truth.window(i, first_slot, horizon)),
-                            accuracy: st.accuracy,
-                            retraining_due: st.retraining_due,
-                            retraining_done_gpu_s: st.retraining_done_gpu_s,
-                        };
-                        (id.clone(), t)
-                    })
-                    .collect(),
-                interference: None,
-            };
-            let plan_start = Instant::now();
-            let outcome = policy.plan(&input).map_err(|e| ReplayError::Plan(format!("window {w}: {e}")))?;
-            let round_ms = plan_start.elapsed().as_secs_f64() * 1000.0;
-            plan_ms.push(round_ms);
-            let mut later: Vec<(f64, GpuId, GpuPlan)> = Vec::new();
-            match outcome {
-                PlanOutcome::Planned(report) => {
-                    warm = report.warm_starts();
-                    let plan = &report.plan;
-                    exec.apply(plan).map_err(|e| ReplayError::Sim(format!("window {w}: applying the plan: {e}")))?;
-                    later = upcoming_within(plan.gpus.iter(), t0, t1);
-                }
-                PlanOutcome::Infeasible { .. } => infeasible += 1,
-            }
+            let round = ctx.plan(policy.as_ref(), &mut exec, &forecasters, &mut warm, epoch, t0, first_slot, t1)?;
+            epoch += 1;
+            plan_ms.push(round.ms);
+            // Planning time in the window: its round and any burst replans.
+            let mut round_ms = round.ms;
+            infeasible += u64::from(round.infeasible);
+            let mut later = round.later;
+            let mut planned = (first_slot, round.forecasts);
+            // Slots observed by the forecasters so far (a replan inside the window observes the slots before it).
+            let mut observed = first_slot;
             let active = gpu_ids.iter().filter(|(i, _)| !exec.gpu_layout(*i).is_empty()).count() as u32;
             let layouts = gpu_ids
                 .iter()
@@ -455,23 +441,50 @@ pub fn run_policy(
                 .map(|(i, id)| exec.gpu_layout(*i).display_for(scenario.gpus[id]))
                 .collect();
 
-            match &mut reader {
-                Some((counted, recycle)) => {
-                    let counts = counted.recv().map_err(|_| ReplayError::Sim("the trace reader stopped".into()))??;
-                    flow_window(&mut exec, &counts, &later, t1)?;
-                    // The reader may be done; then the buffer is simply dropped.
-                    let _ = recycle.send(counts);
+            let counts = match &mut reader {
+                Some((counted, _)) => {
+                    Some(counted.recv().map_err(|_| ReplayError::Sim("the trace reader stopped".into()))??)
                 }
-                None => feed_window(&mut exec, src.as_mut(), &mut buf, &later, t1)?,
-            }
-
-            for (i, f) in forecasters.iter_mut().enumerate() {
-                for s in first_slot..first_slot + slots_per_window {
-                    if (s as f64) * slot_ms < t1 {
-                        f.observe(truth.rates[i].get(s).copied().unwrap_or(0.0));
-                    }
+                None => None,
+            };
+            // Served a slot at a time when a burst may call a replan, else the whole window at once.
+            let steps: Vec<(usize, f64)> = if reacts {
+                (first_slot..first_slot + slots_per_window)
+                    .map(|s| (s, ((s + 1) as f64 * slot_ms).min(t1)))
+                    .filter(|(s, _)| (*s as f64) * slot_ms < t1)
+                    .collect()
+            } else {
+                vec![(first_slot + slots_per_window - 1, t1)]
+            };
+            let mut from = t0;
+            for (slot, until) in steps {
+                let due = later.partition_point(|(at, _, _)| *at < until);
+                let now: Vec<_> = later.drain(..due).collect();
+                match &counts {
+                    Some(counts) => flow_window(&mut exec, counts, from, &now, until)?,
+                    None => feed_window(&mut exec, src.as_mut(), &mut buf, &now, until)?,
+                }
+                from = until;
+                if until < t1 && burst_left_band(truth, slot, &planned) {
+                    observe(&mut forecasters, truth, observed..slot + 1);
+                    observed = slot + 1;
+                    let round =
+                        ctx.plan(policy.as_ref(), &mut exec, &forecasters, &mut warm, epoch, until, slot + 1, t1)?;
+                    epoch += 1;
+                    replans += 1;
+                    plan_ms.push(round.ms);
+                    round_ms += round.ms;
+                    infeasible += u64::from(round.infeasible);
+                    later = round.later;
+                    planned = (slot + 1, round.forecasts);
                 }
             }
+            if let (Some((_, recycle)), Some(counts)) = (&reader, counts) {
+                // The reader may be done; then the buffer is simply dropped.
+                let _ = recycle.send(counts);
+            }
+            let end = (first_slot + slots_per_window).min(((t1 / slot_ms).ceil()) as usize);
+            observe(&mut forecasters, truth, observed..end);
             gpu_ms += f64::from(active) * (t1 - t0);
             let now = Totals::read(&exec, &gpu_ids);
             let d = now.since(&prev);
@@ -480,8 +493,134 @@ pub fn run_policy(
             progress(w + 1, windows);
         }
         let end = Totals::read(&exec, &gpu_ids);
-        Ok(PolicyRun::finish(policy_name, &end, gpu_ms, infeasible, &plan_ms, started, rows))
+        let mut run = PolicyRun::finish(policy_name, &end, gpu_ms, infeasible, &plan_ms, started, rows);
+        run.burst_replans = replans;
+        Ok(run)
     })
+}
+
+/// A slot's arrivals leave the band of the forecast the current plan was made with: some tenant's rate in `slot`
+/// is above [`BURST_FACTOR`] times the band's high edge for that slot (and at least [`BURST_MIN_RPS`]). `planned`
+/// is the plan's first slot and the forecasts it was given, in tenant order.
+fn burst_left_band(truth: &RateTable, slot: usize, planned: &(usize, Vec<Forecast>)) -> bool {
+    let (first, forecasts) = planned;
+    let k = slot.saturating_sub(*first);
+    truth.rates.iter().zip(forecasts).any(|(rates, fc)| {
+        let rate = rates.get(slot).copied().unwrap_or(0.0);
+        let high = fc.high.get(k).or(fc.high.last()).copied().unwrap_or(0.0);
+        rate >= BURST_MIN_RPS && rate > BURST_FACTOR * high
+    })
+}
+
+/// How far above the band's high edge a slot's rate must be to call a replan (`--replan-on-burst`).
+pub const BURST_FACTOR: f64 = 2.0;
+
+/// The least rate, requests per second, that can call a replan (an idle tenant's first request does not).
+pub const BURST_MIN_RPS: f64 = 1.0;
+
+/// Every forecaster observes the measured rates of `slots`, in order.
+fn observe(forecasters: &mut [Box<dyn Forecaster>], truth: &RateTable, slots: std::ops::Range<usize>) {
+    for (i, f) in forecasters.iter_mut().enumerate() {
+        for s in slots.clone() {
+            f.observe(truth.rates[i].get(s).copied().unwrap_or(0.0));
+        }
+    }
+}
+
+/// What a planning round reads besides the executor, the forecasters and the warm starts.
+struct RoundContext<'a> {
+    scenario: &'a Scenario,
+    policy_name: &'a str,
+    tenant_ids: &'a [TenantId],
+    exec_index: &'a [TenantIndex],
+    gpu_ids: &'a [(GpuIndex, GpuId)],
+    truth: &'a RateTable,
+    horizon: usize,
+}
+
+/// One planning round's result as the driver uses it.
+struct Round {
+    /// Wall time of the policy's `plan`, ms.
+    ms: f64,
+    /// The policy found the round infeasible (the layouts were kept).
+    infeasible: bool,
+    /// Changes the plan schedules before the window ends, in time order.
+    later: Vec<(f64, GpuId, GpuPlan)>,
+    /// The forecast each tenant was planned with, in tenant order.
+    forecasts: Vec<Forecast>,
+}
+
+impl RoundContext<'_> {
+    /// Plans at `now_ms` (the start of slot `first_slot`) from the executor's state and the forecasters, and
+    /// applies the plan's targets; the window ends at `t1`.
+    #[allow(clippy::too_many_arguments)]
+    fn plan(
+        &self,
+        policy: &dyn Policy,
+        exec: &mut Executor,
+        forecasters: &[Box<dyn Forecaster>],
+        warm: &mut BTreeMap<GpuId, WarmStart>,
+        epoch: u64,
+        now_ms: f64,
+        first_slot: usize,
+        t1: f64,
+    ) -> Result<Round, ReplayError> {
+        let scenario = self.scenario;
+        let forecasts: Vec<Forecast> = forecasters.iter().map(|f| f.forecast(self.horizon)).collect();
+        let input = PlannerInput {
+            epoch,
+            now: SimTime::from_ms(now_ms.round() as u64),
+            config: tessera_planner::PlannerConfig { seed: scenario.seed, ..scenario.planner.clone() },
+            models: scenario.models.clone(),
+            gpus: self
+                .gpu_ids
+                .iter()
+                .map(|(i, id)| {
+                    let g = GpuInput {
+                        model: scenario.gpus[id],
+                        health: GpuHealth::Healthy,
+                        layout: exec.gpu_layout(*i),
+                        assignments: exec.gpu_assignments(*i),
+                        warm: warm.remove(id),
+                    };
+                    (id.clone(), g)
+                })
+                .collect(),
+            tenants: self
+                .tenant_ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    let st = exec.tenant_state(self.exec_index[i]);
+                    let t = TenantInput {
+                        spec: scenario.tenants[i].clone(),
+                        forecast: forecasts[i].clone(),
+                        actual: (self.policy_name == "oracle").then(|| self.truth.window(i, first_slot, self.horizon)),
+                        accuracy: st.accuracy,
+                        retraining_due: st.retraining_due,
+                        retraining_done_gpu_s: st.retraining_done_gpu_s,
+                    };
+                    (id.clone(), t)
+                })
+                .collect(),
+            interference: None,
+        };
+        let at = |e: String| format!("round {epoch} at {:.0} s: {e}", now_ms / 1000.0);
+        let plan_start = Instant::now();
+        let outcome = policy.plan(&input).map_err(|e| ReplayError::Plan(at(e.to_string())))?;
+        let ms = plan_start.elapsed().as_secs_f64() * 1000.0;
+        let mut round = Round { ms, infeasible: false, later: Vec::new(), forecasts };
+        match outcome {
+            PlanOutcome::Planned(report) => {
+                *warm = report.warm_starts();
+                let plan = &report.plan;
+                exec.apply(plan).map_err(|e| ReplayError::Sim(at(format!("applying the plan: {e}"))))?;
+                round.later = upcoming_within(plan.gpus.iter(), now_ms, t1);
+            }
+            PlanOutcome::Infeasible { .. } => round.infeasible = true,
+        }
+        Ok(round)
+    }
 }
 
 /// The source a fluid run's driver keeps once its trace has moved to the reader thread: nothing arrives.

@@ -99,6 +99,9 @@ pub struct Scenario {
     /// Fluid serving with ticks of this many ms ([`Executor::flow`](tessera_sim::executor::Executor::flow):
     /// requests as expected counts per tick); `None`: every request simulated.
     pub fluid_tick_ms: Option<f64>,
+    /// Plan inside a window too, at the end of a slot whose arrivals left the band of the forecast the current plan
+    /// was made with ([`driver::BURST_FACTOR`] times its high edge).
+    pub replan_on_burst: bool,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -140,6 +143,8 @@ pub struct RunSpec {
     pub fluid_tick_ms: Option<f64>,
     /// Queued requests that can no longer meet their SLO: served late or shed.
     pub late: LateRequests,
+    /// Plan inside a window too, after a slot whose arrivals left the forecast's band (`--replan-on-burst`).
+    pub replan_on_burst: bool,
     /// Seed.
     pub seed: u64,
 }
@@ -282,6 +287,7 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
         executor: ExecutorConfig { late: spec.late, ..ExecutorConfig::default() },
         tlb: spec.tlb,
         fluid_tick_ms: spec.fluid_tick_ms,
+        replan_on_burst: spec.replan_on_burst,
         seed: spec.seed,
     };
     Ok(Prepared { scenario, arrivals: Box::new(Merged { parts }), scan, tenant_sources })

@@ -91,6 +91,7 @@ impl Comparison {
                     "drift_windows": r.drift_windows,
                     "gpu_hours": r.gpu_hours,
                     "infeasible_rounds": r.infeasible_rounds,
+                    "burst_replans": r.burst_replans,
                     "plan_ms_median": r.plan_ms_median,
                     "wall_s": r.wall_s,
                 }),
@@ -112,6 +113,7 @@ impl Comparison {
                 "executor": if scenario.fluid_tick_ms.is_some() { "fluid" } else { "discrete" },
                 "fluid_tick_ms": scenario.fluid_tick_ms,
                 "late_requests": scenario.executor.late,
+                "replan_on_burst": scenario.replan_on_burst,
             },
             "policies": policies,
         })
