@@ -29,6 +29,7 @@
 //! horizon_slots = 12
 //! target_utilization = 0.8                 # share of an instance's SLO throughput plans use, (0, 1]
 //! forecaster = "ewma"                      # last | ewma | seasonal (as replay's --forecaster)
+//! replan_on_burst = false                  # on a virtual clock, also plan when a slot's arrivals leave the band
 //! ```
 
 use std::collections::BTreeMap;
@@ -83,6 +84,8 @@ pub struct CoordinatorConfig {
     pub gap: f64,
     /// Forecaster of every tenant.
     pub forecaster: tessera_planner::forecast::ForecasterConfig,
+    /// Also plan inside a window when a reported slot rate leaves the last plan's forecast band (virtual clock).
+    pub replan_on_burst: bool,
     /// Prometheus endpoint.
     pub metrics_listen: Option<SocketAddr>,
     /// OTLP endpoint.
@@ -130,6 +133,7 @@ struct RawPlanner {
     target_utilization: Option<f64>,
     gap: Option<f64>,
     forecaster: Option<String>,
+    replan_on_burst: Option<bool>,
 }
 
 /// Command-line values that override the file (each `None` keeps the file's value).
@@ -173,6 +177,8 @@ pub struct Overrides {
     pub gap: Option<f64>,
     /// `--keep-tail`.
     pub keep_tail: Option<u64>,
+    /// `--replan-on-burst` (true when given).
+    pub replan_on_burst: bool,
     /// `--join`.
     pub join: bool,
     /// `--allow-fault-injection`.
@@ -309,8 +315,10 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     let forecaster_name = over.forecaster.clone().or(raw.planner.forecaster).unwrap_or_else(|| "ewma".into());
     let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
         .map_err(|m| field("planner.forecaster", m))?;
+    let replan_on_burst = over.replan_on_burst || raw.planner.replan_on_burst.unwrap_or(false);
     Ok(CoordinatorConfig {
         forecaster,
+        replan_on_burst,
         raft,
         listen,
         advertise,
@@ -387,7 +395,15 @@ mod tests {
         let text = std::fs::read_to_string(&file).unwrap();
         std::fs::write(&file, format!("{text}[planner]\ngap = 0.02\n")).unwrap();
         assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().gap, 0.02);
+        assert!(!c.replan_on_burst);
+        std::fs::write(&file, format!("{text}[planner]\nreplan_on_burst = true\n")).unwrap();
+        assert!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().replan_on_burst);
+        std::fs::write(&file, format!("{text}[planner]\nreplan_on_burst = 1\n")).unwrap();
+        let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("replan_on_burst"), "{e}");
         std::fs::write(&file, text).unwrap();
+        let over = Overrides { replan_on_burst: true, ..Default::default() };
+        assert!(CoordinatorConfig::load(Some(&file), &over).unwrap().replan_on_burst);
 
         let over = Overrides { policy: Some("nope".into()), ..Default::default() };
         let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();

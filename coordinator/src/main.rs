@@ -100,6 +100,10 @@ struct ServeArgs {
     /// Forecaster of every tenant: last, ewma or seasonal.
     #[arg(long)]
     forecaster: Option<String>,
+    /// On a virtual clock, also plan inside a window when a reported slot rate leaves the band of the forecast the
+    /// last plan was made with (replay's --replan-on-burst).
+    #[arg(long)]
+    replan_on_burst: bool,
     /// Log entries kept behind a snapshot when the log is compacted.
     #[arg(long)]
     keep_tail: Option<u64>,
@@ -288,6 +292,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 horizon_slots: a.horizon_slots,
                 target_utilization: a.target_utilization,
                 gap: a.gap,
+                replan_on_burst: a.replan_on_burst,
                 join: a.join,
                 allow_fault_injection: a.allow_fault_injection,
             };

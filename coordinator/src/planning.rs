@@ -51,6 +51,9 @@ pub struct PlanningSettings {
     pub gap: f64,
     /// Forecaster of every tenant.
     pub forecaster: ForecasterConfig,
+    /// On a virtual clock, also plan when the clock moves past a slot whose reported rate left the band of the
+    /// forecast the last round was made with ([`Planner::burst_left_band`]).
+    pub replan_on_burst: bool,
     /// Deadline of one push to an agent.
     pub push_timeout: Duration,
 }
@@ -111,6 +114,8 @@ struct TenantObs {
     /// Total arrivals and the time of the last counter-based observation.
     last_total: u64,
     last_at: u64,
+    /// The last slot rate reported and not yet checked for a burst.
+    unchecked: Option<f64>,
 }
 
 /// The planning loop's state on this node (only the leader plans).
@@ -122,6 +127,8 @@ pub struct Planner {
     round: tokio::sync::Mutex<()>,
     observations: Mutex<Observations>,
     last_input: Mutex<Option<(u64, String)>>,
+    /// The last round's workload time (ms) and the forecast each tenant was planned with.
+    planned: Mutex<Option<(u64, BTreeMap<TenantId, Forecast>)>>,
     decisions: Mutex<BTreeMap<GpuId, GpuDecision>>,
     /// Per node: the epoch it acknowledged from this leader.
     acked: Mutex<HashMap<NodeId, u64>>,
@@ -148,6 +155,7 @@ impl Planner {
             round: tokio::sync::Mutex::new(()),
             observations: Mutex::new(Observations::default()),
             last_input: Mutex::new(None),
+            planned: Mutex::new(None),
             decisions: Mutex::new(BTreeMap::new()),
             acked: Mutex::new(HashMap::new()),
             warm: Mutex::new(BTreeMap::new()),
@@ -181,6 +189,7 @@ impl Planner {
                     o.forecaster.observe(*r);
                     o.observed += 1;
                 }
+                o.unchecked = m.slot_rates.last().copied();
             }
         }
     }
@@ -192,7 +201,27 @@ impl Planner {
             by_slot: false,
             last_total: 0,
             last_at: now_ms,
+            unchecked: None,
         }
+    }
+
+    /// Whether a slot rate reported since the last check, for the slot that ended at `now_ms`, leaves the band of
+    /// the forecast the last round was made with ([`Forecast::left_band`]), for any tenant. Each reported rate is
+    /// checked once; before any round, nothing is.
+    pub fn burst_left_band(&self, now_ms: u64) -> bool {
+        let planned = self.planned.lock().expect("planned lock");
+        let mut obs = self.observations.lock().expect("observations lock");
+        let Some((made_at, forecasts)) = planned.as_ref() else { return false };
+        let slot_ms = (self.settings.slot.as_millis() as u64).max(1);
+        // The slot that ended at `now_ms`, counted from the round's first.
+        let k = (now_ms.saturating_sub(*made_at) / slot_ms).saturating_sub(1) as usize;
+        let mut left = false;
+        for (t, o) in obs.tenants.iter_mut() {
+            if let (Some(rate), Some(fc)) = (o.unchecked.take(), forecasts.get(t)) {
+                left |= fc.left_band(k, rate);
+            }
+        }
+        left
     }
 
     /// The last round's input as JSON, with its epoch.
@@ -370,6 +399,10 @@ impl Planner {
     ) -> Result<RoundResult, NodeError> {
         *self.last_input.lock().expect("input lock") =
             Some((input.epoch, serde_json::to_string_pretty(&input).expect("planner input serialises")));
+        // What burst checks compare with until the next round; rates reported before it are not checked against it.
+        let forecasts = input.tenants.iter().map(|(id, t)| (id.clone(), t.forecast.clone())).collect();
+        *self.planned.lock().expect("planned lock") = Some((input.now.as_ms(), forecasts));
+        self.observations.lock().expect("observations lock").tenants.values_mut().for_each(|o| o.unchecked = None);
         if input.gpus.is_empty() || input.tenants.is_empty() {
             return Ok(RoundResult {
                 outcome: "empty".into(),

@@ -58,6 +58,7 @@ pub async fn serve_until(
             target_utilization: config.target_utilization,
             gap: config.gap,
             forecaster: config.forecaster.clone(),
+            replan_on_burst: config.replan_on_burst,
             push_timeout: Duration::from_secs(5),
         },
         Arc::clone(&metrics),

@@ -410,6 +410,8 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         let window = self.planner.settings().plan_every.as_millis() as u64;
         if window > 0 && now_ms / window > before / window {
             self.planner.round("window").await.map_err(status)?;
+        } else if self.planner.settings().replan_on_burst && now_ms > before && self.planner.burst_left_band(now_ms) {
+            self.planner.round("burst").await.map_err(status)?;
         }
         Ok(Response::new(v1::AdvanceClockResponse { now_ms }))
     }

@@ -87,6 +87,14 @@ pub const DEFAULT_Z: f64 = 1.64;
 /// Weight of the EWMA of squared one-step errors from which every forecaster's band is computed.
 pub const ERROR_ALPHA: f64 = 0.1;
 
+/// How far above the band's high edge a slot's measured rate must be to call a replan inside a planning window
+/// ([`Forecast::left_band`]; replay's `--replan-on-burst`, a coordinator's `replan_on_burst`).
+pub const BURST_FACTOR: f64 = 2.0;
+
+/// The least measured rate, requests per second, that can call such a replan (an idle tenant's first requests do
+/// not).
+pub const BURST_MIN_RPS: f64 = 1.0;
+
 /// Smallest smoothing weight `build` uses when given a non-positive one (see [`ForecasterConfig::build`]).
 const MIN_WEIGHT: f64 = 1e-6;
 
@@ -118,6 +126,13 @@ impl Forecast {
     /// Whether the forecast covers no slot at all.
     pub fn is_empty(&self) -> bool {
         self.mean.is_empty()
+    }
+
+    /// Whether `rate`, measured in slot `k` of this forecast (past the horizon: its last slot), leaves the band by
+    /// a burst: above [`BURST_FACTOR`] times the band's high edge, and at least [`BURST_MIN_RPS`].
+    pub fn left_band(&self, k: usize, rate: f64) -> bool {
+        let high = self.high.get(k).or(self.high.last()).copied().unwrap_or(0.0);
+        rate >= BURST_MIN_RPS && rate > BURST_FACTOR * high
     }
 
     /// A forecast with the given means and a band of `± z * sigma` around each, `low` clamped at zero.
@@ -569,6 +584,19 @@ mod tests {
         ] {
             assert_eq!(config.build().forecast(3), Forecast::flat(0.0, 3), "{config}");
         }
+    }
+
+    #[test]
+    fn a_burst_leaves_the_band_at_twice_its_high_edge() {
+        let fc = Forecast { mean: vec![10.0, 20.0], low: vec![5.0, 10.0], high: vec![15.0, 30.0] };
+        assert!(!fc.left_band(0, 30.0) && fc.left_band(0, 30.1));
+        assert!(!fc.left_band(1, 60.0) && fc.left_band(1, 60.1));
+        // Past the horizon, the last slot's band.
+        assert!(!fc.left_band(5, 60.0) && fc.left_band(5, 61.0));
+        // An idle forecast: only a rate of at least BURST_MIN_RPS counts.
+        let idle = Forecast::flat(0.0, 3);
+        assert!(!idle.left_band(0, 0.5) && idle.left_band(0, BURST_MIN_RPS));
+        assert!(!Forecast::flat(0.0, 0).left_band(0, 0.0));
     }
 
     #[test]

@@ -73,9 +73,10 @@ fn cluster_up(a: tessera_replay::run::cluster::ClusterUpArgs) -> anyhow::Result<
             println!("{l}");
         }
         println!(
-            "ready: replay --mode cluster --coordinator {} --plan-every {} (Ctrl-C stops the cluster)",
+            "ready: replay --mode cluster --coordinator {} --plan-every {}{} (Ctrl-C stops the cluster)",
             c.endpoints.join(","),
-            humantime::parse_duration(&a.plan_every).map_or(60, |d| d.as_secs())
+            humantime::parse_duration(&a.plan_every).map_or(60, |d| d.as_secs()),
+            if a.replan_on_burst { " --replan-on-burst" } else { "" }
         );
         tokio::signal::ctrl_c().await?;
         c.stop().await;

@@ -1,5 +1,6 @@
 //! `replay --mode cluster` through a real coordinator cluster started by `replay cluster-up` (3 Raft nodes over
-//! gRPC in a child process, virtual workload clock) gives the same numbers as `--mode in-process` for the same seed.
+//! gRPC in a child process, virtual workload clock) gives the same numbers as `--mode in-process` for the same seed,
+//! with and without replans on bursts.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -24,10 +25,11 @@ impl Drop for Up {
     }
 }
 
-#[test]
-fn a_replay_through_a_coordinator_cluster_gives_the_same_numbers_as_in_process() {
+/// Starts `replay cluster-up` with `extra` arguments and waits for its three endpoints.
+fn cluster_up(extra: &[&str]) -> (Up, Vec<String>) {
     let mut child = replay()
-        .args(["cluster-up", "--listen-base", "127.0.0.1:0", "--plan-every", "60s", "--horizon", "6"])
+        .args(["cluster-up", "--listen-base", "127.0.0.1:0", "--plan-every", "60s"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -45,6 +47,12 @@ fn a_replay_through_a_coordinator_cluster_gives_the_same_numbers_as_in_process()
         }
     }
     assert_eq!(endpoints.len(), 3, "cluster-up printed {endpoints:?}");
+    (up, endpoints)
+}
+
+#[test]
+fn a_replay_through_a_coordinator_cluster_gives_the_same_numbers_as_in_process() {
+    let (up, endpoints) = cluster_up(&["--horizon", "6"]);
 
     // Through a follower or the leader alike: give the second node.
     let out = replay().args(SMALL).args(["--mode", "cluster", "--coordinator", &endpoints[1]]).output().unwrap();
@@ -90,4 +98,24 @@ fn cluster_mode_needs_a_coordinator() {
     let out = replay().args(["--mode", "cluster"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--coordinator"));
+}
+
+/// With `--replan-on-burst` on both sides, the code trace's burst at 180 s makes the cluster's leader plan again
+/// inside the window, at the same slot and with the same plan as in-process replay: the same numbers.
+#[test]
+fn burst_replans_through_a_cluster_give_the_same_numbers_as_in_process() {
+    let (up, endpoints) = cluster_up(&["--replan-on-burst"]);
+    let code = ["--trace", "traces/azure-llm-2023-code.csv", "--duration", "4m", "--replan-on-burst", "--json"];
+    let out = replay().args(code).args(["--mode", "cluster", "--coordinator", &endpoints[0]]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cluster: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = replay().args(code).args(["--policy", "tessera"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let local: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (c, l) = (&cluster["policies"]["cluster"], &local["policies"]["tessera"]);
+    assert!(c["burst_replans"].as_u64().unwrap() >= 1, "{c}");
+    for key in ["burst_replans", "requests", "requests_within_slo", "dropped", "goodput", "reconfigurations"] {
+        assert_eq!(c[key], l[key], "{key}: cluster {c}\nin-process {l}");
+    }
+    drop(up);
 }

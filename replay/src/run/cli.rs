@@ -126,7 +126,8 @@ pub struct RunArgs {
     pub late_requests: String,
     /// Also plan inside a window, at the end of any slot whose arrivals leave the band of the forecast the current
     /// plan was made with (a tenant's rate above twice the band's high edge): the policy reacts to a burst within a
-    /// slot instead of at the next window. The same for every policy; in process only.
+    /// slot instead of at the next window. The same for every policy but the oracle (which sees bursts coming). In
+    /// cluster mode, start the cluster with `replay cluster-up --replan-on-burst` too.
     #[arg(long)]
     pub replan_on_burst: bool,
 }
@@ -143,11 +144,6 @@ impl RunArgs {
             }
             "cluster" => {}
             other => return Err(ReplayError::Usage(format!("--mode: expected in-process or cluster, got {other:?}"))),
-        }
-        if self.replan_on_burst && self.mode == "cluster" {
-            return Err(ReplayError::Usage(
-                "--replan-on-burst runs in process only (a cluster's leader plans once per window)".into(),
-            ));
         }
         // A burst replan starts at a slot boundary, which must start a tick too.
         if self.replan_on_burst

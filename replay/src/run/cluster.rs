@@ -317,6 +317,9 @@ pub async fn run_cluster(
     let mut prev = Totals::read(&lock(&fleet).exec, &gpu_ids);
     let slot_ms = scenario.planner.slot_s * 1000.0;
     let slots_per_window = (window_ms / slot_ms).round() as usize;
+    // Slots whose rates the cluster has been sent; burst replans in the window.
+    let mut reported = 0;
+    let mut replans = 0u64;
     // The executor numbers tenants in id order; the rate table follows the scenario's order.
     let order: Vec<usize> = {
         let f = lock(&fleet);
@@ -331,20 +334,21 @@ pub async fn run_cluster(
         // What the nodes measured since their last report, as in-process replay's forecasters see it: before the
         // first window, each tenant's first-window rate (the rate it declares when onboarded); then the rates of
         // the slots of the window that ended.
+        let first_slot = w * slots_per_window;
         lock(&fleet).slot_rates = order
             .iter()
             .map(|&i| {
                 if w == 0 {
                     vec![truth.mean(i, 0, slots_per_window)]
                 } else {
-                    let first = (w - 1) * slots_per_window;
-                    (first..first + slots_per_window)
+                    (reported..first_slot)
                         .filter(|s| (*s as f64) * slot_ms < t0)
                         .map(|s| truth.rates[i].get(s).copied().unwrap_or(0.0))
                         .collect()
                 }
             })
             .collect();
+        reported = first_slot;
         for f in &facades {
             agents_api
                 .heartbeat(v1::HeartbeatRequest { state: Some(f.state()) })
@@ -367,22 +371,61 @@ pub async fn run_cluster(
         let round_ms = round.elapsed().as_secs_f64() * 1000.0;
         plan_ms.push(round_ms);
 
-        let mut f = lock(&fleet);
-        if let Some(e) = f.reconfig_errors.first() {
-            return Err(ReplayError::Sim(format!("window {w}: a pushed target did not apply: {e}")));
+        let mut round_ms = round_ms;
+        let (mut later, active, layouts) = {
+            let mut f = lock(&fleet);
+            let later = pushed_within(&mut f, w, t0, t1)?;
+            let active = gpu_ids.iter().filter(|(i, _)| !f.exec.gpu_layout(*i).is_empty()).count() as u32;
+            let layouts: Vec<String> = gpu_ids
+                .iter()
+                .take(LAYOUT_GPUS)
+                .map(|(i, id)| f.exec.gpu_layout(*i).display_for(scenario.gpus[id]))
+                .collect();
+            (later, active, layouts)
+        };
+        if scenario.replan_on_burst {
+            // A slot at a time: each slot's rate goes to the cluster as it ends, and its leader plans again at once
+            // when the rate leaves the last plan's band (it must run with --replan-on-burst too).
+            for slot in (first_slot..first_slot + slots_per_window).filter(|s| (*s as f64) * slot_ms < t1) {
+                let until = ((slot + 1) as f64 * slot_ms).min(t1);
+                let due = later.partition_point(|(at, _, _)| *at < until);
+                let now: Vec<_> = later.drain(..due).collect();
+                {
+                    let mut f = lock(&fleet);
+                    feed_window(&mut f.exec, src.as_mut(), &mut buf, &now, until)?;
+                    if until < t1 {
+                        f.slot_rates =
+                            order.iter().map(|&i| vec![truth.rates[i].get(slot).copied().unwrap_or(0.0)]).collect();
+                    }
+                }
+                if until >= t1 {
+                    break;
+                }
+                reported = slot + 1;
+                for fa in &facades {
+                    agents_api
+                        .heartbeat(v1::HeartbeatRequest { state: Some(fa.state()) })
+                        .await
+                        .map_err(|s| status_err("heartbeat", s))?;
+                }
+                let round = Instant::now();
+                api.advance_clock(v1::AdvanceClockRequest { to_ms: until.round() as u64 })
+                    .await
+                    .map_err(|s| status_err("advance the clock", s))?;
+                let last = api.get_plan(v1::ListRequest { stale: false }).await.map_err(|s| status_err("plan", s))?;
+                if last.get_ref().made_at_ms == until.round() as u64 {
+                    let ms = round.elapsed().as_secs_f64() * 1000.0;
+                    plan_ms.push(ms);
+                    round_ms += ms;
+                    replans += 1;
+                    later = pushed_within(&mut lock(&fleet), w, until, t1)?;
+                }
+            }
+        } else {
+            feed_window(&mut lock(&fleet).exec, src.as_mut(), &mut buf, &later, t1)?;
         }
-        let pushed = std::mem::take(&mut f.pushed);
-        let later = upcoming_within(pushed.iter().map(|(g, p)| (g, p)), t0, t1);
-        let active = gpu_ids.iter().filter(|(i, _)| !f.exec.gpu_layout(*i).is_empty()).count() as u32;
-        let layouts = gpu_ids
-            .iter()
-            .take(LAYOUT_GPUS)
-            .map(|(i, id)| f.exec.gpu_layout(*i).display_for(scenario.gpus[id]))
-            .collect();
-        feed_window(&mut f.exec, src.as_mut(), &mut buf, &later, t1)?;
         gpu_ms += f64::from(active) * (t1 - t0);
-        let now = Totals::read(&f.exec, &gpu_ids);
-        drop(f);
+        let now = Totals::read(&lock(&fleet).exec, &gpu_ids);
         let d = now.since(&prev);
         rows.push(WindowRow::new(t0, &d, active, round_ms, layouts));
         prev = now;
@@ -390,7 +433,19 @@ pub async fn run_cluster(
     }
     let _ = stop_tx.send(true);
     let end = Totals::read(&lock(&fleet).exec, &gpu_ids);
-    Ok(PolicyRun::finish("cluster", &end, gpu_ms, infeasible, &plan_ms, started, rows))
+    let mut run = PolicyRun::finish("cluster", &end, gpu_ms, infeasible, &plan_ms, started, rows);
+    run.burst_replans = replans;
+    Ok(run)
+}
+
+/// The targets pushed since the last call, as the changes they schedule inside `(t0, t1)`; a target a node could
+/// not apply is an error.
+fn pushed_within(f: &mut Fleet, w: usize, t0: f64, t1: f64) -> Result<Vec<(f64, GpuId, GpuPlan)>, ReplayError> {
+    if let Some(e) = f.reconfig_errors.first() {
+        return Err(ReplayError::Sim(format!("window {w}: a pushed target did not apply: {e}")));
+    }
+    let pushed = std::mem::take(&mut f.pushed);
+    Ok(upcoming_within(pushed.iter().map(|(g, p)| (g, p)), t0, t1))
 }
 
 /// `replay cluster-up`'s arguments.
@@ -427,6 +482,10 @@ pub struct ClusterUpArgs {
     /// Forecaster of every tenant: last, ewma or seasonal (give `replay --mode cluster` the same --forecaster).
     #[arg(long, default_value = "ewma")]
     pub forecaster: String,
+    /// Also plan inside a window when a slot's arrivals leave the last plan's forecast band (give `replay --mode
+    /// cluster` the same --replan-on-burst).
+    #[arg(long)]
+    pub replan_on_burst: bool,
     /// Workload clock: virtual (replay drives it) or wall.
     #[arg(long, default_value = "virtual")]
     pub clock: String,
@@ -511,6 +570,7 @@ pub async fn start_cluster(args: &ClusterUpArgs) -> Result<LocalCluster, ReplayE
             slot: Some(format!("{}ms", (args.slot * 1000.0).round() as u64)),
             horizon_slots: Some(args.horizon),
             target_utilization: Some(args.target_utilization),
+            replan_on_burst: args.replan_on_burst,
             gap: Some(args.gap),
             forecaster: Some(args.forecaster.clone()),
             ..Overrides::default()

@@ -8,7 +8,7 @@
 //!    slot-by-slot policy's later slots) are applied at their times; the next round supersedes the rest.
 //! 3. Feed the window's arrivals to the executor in time order and advance it to `t1`. With
 //!    [`Scenario::replan_on_burst`], a slot at a time: after a slot whose arrivals leave the band of the forecast the
-//!    current plan was made with ([`BURST_FACTOR`] times its high edge, for any tenant), the forecasters observe the
+//!    current plan was made with ([`Forecast::left_band`], for any tenant), the forecasters observe the
 //!    window's slots so far and the policy plans again at once, from the executor's state; that plan replaces the
 //!    rest of the window's. The slots that call a replan depend only on the trace and the forecasters, so every
 //!    policy replans at the same times (except the oracle, which sees every burst coming).
@@ -499,24 +499,13 @@ pub fn run_policy(
     })
 }
 
-/// A slot's arrivals leave the band of the forecast the current plan was made with: some tenant's rate in `slot`
-/// is above [`BURST_FACTOR`] times the band's high edge for that slot (and at least [`BURST_MIN_RPS`]). `planned`
-/// is the plan's first slot and the forecasts it was given, in tenant order.
+/// A slot's arrivals leave the band of the forecast the current plan was made with, for some tenant
+/// ([`Forecast::left_band`]). `planned` is the plan's first slot and the forecasts it was given, in tenant order.
 fn burst_left_band(truth: &RateTable, slot: usize, planned: &(usize, Vec<Forecast>)) -> bool {
     let (first, forecasts) = planned;
     let k = slot.saturating_sub(*first);
-    truth.rates.iter().zip(forecasts).any(|(rates, fc)| {
-        let rate = rates.get(slot).copied().unwrap_or(0.0);
-        let high = fc.high.get(k).or(fc.high.last()).copied().unwrap_or(0.0);
-        rate >= BURST_MIN_RPS && rate > BURST_FACTOR * high
-    })
+    truth.rates.iter().zip(forecasts).any(|(rates, fc)| fc.left_band(k, rates.get(slot).copied().unwrap_or(0.0)))
 }
-
-/// How far above the band's high edge a slot's rate must be to call a replan (`--replan-on-burst`).
-pub const BURST_FACTOR: f64 = 2.0;
-
-/// The least rate, requests per second, that can call a replan (an idle tenant's first request does not).
-pub const BURST_MIN_RPS: f64 = 1.0;
 
 /// Every forecaster observes the measured rates of `slots`, in order.
 fn observe(forecasters: &mut [Box<dyn Forecaster>], truth: &RateTable, slots: std::ops::Range<usize>) {

@@ -100,7 +100,7 @@ pub struct Scenario {
     /// requests as expected counts per tick); `None`: every request simulated.
     pub fluid_tick_ms: Option<f64>,
     /// Plan inside a window too, at the end of a slot whose arrivals left the band of the forecast the current plan
-    /// was made with ([`driver::BURST_FACTOR`] times its high edge).
+    /// was made with ([`Forecast::left_band`](tessera_planner::forecast::Forecast::left_band)).
     pub replan_on_burst: bool,
     /// Seed of every random choice.
     pub seed: u64,
