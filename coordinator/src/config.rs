@@ -29,7 +29,7 @@
 //! horizon_slots = 12
 //! target_utilization = 0.8                 # share of an instance's SLO throughput plans use, (0, 1]
 //! forecaster = "ewma"                      # last | ewma | seasonal (as replay's --forecaster)
-//! replan_on_burst = false                  # on a virtual clock, also plan when a slot's arrivals leave the band
+//! replan_on_burst = false                  # on a virtual clock, also plan when a slot's bursts leave the bands
 //! ```
 
 use std::collections::BTreeMap;

@@ -100,8 +100,8 @@ struct ServeArgs {
     /// Forecaster of every tenant: last, ewma or seasonal.
     #[arg(long)]
     forecaster: Option<String>,
-    /// On a virtual clock, also plan inside a window when a reported slot rate leaves the band of the forecast the
-    /// last plan was made with (replay's --replan-on-burst).
+    /// On a virtual clock, also plan inside a window when the reported slot rates leave the bands of the forecasts
+    /// the last plan was made with, by 5 % of the fleet's forecast rate in all (replay's --replan-on-burst).
     #[arg(long)]
     replan_on_burst: bool,
     /// Log entries kept behind a snapshot when the log is compacted.

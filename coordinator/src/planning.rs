@@ -16,7 +16,7 @@ use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::tenant::DemandSource;
 use tessera_core::time::SimTime;
-use tessera_planner::forecast::{Forecast, Forecaster, ForecasterConfig};
+use tessera_planner::forecast::{Forecast, Forecaster, ForecasterConfig, burst_calls_replan};
 use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput, TenantInput, WarmStart};
 use tessera_planner::policy::{PlanOutcome, Policy};
 use tessera_proto::v1;
@@ -51,8 +51,8 @@ pub struct PlanningSettings {
     pub gap: f64,
     /// Forecaster of every tenant.
     pub forecaster: ForecasterConfig,
-    /// On a virtual clock, also plan when the clock moves past a slot whose reported rate left the band of the
-    /// forecast the last round was made with ([`Planner::burst_left_band`]).
+    /// On a virtual clock, also plan when the clock moves past a slot whose reported rates left the bands of the
+    /// forecasts the last round was made with, by enough to replan the fleet ([`Planner::burst_left_band`]).
     pub replan_on_burst: bool,
     /// Deadline of one push to an agent.
     pub push_timeout: Duration,
@@ -205,9 +205,9 @@ impl Planner {
         }
     }
 
-    /// Whether a slot rate reported since the last check, for the slot that ended at `now_ms`, leaves the band of
-    /// the forecast the last round was made with ([`Forecast::left_band`]), for any tenant. Each reported rate is
-    /// checked once; before any round, nothing is.
+    /// Whether the slot rates reported since the last check, for the slot that ended at `now_ms`, leave the bands
+    /// of the forecasts the last round was made with by enough to replan the fleet ([`burst_calls_replan`]). Each
+    /// reported rate is checked once; before any round, nothing is.
     pub fn burst_left_band(&self, now_ms: u64) -> bool {
         let planned = self.planned.lock().expect("planned lock");
         let mut obs = self.observations.lock().expect("observations lock");
@@ -215,13 +215,9 @@ impl Planner {
         let slot_ms = (self.settings.slot.as_millis() as u64).max(1);
         // The slot that ended at `now_ms`, counted from the round's first.
         let k = (now_ms.saturating_sub(*made_at) / slot_ms).saturating_sub(1) as usize;
-        let mut left = false;
-        for (t, o) in obs.tenants.iter_mut() {
-            if let (Some(rate), Some(fc)) = (o.unchecked.take(), forecasts.get(t)) {
-                left |= fc.left_band(k, rate);
-            }
-        }
-        left
+        let rates: HashMap<&TenantId, f64> =
+            obs.tenants.iter_mut().filter_map(|(t, o)| o.unchecked.take().map(|r| (t, r))).collect();
+        burst_calls_replan(forecasts.iter().map(|(t, fc)| (fc, rates.get(t).copied())), k)
     }
 
     /// The last round's input as JSON, with its epoch.

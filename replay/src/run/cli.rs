@@ -124,9 +124,9 @@ pub struct RunArgs {
     /// queue does; under overload they hold up the requests behind them). The same for every policy.
     #[arg(long, default_value = "shed", value_name = "RULE")]
     pub late_requests: String,
-    /// Also plan inside a window, at the end of any slot whose arrivals leave the band of the forecast the current
-    /// plan was made with (a tenant's rate above twice the band's high edge): the policy reacts to a burst within a
-    /// slot instead of at the next window. The same for every policy but the oracle (which sees bursts coming). In
+    /// Also plan inside a window, at the end of any slot whose arrivals leave the bands of the forecasts the current
+    /// plan was made with (rates above twice the band's high edge, by at least 5 % of the fleet's forecast rate in
+    /// all): the policy reacts to a burst within a slot instead of at the next window. The same for every policy but the oracle (which sees bursts coming). In
     /// cluster mode, start the cluster with `replay cluster-up --replan-on-burst` too.
     #[arg(long)]
     pub replan_on_burst: bool,

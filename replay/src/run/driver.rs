@@ -7,8 +7,8 @@
 //! 2. Plan, and apply the plan's targets now. Changes the plan schedules later in the window (`upcoming`, a
 //!    slot-by-slot policy's later slots) are applied at their times; the next round supersedes the rest.
 //! 3. Feed the window's arrivals to the executor in time order and advance it to `t1`. With
-//!    [`Scenario::replan_on_burst`], a slot at a time: after a slot whose arrivals leave the band of the forecast the
-//!    current plan was made with ([`Forecast::left_band`], for any tenant), the forecasters observe the
+//!    [`Scenario::replan_on_burst`], a slot at a time: after a slot whose arrivals leave the bands of the forecasts the
+//!    current plan was made with by enough to replan the fleet ([`burst_calls_replan`]), the forecasters observe the
 //!    window's slots so far and the policy plans again at once, from the executor's state; that plan replaces the
 //!    rest of the window's. The slots that call a replan depend only on the trace and the forecasters, so every
 //!    policy replans at the same times (except the oracle, which sees every burst coming).
@@ -27,7 +27,7 @@ use tessera_core::goodput::GoodputLedger;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::time::SimTime;
-use tessera_planner::forecast::{Forecast, Forecaster};
+use tessera_planner::forecast::{Forecast, Forecaster, burst_calls_replan};
 use tessera_planner::input::{GpuInput, PlannerInput, TenantInput, WarmStart};
 use tessera_planner::policy::{self, PlanOutcome, Policy};
 use tessera_sim::executor::{
@@ -499,12 +499,12 @@ pub fn run_policy(
     })
 }
 
-/// A slot's arrivals leave the band of the forecast the current plan was made with, for some tenant
-/// ([`Forecast::left_band`]). `planned` is the plan's first slot and the forecasts it was given, in tenant order.
+/// A slot's arrivals leave the bands of the forecasts the current plan was made with by enough to replan the fleet
+/// ([`burst_calls_replan`]). `planned` is the plan's first slot and the forecasts it was given, in tenant order.
 fn burst_left_band(truth: &RateTable, slot: usize, planned: &(usize, Vec<Forecast>)) -> bool {
     let (first, forecasts) = planned;
     let k = slot.saturating_sub(*first);
-    truth.rates.iter().zip(forecasts).any(|(rates, fc)| fc.left_band(k, rates.get(slot).copied().unwrap_or(0.0)))
+    burst_calls_replan(truth.rates.iter().zip(forecasts).map(|(rates, fc)| (fc, rates.get(slot).copied())), k)
 }
 
 /// Every forecaster observes the measured rates of `slots`, in order.

@@ -99,8 +99,9 @@ pub struct Scenario {
     /// Fluid serving with ticks of this many ms ([`Executor::flow`](tessera_sim::executor::Executor::flow):
     /// requests as expected counts per tick); `None`: every request simulated.
     pub fluid_tick_ms: Option<f64>,
-    /// Plan inside a window too, at the end of a slot whose arrivals left the band of the forecast the current plan
-    /// was made with ([`Forecast::left_band`](tessera_planner::forecast::Forecast::left_band)).
+    /// Plan inside a window too, at the end of a slot whose arrivals left the bands of the forecasts the current plan
+    /// was made with by enough to replan the fleet
+    /// ([`burst_calls_replan`](tessera_planner::forecast::burst_calls_replan)).
     pub replan_on_burst: bool,
     /// Seed of every random choice.
     pub seed: u64,
