@@ -349,20 +349,11 @@ pub async fn run_cluster(
             })
             .collect();
         reported = first_slot;
-        for f in &facades {
-            agents_api
-                .heartbeat(v1::HeartbeatRequest { state: Some(f.state()) })
-                .await
-                .map_err(|s| status_err("heartbeat", s))?;
-        }
         let round = Instant::now();
-        api.advance_clock(v1::AdvanceClockRequest { to_ms: t0.round() as u64 })
-            .await
-            .map_err(|s| status_err("advance the clock (is the cluster on --clock virtual?)", s))?;
         // The cluster plans by itself when the clock crosses one of its windows; otherwise (or when that round was
         // infeasible) replay asks for the round. A linearizable read tells which: the last committed plan's time.
-        let last = api.get_plan(v1::ListRequest { stale: false }).await.map_err(|s| status_err("plan", s))?;
-        if last.get_ref().epoch == 0 || last.get_ref().made_at_ms != t0.round() as u64 {
+        let last = report_and_advance(&facades, &mut agents_api, &mut api, t0.round() as u64).await?;
+        if last.epoch == 0 || last.made_at_ms != t0.round() as u64 {
             let r = api.trigger_plan(v1::TriggerPlanRequest {}).await.map_err(|s| status_err("plan", s))?;
             if r.get_ref().outcome == "infeasible" {
                 infeasible += 1;
@@ -402,18 +393,9 @@ pub async fn run_cluster(
                     break;
                 }
                 reported = slot + 1;
-                for fa in &facades {
-                    agents_api
-                        .heartbeat(v1::HeartbeatRequest { state: Some(fa.state()) })
-                        .await
-                        .map_err(|s| status_err("heartbeat", s))?;
-                }
                 let round = Instant::now();
-                api.advance_clock(v1::AdvanceClockRequest { to_ms: until.round() as u64 })
-                    .await
-                    .map_err(|s| status_err("advance the clock", s))?;
-                let last = api.get_plan(v1::ListRequest { stale: false }).await.map_err(|s| status_err("plan", s))?;
-                if last.get_ref().made_at_ms == until.round() as u64 {
+                let last = report_and_advance(&facades, &mut agents_api, &mut api, until.round() as u64).await?;
+                if last.made_at_ms == until.round() as u64 {
                     let ms = round.elapsed().as_secs_f64() * 1000.0;
                     plan_ms.push(ms);
                     round_ms += ms;
@@ -436,6 +418,28 @@ pub async fn run_cluster(
     let mut run = PolicyRun::finish("cluster", &end, gpu_ms, infeasible, &plan_ms, started, rows);
     run.burst_replans = replans;
     Ok(run)
+}
+
+/// Every simulated node reports (a heartbeat: layouts, accuracy, the slot rates queued for it), then the cluster's
+/// workload clock moves to `to_ms`; returns the last committed plan, read linearizably (its time tells whether the
+/// move planned).
+async fn report_and_advance(
+    facades: &[NodeFacade],
+    agents_api: &mut CoordinatorClient<Channel>,
+    api: &mut CoordinatorApiClient<Channel>,
+    to_ms: u64,
+) -> Result<v1::PlanResponse, ReplayError> {
+    for f in facades {
+        agents_api
+            .heartbeat(v1::HeartbeatRequest { state: Some(f.state()) })
+            .await
+            .map_err(|s| status_err("heartbeat", s))?;
+    }
+    api.advance_clock(v1::AdvanceClockRequest { to_ms })
+        .await
+        .map_err(|s| status_err("advance the clock (is the cluster on --clock virtual?)", s))?;
+    let last = api.get_plan(v1::ListRequest { stale: false }).await.map_err(|s| status_err("plan", s))?;
+    Ok(last.into_inner())
 }
 
 /// The targets pushed since the last call, as the changes they schedule inside `(t0, t1)`; a target a node could
