@@ -24,9 +24,21 @@ pub fn configs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs")
 }
 
-/// A free loopback port (bound, then released for the child to take).
+/// A free loopback port (bound, then released for the child to take), below Linux's ephemeral range (32768 up):
+/// a port the OS handed out from that range could be taken, before the child binds it, by an outgoing connection
+/// (node 1 dialling peers that are not up yet did that once: "Address already in use"). Each test process starts
+/// at its own offset, from its pid, and walks up.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = (std::process::id() % 500) * 24;
+    loop {
+        let port = 20_000 + (offset + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000;
+        let port = u16::try_from(port).expect("20000..32000 fits a port");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.
