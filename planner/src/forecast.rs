@@ -108,13 +108,17 @@ pub const BURST_FLEET_SHARE: f64 = 0.05;
 pub fn burst_calls_replan<'a>(tenants: impl IntoIterator<Item = (&'a Forecast, Option<f64>)>, k: usize) -> bool {
     let (mut excess, mut fleet) = (0.0, 0.0);
     for (fc, rate) in tenants {
-        fleet += fc.mean.get(k).or(fc.mean.last()).copied().unwrap_or(0.0);
+        fleet += at_slot(&fc.mean, k);
         if let Some(rate) = rate.filter(|r| fc.left_band(k, *r)) {
-            let high = fc.high.get(k).or(fc.high.last()).copied().unwrap_or(0.0);
-            excess += rate - BURST_FACTOR * high;
+            excess += rate - BURST_FACTOR * at_slot(&fc.high, k);
         }
     }
     excess > 0.0 && excess >= BURST_FLEET_SHARE * fleet
+}
+
+/// A forecast series' value in slot `k` (past its end: its last value; empty: zero).
+fn at_slot(series: &[f64], k: usize) -> f64 {
+    series.get(k).or(series.last()).copied().unwrap_or(0.0)
 }
 
 /// Smallest smoothing weight `build` uses when given a non-positive one (see [`ForecasterConfig::build`]).
@@ -153,8 +157,7 @@ impl Forecast {
     /// Whether `rate`, measured in slot `k` of this forecast (past the horizon: its last slot), leaves the band by
     /// a burst: above [`BURST_FACTOR`] times the band's high edge, and at least [`BURST_MIN_RPS`].
     pub fn left_band(&self, k: usize, rate: f64) -> bool {
-        let high = self.high.get(k).or(self.high.last()).copied().unwrap_or(0.0);
-        rate >= BURST_MIN_RPS && rate > BURST_FACTOR * high
+        rate >= BURST_MIN_RPS && rate > BURST_FACTOR * at_slot(&self.high, k)
     }
 
     /// A forecast with the given means and a band of `± z * sigma` around each, `low` clamped at zero.

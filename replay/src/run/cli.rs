@@ -126,8 +126,9 @@ pub struct RunArgs {
     pub late_requests: String,
     /// Also plan inside a window, at the end of any slot whose arrivals leave the bands of the forecasts the current
     /// plan was made with (rates above twice the band's high edge, by at least 5 % of the fleet's forecast rate in
-    /// all): the policy reacts to a burst within a slot instead of at the next window. The same for every policy but the oracle (which sees bursts coming). In
-    /// cluster mode, start the cluster with `replay cluster-up --replan-on-burst` too.
+    /// all): the policy reacts to a burst within a slot instead of at the next window. The same for every policy but
+    /// the oracle (which sees bursts coming). In cluster mode, start the cluster with `replay cluster-up
+    /// --replan-on-burst` too.
     #[arg(long)]
     pub replan_on_burst: bool,
 }

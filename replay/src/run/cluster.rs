@@ -333,7 +333,7 @@ pub async fn run_cluster(
         let t1 = ((w + 1) as f64 * window_ms).min(scenario.duration_ms);
         // What the nodes measured since their last report, as in-process replay's forecasters see it: before the
         // first window, each tenant's first-window rate (the rate it declares when onboarded); then the rates of
-        // the slots of the window that ended.
+        // the slots not sent yet (the window that ended, or with burst replans only its last slot).
         let first_slot = w * slots_per_window;
         lock(&fleet).slot_rates = order
             .iter()
