@@ -38,6 +38,18 @@
 //! before a second one, the band has zero width. The band is deliberately not widened with the horizon: it is a
 //! one-step band, so its coverage at long horizons is lower than at horizon 1 (see the table below).
 //!
+//! **Intermittent series.** [`Ewma`] and [`Last`] (and [`Seasonal`] until its first period is complete) also smooth
+//! the *sizes* of the non-empty slots on their own, as Croston's method for intermittent demand does: `q_t = alpha *
+//! x_t + (1 - alpha) * q_{t-1}` over the slots with `x_t > 0` only (started at the first of them), and the band's high
+//! edge is never below `q`: `high = max(mean + z * sigma, q)`. On a stream that never stops, `q` is the level itself
+//! and nothing changes. On on/off traffic (the Azure LLM code trace: minutes without a request, then a minute at
+//! several times the mean rate) the level and its one-step errors decay through every silence, so a band made of them
+//! alone says "nothing will come" just before the next burst; `q` keeps the size a burst has when it comes. The
+//! planners that hedge on the band (tessera's level 2 plans for a high scenario too, and level 1 sizes tenants by the
+//! band's peak) then keep serving capacity through a lull instead of giving it all to retraining. Measured on 10
+//! minutes of the code trace (seeds 1-3, see the README): tessera's goodput +6 to +10 %; on series without empty
+//! slots (the default scenario, the main job, the Azure Functions window) every number is unchanged.
+//!
 //! ## Evaluation
 //! [`evaluate`] is a rolling-origin evaluation: for every origin `t >= warmup` with `t + horizon <= n`, the forecaster
 //! has observed `x_0 .. x_{t-1}` and forecasts `horizon` slots, compared with `x_t .. x_{t+horizon-1}`. Over all
@@ -56,13 +68,13 @@
 //!
 //! | series, slot | forecaster | MAE h=1 | WAPE h=1 | cover h=1 | h=H | MAE h=H | WAPE h=H | cover h=H |
 //! |---|---|---:|---:|---:|---:|---:|---:|---:|
-//! | azure-llm-2023-code, 10 s | last | 2.504 | 0.981 | 0.885 | 20 | 3.810 | 1.474 | 0.805 |
-//! |  | ewma a=0.3 | 2.729 | 1.070 | 0.917 | 20 | 3.460 | 1.338 | 0.880 |
-//! |  | ewma a=0.1 | 2.940 | 1.152 | 0.920 | 20 | 3.237 | 1.252 | 0.900 |
+//! | azure-llm-2023-code, 10 s | last | 2.504 | 0.981 | 0.891 | 20 | 3.810 | 1.474 | 0.812 |
+//! |  | ewma a=0.3 | 2.729 | 1.070 | 0.920 | 20 | 3.460 | 1.338 | 0.887 |
+//! |  | ewma a=0.1 | 2.940 | 1.152 | 0.923 | 20 | 3.237 | 1.252 | 0.907 |
 //! | azure-llm-2023-conv, 10 s | last | 0.872 | 0.156 | 0.856 | 20 | 1.016 | 0.178 | 0.824 |
 //! |  | ewma a=0.3 | 0.719 | 0.128 | 0.866 | 20 | 0.851 | 0.149 | 0.808 |
 //! |  | ewma a=0.1 | 0.730 | 0.130 | 0.875 | 20 | 0.846 | 0.148 | 0.815 |
-//! | azure-functions-2021-sample, 10 s | last | 0.236 | 1.683 | 0.889 | 20 | 0.236 | 1.657 | 0.887 |
+//! | azure-functions-2021-sample, 10 s | last | 0.236 | 1.683 | 0.889 | 20 | 0.236 | 1.657 | 0.889 |
 //! |  | ewma a=0.3 | 0.196 | 1.401 | 0.944 | 20 | 0.196 | 1.371 | 0.946 |
 //! |  | ewma a=0.1 | 0.183 | 1.310 | 0.956 | 20 | 0.192 | 1.345 | 0.952 |
 //! |  | seasonal p=6 a=0.1 g=0.2 | 0.169 | 1.207 | 0.922 | 20 | 0.185 | 1.298 | 0.937 |
@@ -75,7 +87,8 @@
 //! horizons (WAPE 0.47 a day ahead against 0.55 for the best EWMA and 0.68 for persistence). EWMA a=0.3 beats
 //! persistence everywhere except one step ahead on the bursty code trace. WAPE near or above 1 on the code and
 //! functions series says that at 10 s they are mostly noise (about half their slots are empty), so for them the band
-//! matters more than the mean. The one-step band covers 0.86-0.96 of the actuals at `h=1` (nominal 0.90) but only
+//! matters more than the mean (and on the code trace the intermittent floor lifts the coverage by 0.003-0.007). The
+//! one-step band covers 0.86-0.96 of the actuals at `h=1` (nominal 0.90) but only
 //! 0.76-0.85 at long horizons on the series that drift (conversation, Alibaba), because it is not widened with `h`.
 
 use serde::{Deserialize, Serialize};
@@ -217,12 +230,14 @@ pub struct Ewma {
     level: f64,
     seen: usize,
     err: ErrorVar,
+    /// The smoothed size of the non-empty slots (zero before the first), the band's floor.
+    size: f64,
 }
 
 impl Ewma {
     /// An EWMA with smoothing weight `alpha` (forced into `(0, 1]`) and the default band width [`DEFAULT_Z`].
     pub fn new(alpha: f64) -> Self {
-        Ewma { alpha: unit_weight(alpha), z: DEFAULT_Z, level: 0.0, seen: 0, err: ErrorVar::default() }
+        Ewma { alpha: unit_weight(alpha), z: DEFAULT_Z, level: 0.0, seen: 0, err: ErrorVar::default(), size: 0.0 }
     }
 
     /// The same with a band of `± z` standard deviations (negative or non-finite `z` gives a zero-width band).
@@ -245,11 +260,20 @@ impl Ewma {
     pub fn sigma(&self) -> f64 {
         self.err.sigma()
     }
+
+    /// The smoothed rate of the non-empty slots, `q` (zero before the first): the floor of the band's high edge
+    /// (see the module documentation).
+    pub fn size(&self) -> f64 {
+        self.size
+    }
 }
 
 impl Forecaster for Ewma {
     fn observe(&mut self, rate: f64) {
         let Some(x) = clean(rate) else { return };
+        if x > 0.0 {
+            self.size = if self.size > 0.0 { self.alpha * x + (1.0 - self.alpha) * self.size } else { x };
+        }
         if self.seen == 0 {
             self.level = x;
         } else {
@@ -260,7 +284,9 @@ impl Forecaster for Ewma {
     }
 
     fn forecast(&self, horizon: usize) -> Forecast {
-        Forecast::banded(vec![self.level; horizon], self.z, self.err.sigma())
+        let mut fc = Forecast::banded(vec![self.level; horizon], self.z, self.err.sigma());
+        fc.high.iter_mut().for_each(|h| *h = h.max(self.size));
+        fc
     }
 
     fn name(&self) -> &'static str {
@@ -663,6 +689,42 @@ mod tests {
         assert!((fc.mean[2] - 5.0).abs() < 1e-9, "{fc:?}");
         assert!(initial > 1.0 && width < 1e-5 * initial, "band {initial} wide at first, still {width} at the end");
         assert_eq!(ewma.name(), "ewma");
+    }
+
+    #[test]
+    fn an_intermittent_series_keeps_its_burst_size_as_the_high_edge() {
+        // Quiet, a burst of three slots at 100, then a long silence: the level and its errors decay towards zero,
+        // but the band's high edge stays at the size bursts have when they come.
+        let mut ewma = Ewma::new(0.3);
+        let mut last = Last::new();
+        let series = [0.0; 5].into_iter().chain([100.0; 3]).chain([0.0; 20]);
+        for x in series {
+            ewma.observe(x);
+            last.observe(x);
+        }
+        let fc = ewma.forecast(4);
+        assert_well_formed(&fc, 4);
+        assert!(fc.mean[0] < 1.0, "the mean follows the silence: {fc:?}");
+        assert!(fc.mean[0] + DEFAULT_Z * ewma.sigma() < 50.0, "the error band alone has decayed: {fc:?}");
+        assert_eq!(ewma.size(), 100.0);
+        assert_eq!(fc.high, vec![100.0; 4]);
+        let fc = last.forecast(2);
+        assert_eq!((fc.mean[0], fc.high[0]), (0.0, 100.0));
+        // A missing slot changes nothing, and the next burst's size is smoothed in.
+        ewma.observe(f64::NAN);
+        ewma.observe(200.0);
+        assert!((ewma.size() - 130.0).abs() < 1e-9, "{}", ewma.size());
+    }
+
+    #[test]
+    fn a_stream_without_empty_slots_keeps_the_plain_band() {
+        let mut ewma = Ewma::new(0.3);
+        for x in [5.0, 6.0, 4.0, 7.0, 5.5, 9.0, 3.0] {
+            ewma.observe(x);
+            let fc = ewma.forecast(2);
+            assert_eq!(ewma.size(), ewma.level());
+            assert!((fc.high[1] - (ewma.level() + DEFAULT_Z * ewma.sigma())).abs() < 1e-12, "{fc:?}");
+        }
     }
 
     #[test]
