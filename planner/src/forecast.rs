@@ -88,8 +88,8 @@
 //! persistence everywhere except one step ahead on the bursty code trace. WAPE near or above 1 on the code and
 //! functions series says that at 10 s they are mostly noise (about half their slots are empty), so for them the band
 //! matters more than the mean (and on the code trace the intermittent floor lifts the coverage by 0.003-0.007). The
-//! one-step band covers 0.86-0.96 of the actuals at `h=1` (nominal 0.90) but only
-//! 0.76-0.85 at long horizons on the series that drift (conversation, Alibaba), because it is not widened with `h`.
+//! one-step band covers 0.86-0.96 of the actuals at `h=1` (nominal 0.90) but only 0.76-0.85 at long horizons on the
+//! series that drift (conversation, Alibaba), because it is not widened with `h`.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
