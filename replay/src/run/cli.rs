@@ -146,10 +146,11 @@ impl RunArgs {
             "cluster" => {}
             other => return Err(ReplayError::Usage(format!("--mode: expected in-process or cluster, got {other:?}"))),
         }
-        // A burst replan starts at a slot boundary, which must start a tick too.
+        // A burst replan starts at a slot boundary, which must start a tick too (to rounding: 4.35 s is 4349.999... ms).
+        let ticks_per_slot = self.slot * 1000.0 / self.tick;
         if self.replan_on_burst
             && self.executor == "fluid"
-            && ((self.slot * 1000.0 / self.tick).fract() * self.tick).abs() > 1e-6
+            && ((ticks_per_slot - ticks_per_slot.round()) * self.tick).abs() > 1e-6
         {
             return Err(ReplayError::Usage(format!(
                 "--replan-on-burst with --executor fluid: --tick ({} ms) must divide --slot ({} s)",

@@ -384,13 +384,12 @@ pub async fn run_cluster(
                 {
                     let mut f = lock(&fleet);
                     feed_window(&mut f.exec, src.as_mut(), &mut buf, &now, until)?;
-                    if until < t1 {
-                        f.slot_rates =
-                            order.iter().map(|&i| vec![truth.rates[i].get(slot).copied().unwrap_or(0.0)]).collect();
+                    if until >= t1 {
+                        // The window's last slot goes with the next window's report.
+                        break;
                     }
-                }
-                if until >= t1 {
-                    break;
+                    f.slot_rates =
+                        order.iter().map(|&i| vec![truth.rates[i].get(slot).copied().unwrap_or(0.0)]).collect();
                 }
                 reported = slot + 1;
                 let round = Instant::now();
