@@ -81,6 +81,20 @@ pub(super) struct Pool {
     pub cap: u32,
 }
 
+/// `x.floor() as u64` without the floor: the cast truncates toward zero and saturates, which is the floor for every
+/// `x >= 0` and 0 for every negative `x`, as `x.floor() as u64` is (one cast instruction where `floor` is a libm
+/// call on the baseline x86-64 target).
+fn floor_u64(x: f64) -> u64 {
+    x as u64
+}
+
+/// `x.ceil() as u64` without the ceil: the truncation, one more where it fell below `x` (every `x` in the fluid's
+/// range, where counts stay far below 2^53; 0 for negative `x` and NaN, as the ceil's cast gives).
+fn ceil_u64(x: f64) -> u64 {
+    let t = x as u64;
+    if (t as f64) < x { t + 1 } else { t }
+}
+
 /// Highest load the queueing correction is evaluated at: at and above capacity the backlog itself makes requests
 /// late, and the stationary queue of a load of exactly 1 is unbounded.
 const LOAD_CAP: f64 = 0.99;
@@ -145,7 +159,8 @@ impl Executor {
             self.check_flow(from, to, counts)?;
             from = to;
         }
-        let mut deltas: Vec<Option<GpuDelta>> = Vec::new();
+        // Kept between calls: a batch's part is a few hundred kilobytes, which a fresh allocation would fault in.
+        let mut deltas = std::mem::take(&mut self.flow_deltas);
         let mut i = 0;
         while i < steps.len() {
             // Steps i..=k run before the next event falls due: it is handled at the end of step k.
@@ -153,16 +168,18 @@ impl Executor {
             let k = (i..steps.len()).find(|&j| steps[j].0 >= due).unwrap_or(steps.len() - 1);
             let batch = &steps[i..=k];
             let n = batch.len();
-            deltas.clear();
-            deltas.resize(self.tenants.len() * n, None);
+            // Every entry of the batch's part is written below: the buffer only grows, and is not cleared.
+            let len = self.tenants.len() * n;
+            if deltas.len() < len {
+                deltas.resize(len, None);
+            }
             let start = self.now;
             let (insts, epoch, rules) = (&self.insts, self.serving_epoch, self.rules());
-            self.tenants.par_iter_mut().zip(deltas.par_chunks_mut(n)).enumerate().for_each(|(t, (tenant, out))| {
+            let out = &mut deltas[..len];
+            self.tenants.par_iter_mut().zip(out.par_chunks_mut(n)).enumerate().for_each(|(t, (tenant, out))| {
                 let mut from = start;
                 for (&(to, counts), slot) in batch.iter().zip(out) {
-                    if to > from {
-                        *slot = flow_one(tenant, insts, epoch, rules, from, to, counts[t]);
-                    }
+                    *slot = if to > from { flow_one(tenant, insts, epoch, rules, from, to, counts[t]) } else { None };
                     from = to;
                 }
             });
@@ -177,6 +194,7 @@ impl Executor {
             self.debug_check();
             i = k + 1;
         }
+        self.flow_deltas = deltas;
         Ok(())
     }
 
@@ -218,7 +236,7 @@ impl Executor {
 
 /// What one tenant's fluid step adds to the counters of the GPU of its fastest instance.
 #[derive(Debug, Clone, Copy)]
-struct GpuDelta {
+pub(super) struct GpuDelta {
     gpu: u32,
     chunk: GoodputLedger,
     batches: u64,
@@ -342,9 +360,9 @@ fn flow_one(
         let m = &mut tenant.metrics;
 
         let arrived = count + fl.arrival_carry;
-        let n = arrived.floor();
-        fl.arrival_carry = arrived - n;
-        let n = n as u64;
+        // `arrived` is at least 0: its floor is its truncation.
+        let n = floor_u64(arrived);
+        fl.arrival_carry = arrived - n as f64;
         m.ledger.record_arrivals(n);
         if n > 0 {
             let spacing = tick / n as f64;
@@ -374,7 +392,7 @@ fn flow_one(
                         let gone = if front.first > expired_before {
                             0
                         } else {
-                            (((expired_before - front.first) / front.spacing).floor() as u64 + 1).min(front.count)
+                            (floor_u64((expired_before - front.first) / front.spacing) + 1).min(front.count)
                         };
                         fl.queued -= gone;
                         m.ledger.dropped += gone;
@@ -401,7 +419,7 @@ fn flow_one(
         let accuracy = tenant.accuracy;
         let budget = per_ms * tick + fl.service_carry;
         let shed = rules.late == LateRequests::Shed;
-        let mut left = budget.floor() as u64;
+        let mut left = floor_u64(budget);
         let mut cursor = from; // when the server is free for the next request
         let mut within = 0.0;
         let mut served = 0u64;
@@ -415,7 +433,7 @@ fn flow_one(
                 let late = if slack <= 0.0 {
                     front.count // even served at once, it would complete late
                 } else {
-                    (((cursor - slack - front.first) / front.spacing).ceil() as u64).min(front.count)
+                    ceil_u64((cursor - slack - front.first) / front.spacing).min(front.count)
                 };
                 shed_count += late;
                 fl.queued -= late;
@@ -432,11 +450,11 @@ fn flow_one(
                 // Denser than the server: the first requests are served within the slack; once the wait reaches
                 // it, each request served is the oldest one still in time, and those between are shed.
                 let room = (slack - (cursor - first)).max(0.0);
-                let in_time = ((room / (per_request - spacing)).floor() as u64 + 1).min(take);
+                let in_time = (floor_u64(room / (per_request - spacing)) + 1).min(take);
                 let edge = if in_time < take {
                     // Serving at the edge: one request every 1 / c ms passes over 1 / (c x spacing) requests.
                     let passed = count - in_time;
-                    let most = ((passed as f64 * spacing / per_request).ceil() as u64).max(1);
+                    let most = ceil_u64(passed as f64 * spacing / per_request).max(1);
                     let served = (left - in_time).min(most);
                     let over = if served == most {
                         passed
@@ -505,7 +523,7 @@ fn flow_one(
             }
         }
         fl.queued -= served;
-        fl.service_carry = if fl.queued > 0 { budget - budget.floor() } else { 0.0 };
+        fl.service_carry = if fl.queued > 0 { budget - floor_u64(budget) as f64 } else { 0.0 };
         m.max_queue_len = m.max_queue_len.max(fl.queued);
         m.ledger.dropped += shed_count;
         m.dropped_late += shed_count;
@@ -513,7 +531,7 @@ fn flow_one(
             return None;
         }
         let w = within * share + fl.within_carry;
-        let whole = (w.floor() as u64).min(served);
+        let whole = floor_u64(w).min(served);
         fl.within_carry = (w - whole as f64).min(1.0);
         // Shedding: the requests the queueing correction makes late are shed rather than served late.
         let (completed, late) = if shed { (whole, served - whole) } else { (served, 0) };
@@ -540,6 +558,17 @@ fn flow_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cast_roundings_agree_with_floor_and_ceil() {
+        let mut xs = vec![0.0, -0.0, 0.5, 1.0, 1.5, 2.0 - 1e-15, 2.0, 1e9 + 0.25, 4.35e3, -0.5, -1.0, -7.25, f64::NAN];
+        xs.extend((0..2_000).map(|i| f64::from(i) * 0.137 - 3.0));
+        xs.extend((1..60).map(|k| 2f64.powi(k) + 0.5));
+        for x in xs {
+            assert_eq!(floor_u64(x), x.floor() as u64, "floor of {x}");
+            assert_eq!(ceil_u64(x), x.ceil() as u64, "ceil of {x}");
+        }
+    }
 
     #[test]
     fn the_within_share_falls_with_load_and_rises_with_slack() {

@@ -327,6 +327,8 @@ pub struct Executor {
     elsa_partitions: Vec<ElsaPartition>,
     moved: Vec<f64>,
     factors: Vec<f64>,
+    /// Fluid serving's per-tenant, per-step results of a batch of steps (see [`Executor::flow_steps`]).
+    flow_deltas: Vec<Option<fluid::GpuDelta>>,
     /// Bumped whenever a dispatch set or an inference latency table changes: fluid serving's pooled capacities
     /// are valid while it stands still.
     serving_epoch: u64,
@@ -403,6 +405,7 @@ impl Executor {
             elsa_partitions: Vec::new(),
             moved: Vec::new(),
             factors: Vec::new(),
+            flow_deltas: Vec::new(),
             serving_epoch: 0,
         })
     }
