@@ -88,11 +88,11 @@ fn floor_u64(x: f64) -> u64 {
     x as u64
 }
 
-/// `x.ceil() as u64` without the ceil: the truncation, one more where it fell below `x` (every `x` in the fluid's
-/// range, where counts stay far below 2^53; 0 for negative `x` and NaN, as the ceil's cast gives).
+/// `x.ceil() as u64` without the ceil: the truncation, one more where it fell below `x`, saturating as the cast
+/// does (0 for negative `x` and NaN, `u64::MAX` from 2^64 up).
 fn ceil_u64(x: f64) -> u64 {
     let t = x as u64;
-    if (t as f64) < x { t + 1 } else { t }
+    if (t as f64) < x { t.saturating_add(1) } else { t }
 }
 
 /// Highest load the queueing correction is evaluated at: at and above capacity the backlog itself makes requests
@@ -562,6 +562,7 @@ mod tests {
     #[test]
     fn the_cast_roundings_agree_with_floor_and_ceil() {
         let mut xs = vec![0.0, -0.0, 0.5, 1.0, 1.5, 2.0 - 1e-15, 2.0, 1e9 + 0.25, 4.35e3, -0.5, -1.0, -7.25, f64::NAN];
+        xs.extend([1e20, f64::INFINITY, f64::NEG_INFINITY, 2f64.powi(64), 2f64.powi(53) + 2.0]);
         xs.extend((0..2_000).map(|i| f64::from(i) * 0.137 - 3.0));
         xs.extend((1..60).map(|k| 2f64.powi(k) + 0.5));
         for x in xs {
