@@ -911,6 +911,11 @@ fn pair_best_on(
     // pre-initialisation's check compares sizes (the rows hold small integers, so this is the same test).
     let mut prev_ok = vec![false; states];
     let mut left = vec![[0.0f64; 3]; states];
+    // The previous states that can be left, in order, and from each of them on the largest value and largest
+    // absolute value among them: where the skip test below, with its margin doubled, rejects even that largest
+    // value, it rejects every state after it (the test grows with the value), and the search stops.
+    let mut open: Vec<usize> = Vec::with_capacity(states);
+    let mut suffix: Vec<(f64, f64)> = Vec::with_capacity(states);
     let by_size = shortcuts && !l.any_own;
     let size = |p: usize| pa.size[p];
     for t in 0..pb.slots {
@@ -930,6 +935,22 @@ fn pair_best_on(
                     });
                 }
             }
+            open.clear();
+            open.extend((0..states).filter(|k| prev_ok[*k]));
+            suffix.clear();
+            suffix.resize(open.len(), (f64::NEG_INFINITY, 0.0));
+            let mut run = (f64::NEG_INFINITY, 0.0f64);
+            for (at, &k) in open.iter().enumerate().rev() {
+                let v = value[(t - 1) * states + k];
+                run = (run.0.max(v), run.1.max(v.abs()));
+                suffix[at] = run;
+            }
+        } else {
+            // Slot 0 has one previous state: what the tenants hold now.
+            open.clear();
+            open.push(0);
+            suffix.clear();
+            suffix.push((f64::INFINITY, 0.0));
         }
         for sa in 0..na {
             for sb in 0..nb {
@@ -955,23 +976,31 @@ fn pair_best_on(
                     }
                 };
                 let most = most(pa, ga, sa) + most(pbr, gb, sb);
-                for k in if t == 0 { 0..1 } else { 0..states } {
+                // Which tenants may pre-initialise here (a new instance that pays); the others' moves are cold.
+                let combos: &[(bool, bool)] = match (xa != none && pays_a, xb != none && pays_b) {
+                    (false, false) => &[(false, false)],
+                    (true, false) => &[(false, false), (true, false)],
+                    (false, true) => &[(false, false), (false, true)],
+                    (true, true) => &[(false, false), (true, false), (false, true), (true, true)],
+                };
+                for (at, &k) in open.iter().enumerate() {
+                    let (top, top_abs) = suffix[at];
+                    if shortcuts && top + most + 2e-9 * (1.0 + top_abs + most.abs()) <= value[here] + 1e-12 {
+                        break;
+                    }
                     let (ps, base, prev_a, prev_b) = if t == 0 {
                         (usize::MAX, 0.0, pa.current.unwrap_or(none), pbr.current.unwrap_or(none))
                     } else {
                         let base = value[(t - 1) * states + k];
-                        if !prev_ok[k]
-                            || (shortcuts
-                                && base + most + 1e-9 * (1.0 + base.abs() + most.abs()) <= value[here] + 1e-12)
-                        {
+                        if shortcuts && base + most + 1e-9 * (1.0 + base.abs() + most.abs()) <= value[here] + 1e-12 {
                             continue;
                         }
-                        (k, value[(t - 1) * states + k], prof(pa, k / nb), prof(pbr, k % nb))
+                        (k, base, prof(pa, k / nb), prof(pbr, k % nb))
                     };
                     let (held_a, held_b) = if t == 0 { (none, none) } else { (prev_a, prev_b) };
                     let new_a = xa != none && xa != prev_a;
                     let new_b = xb != none && xb != prev_b;
-                    for (pre_a, pre_b) in [(false, false), (true, false), (false, true), (true, true)] {
+                    for &(pre_a, pre_b) in combos {
                         if (pre_a && !(new_a && pays_a)) || (pre_b && !(new_b && pays_b)) {
                             continue;
                         }
