@@ -912,8 +912,8 @@ fn pair_best_on(
     let mut prev_ok = vec![false; states];
     let mut left = vec![[0.0f64; 3]; states];
     // The previous states that can be left, in order, and from each of them on the largest value and largest
-    // absolute value among them: where the skip test below, with its margin doubled, rejects even that largest
-    // value, it rejects every state after it (the test grows with the value), and the search stops.
+    // absolute value among them: where the skip test below rejects even that largest value (its margin doubled,
+    // for room), it rejects every state after it (the test grows with the value), and the search stops.
     let mut open: Vec<usize> = Vec::with_capacity(states);
     let mut suffix: Vec<(f64, f64)> = Vec::with_capacity(states);
     let by_size = shortcuts && !l.any_own;

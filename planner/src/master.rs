@@ -308,7 +308,7 @@ impl MasterLp {
     }
 
     /// The entering variable among those from `from` on: the largest scaled reduced cost, or under Bland's rule
-    /// the first improving one. Structurals are priced four at a time ([`MasterLp::dot_y4`]).
+    /// the first improving one. Structurals are priced four at a time ([`MasterLp::dot_y4`]), the last few one by one.
     fn choose_entering(&self, bland: bool, from: usize) -> Option<(usize, f64)> {
         let mut best: Option<(usize, f64, f64)> = None;
         // Whether `j`, whose column's dot product with the duals is `dot`, ends the search (Bland's rule).
