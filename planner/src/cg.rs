@@ -269,8 +269,27 @@ impl FreeStep<'_> {
 
     /// Whether a pre-initialised `p` fits the room rows beside `q` (and the retraining instance).
     fn pre_ok(&self, q: usize, p: usize) -> bool {
-        self.masks.is_none_or(|k| k.pre[q * k.usage.len() + p])
+        self.masks.is_none_or(|k| match k.pre {
+            PreRoom::Table(pre) => pre[q * k.usage.len() + p],
+            PreRoom::Size { left, size } => pre_fits(&left, size, q, p),
+        })
     }
+}
+
+/// How a step checks that a pre-initialised instance fits the room rows beside what the tenant held.
+#[derive(Clone, Copy)]
+enum PreRoom<'a> {
+    /// `pre[q * (np + 1) + p]`: `q` and a pre-initialised `p` fit beside the retraining instance.
+    Table(&'a [bool]),
+    /// Where no profile has rows of its own (every catalogued GPU): by size, against `left`, the room rows left
+    /// beside the retraining instance (with [`ROOM_EPS`]), from the pricer's size table. Checked when asked, since
+    /// a step asks for few of the `(np + 1)^2` pairs.
+    Size { left: [f64; 3], size: &'a [[f64; 3]] },
+}
+
+/// Whether `q` and a pre-initialised `p` fit in `left` by size ([`PreRoom::Size`]).
+fn pre_fits(left: &[f64; 3], size: &[[f64; 3]], q: usize, p: usize) -> bool {
+    (0..3).all(|j| size[p][j] <= left[j] - size[q][j])
 }
 
 /// Room checks of one slot under hard limits, indexed by profile (`np` = none), for the retraining instance the
@@ -281,19 +300,20 @@ struct StepMasks<'a> {
     usage: &'a [bool],
     /// `held[q]`: what the tenant held in the previous slot (`q` and its retraining) fits the room rows.
     held: &'a [bool],
-    /// `pre[q * (np + 1) + p]`: and a pre-initialised `p` beside them.
-    pre: &'a [bool],
+    /// Whether a pre-initialised `p` fits beside them.
+    pre: PreRoom<'a>,
 }
 
 /// [`StepMasks`] of every slot `t` and retraining profile `rt` that the priced choices hold (`w = index[rt]`),
-/// flat: `usage` and `held` from `(t * W + w) * m`, `pre` from `(t * W + w) * m * m`, with `m = np + 1` and `W`
-/// the number of such profiles.
+/// flat: `usage` and `held` from `(t * W + w) * m`, and either `pre` from `(t * W + w) * m * m` or (checked by
+/// size) `left` at `t * W + w`, with `m = np + 1` and `W` the number of such profiles.
 struct RoomTables {
     index: Vec<usize>,
     wanted: usize,
     usage: Vec<bool>,
     held: Vec<bool>,
     pre: Vec<bool>,
+    left: Vec<[f64; 3]>,
 }
 
 impl RoomTables {
@@ -561,7 +581,8 @@ impl Pricer {
     /// [`StepMasks`] of slot `t` beside retraining profile `rt` (`np`: none), in the room `rem` leaves: `usage[p]`
     /// and `held[p]` (an instance of `p` fits the usage, room rows), `pre[q * m + p]` (`q` and a pre-initialised
     /// `p` fit the room rows). `by_size` (valid where no profile has its own rows, as on every catalogued GPU)
-    /// compares sizes with what is left beside the retraining instance instead of checking each entry's room.
+    /// compares sizes with what is left beside the retraining instance instead of checking each entry's room, and
+    /// returns what is left in the room rows ([`PreRoom::Size`]) instead of filling `pre`.
     fn room_masks(
         &self,
         l: &RowIndex,
@@ -570,7 +591,7 @@ impl Pricer {
         rt: usize,
         by_size: bool,
         (usage, held, pre): (&mut [bool], &mut [bool], &mut [bool]),
-    ) {
+    ) -> Option<[f64; 3]> {
         let none = self.np;
         let m = none + 1;
         if by_size {
@@ -581,12 +602,8 @@ impl Pricer {
             for q in 0..m {
                 usage[q] = within(&in_usage, q);
                 held[q] = within(&in_room, q);
-                let beside: [f64; 3] = std::array::from_fn(|j| in_room[j] - size[q][j]);
-                for p in 0..m {
-                    pre[q * m + p] = within(&beside, p);
-                }
             }
-            return;
+            return Some(in_room);
         }
         for p in 0..m {
             usage[p] = self.room_for(l, rem, l.usage(t), [p, rt, none]);
@@ -595,6 +612,7 @@ impl Pricer {
         for q in 0..m * m {
             pre[q] = self.room_for(l, rem, l.room(t), [q / m, rt, q % m]);
         }
+        None
     }
 
     /// The best column under capacity duals `y` (convexity duals excluded) and its value `c - y.a`. With `rem`
@@ -662,18 +680,24 @@ impl Pricer {
                     wanted += 1;
                 }
             }
+            let by_size = !l.any_own;
             let mut k = RoomTables {
                 index,
                 wanted,
                 usage: vec![false; slots * wanted * m],
                 held: vec![false; slots * wanted * m],
-                pre: vec![false; slots * wanted * m * m],
+                pre: if by_size { Vec::new() } else { vec![false; slots * wanted * m * m] },
+                left: vec![[0.0; 3]; if by_size { slots * wanted } else { 0 }],
             };
+            let mut no_pre: Vec<bool> = Vec::new();
             for t in 0..slots {
                 for rt in (0..m).filter(|rt| k.index[*rt] != usize::MAX) {
-                    let at = k.at(t, rt) * m;
-                    let masks = (&mut k.usage[at..][..m], &mut k.held[at..][..m], &mut k.pre[at * m..][..m * m]);
-                    self.room_masks(l, rem, t, rt, !l.any_own, masks);
+                    let at = k.at(t, rt);
+                    let pre = if by_size { &mut no_pre[..] } else { &mut k.pre[at * m * m..][..m * m] };
+                    let masks = (&mut k.usage[at * m..][..m], &mut k.held[at * m..][..m], pre);
+                    if let Some(left) = self.room_masks(l, rem, t, rt, by_size, masks) {
+                        k.left[at] = left;
+                    }
                 }
             }
             k
@@ -686,7 +710,11 @@ impl Pricer {
             tables.as_ref().map(|k| StepMasks {
                 usage: &k.usage[k.at(t, rt_now) * m..][..m],
                 held: &k.held[k.at(t, rt_prev) * m..][..m],
-                pre: &k.pre[k.at(t, rt_prev) * m * m..][..m * m],
+                pre: if k.pre.is_empty() {
+                    PreRoom::Size { left: k.left[k.at(t, rt_prev)], size: &self.size }
+                } else {
+                    PreRoom::Table(&k.pre[k.at(t, rt_prev) * m * m..][..m * m])
+                },
             })
         };
         // Slots after a retraining has ended look the same for every option that ends before the horizon (new
@@ -1806,7 +1834,7 @@ mod tests {
     use tessera_core::catalog::GpuModel;
     use tessera_core::ids::TenantId;
 
-    use super::{Pricer, RowIndex, pair_best_on};
+    use super::{Pricer, RowIndex, pair_best_on, pre_fits};
     use crate::PlannerConfig;
     use crate::build::{Arrivals, gpu_problem};
     use crate::problem::GpuProblem;
@@ -2008,8 +2036,15 @@ mod tests {
                     for rt in 0..m {
                         let mut by_size = (vec![false; m], vec![false; m], vec![false; m * m]);
                         let mut checked = by_size.clone();
-                        pricer.room_masks(&l, &rem, t, rt, true, (&mut by_size.0, &mut by_size.1, &mut by_size.2));
-                        pricer.room_masks(&l, &rem, t, rt, false, (&mut checked.0, &mut checked.1, &mut checked.2));
+                        let left = pricer
+                            .room_masks(&l, &rem, t, rt, true, (&mut by_size.0, &mut by_size.1, &mut []))
+                            .expect("by size, the room left comes back");
+                        for (at, pre) in by_size.2.iter_mut().enumerate() {
+                            *pre = pre_fits(&left, &pricer.size, at / m, at % m);
+                        }
+                        let none =
+                            pricer.room_masks(&l, &rem, t, rt, false, (&mut checked.0, &mut checked.1, &mut checked.2));
+                        assert_eq!(none, None, "room checks fill the table");
                         assert_eq!(by_size, checked, "{gpu_model:?}, slot {t}, retraining {rt}, room {rem:?}");
                     }
                 }
