@@ -582,7 +582,8 @@ impl Pricer {
     /// and `held[p]` (an instance of `p` fits the usage, room rows), `pre[q * m + p]` (`q` and a pre-initialised
     /// `p` fit the room rows). `by_size` (valid where no profile has its own rows, as on every catalogued GPU)
     /// compares sizes with what is left beside the retraining instance instead of checking each entry's room, and
-    /// returns what is left in the room rows ([`PreRoom::Size`]) instead of filling `pre`.
+    /// returns what is left in the room rows ([`PreRoom::Size`]), leaving `pre` untouched; otherwise it fills `pre`
+    /// and returns `None`.
     fn room_masks(
         &self,
         l: &RowIndex,
