@@ -690,11 +690,10 @@ impl Pricer {
                 pre: if by_size { Vec::new() } else { vec![false; slots * wanted * m * m] },
                 left: vec![[0.0; 3]; if by_size { slots * wanted } else { 0 }],
             };
-            let mut no_pre: Vec<bool> = Vec::new();
             for t in 0..slots {
                 for rt in (0..m).filter(|rt| k.index[*rt] != usize::MAX) {
                     let at = k.at(t, rt);
-                    let pre = if by_size { &mut no_pre[..] } else { &mut k.pre[at * m * m..][..m * m] };
+                    let pre: &mut [bool] = if by_size { &mut [] } else { &mut k.pre[at * m * m..][..m * m] };
                     let masks = (&mut k.usage[at * m..][..m], &mut k.held[at * m..][..m], pre);
                     if let Some(left) = self.room_masks(l, rem, t, rt, by_size, masks) {
                         k.left[at] = left;
@@ -711,7 +710,7 @@ impl Pricer {
             tables.as_ref().map(|k| StepMasks {
                 usage: &k.usage[k.at(t, rt_now) * m..][..m],
                 held: &k.held[k.at(t, rt_prev) * m..][..m],
-                pre: if k.pre.is_empty() {
+                pre: if !l.any_own {
                     PreRoom::Size { left: k.left[k.at(t, rt_prev)], size: &self.size }
                 } else {
                     PreRoom::Table(&k.pre[k.at(t, rt_prev) * m * m..][..m * m])
@@ -1005,13 +1004,6 @@ fn pair_best_on(
                     }
                 };
                 let most = most(pa, ga, sa) + most(pbr, gb, sb);
-                // Which tenants may pre-initialise here (a new instance that pays); the others' moves are cold.
-                let combos: &[(bool, bool)] = match (xa != none && pays_a, xb != none && pays_b) {
-                    (false, false) => &[(false, false)],
-                    (true, false) => &[(false, false), (true, false)],
-                    (false, true) => &[(false, false), (false, true)],
-                    (true, true) => &[(false, false), (true, false), (false, true), (true, true)],
-                };
                 for (at, &k) in open.iter().enumerate() {
                     let (top, top_abs) = suffix[at];
                     if shortcuts && top + most + 2e-9 * (1.0 + top_abs + most.abs()) <= value[here] + 1e-12 {
@@ -1029,7 +1021,7 @@ fn pair_best_on(
                     let (held_a, held_b) = if t == 0 { (none, none) } else { (prev_a, prev_b) };
                     let new_a = xa != none && xa != prev_a;
                     let new_b = xb != none && xb != prev_b;
-                    for &(pre_a, pre_b) in combos {
+                    for (pre_a, pre_b) in [(false, false), (true, false), (false, true), (true, true)] {
                         if (pre_a && !(new_a && pays_a)) || (pre_b && !(new_b && pays_b)) {
                             continue;
                         }
