@@ -326,14 +326,32 @@ impl RoomTables {
 /// Tolerance of room checks against the room other tenants leave (sums of small integers, up to rounding).
 const ROOM_EPS: f64 = 1e-9;
 
+/// A tenant's goodput per regime, slot and usable profile, one flat buffer (the pricing programme reads it in its
+/// innermost loops).
+struct SlotValues {
+    slots: usize,
+    usable: usize,
+    /// `rows[(regime * slots + t) * usable + k]`.
+    rows: Vec<[f64; 3]>,
+}
+
+impl SlotValues {
+    /// The rows of slot `t` in accuracy regime `regime`, one per usable profile.
+    fn at(&self, regime: usize, t: usize) -> &[[f64; 3]] {
+        &self.rows[(regime * self.slots + t) * self.usable..][..self.usable]
+    }
+}
+
 /// Per-tenant data for pricing that does not depend on the duals, computed once per solve.
 struct Pricer {
     tenant: usize,
     /// Profiles the tenant can serve on.
     usable: Vec<usize>,
-    /// `value[regime][t][k][dead]`: goodput in slot `t` on `usable[k]` with accuracy regime 0 (old) or 1 (new)
+    /// `usable_index[p]`: where profile `p` is in `usable`, if it is.
+    usable_index: Vec<Option<usize>>,
+    /// `value.at(regime, t)[k][dead]`: goodput in slot `t` on `usable[k]` with accuracy regime 0 (old) or 1 (new)
     /// and dead time 0 (kept), 1 (pre-initialised), 2 (cold).
-    value: Vec<Vec<Vec<[f64; 3]>>>,
+    value: SlotValues,
     /// `fit[a][b][c]` over profile indices with `np` meaning none: whether the three instances fit together.
     fit: Vec<bool>,
     np: usize,
@@ -368,27 +386,54 @@ impl Pricer {
         fit
     }
 
+    /// A column of this tenant, its value read from the pricer's goodput table: the same terms, summed in the same
+    /// order, as [`column_value`] computes them.
+    fn column(
+        &self,
+        pb: &GpuProblem,
+        inference: Vec<Option<usize>>,
+        pre: Vec<bool>,
+        retrain: Option<RetrainOption>,
+    ) -> Column {
+        let mut v = pb.tail_value(self.tenant, retrain);
+        let mut prev = self.current;
+        for t in 0..pb.slots {
+            if let Some(p) = inference[t] {
+                let regime = usize::from(retrain.is_some_and(|o| o.end <= t));
+                let dead = if prev == Some(p) {
+                    0
+                } else if pre[t] {
+                    1
+                } else {
+                    2
+                };
+                v += match self.usable_index[p] {
+                    Some(k) => self.value.at(regime, t)[k][dead],
+                    None => {
+                        let t_ = &pb.tenants[self.tenant];
+                        let acc = if regime == 1 { t_.acc_new } else { t_.acc_old };
+                        pb.tenant_value(self.tenant, t, p, [0.0, pb.dead_preinit_s, pb.dead_cold_s][dead], acc)
+                    }
+                };
+            }
+            prev = inference[t];
+        }
+        Column { tenant: self.tenant, inference, pre, retrain, value: v, coefficients: OnceCell::new() }
+    }
+
     /// Tenant `i`'s pricer, with `fit` from [`Pricer::fit_table`].
     fn new(pb: &GpuProblem, i: usize, fit: Vec<bool>) -> Pricer {
         let t_ = &pb.tenants[i];
         let np = pb.profiles.len();
         let usable: Vec<usize> = (0..np).filter(|p| t_.cap[*p] > 0.0).collect();
-        let value = [t_.acc_old, t_.acc_new]
-            .iter()
-            .map(|acc| {
-                (0..pb.slots)
-                    .map(|t| {
-                        usable
-                            .iter()
-                            .map(|p| {
-                                [0.0, pb.dead_preinit_s, pb.dead_cold_s]
-                                    .map(|dead| pb.tenant_value(i, t, *p, dead, *acc))
-                            })
-                            .collect()
-                    })
-                    .collect()
-            })
-            .collect();
+        let mut value = SlotValues { slots: pb.slots, usable: usable.len(), rows: Vec::new() };
+        for acc in [t_.acc_old, t_.acc_new] {
+            for t in 0..pb.slots {
+                value.rows.extend(usable.iter().map(|p| {
+                    [0.0, pb.dead_preinit_s, pb.dead_cold_s].map(|dead| pb.tenant_value(i, t, *p, dead, acc))
+                }));
+            }
+        }
         let m = np + 1;
         let options = pb.retrain_options(i);
         let forced = t_.retrain.as_ref().is_some_and(|r| r.running_on.is_some()) && !options.is_empty();
@@ -411,7 +456,11 @@ impl Pricer {
                     }
                 })
                 .collect();
-        Pricer { tenant: i, usable, value, fit, np, choices, current, size }
+        let mut usable_index = vec![None; np];
+        for (k, &p) in usable.iter().enumerate() {
+            usable_index[p] = Some(k);
+        }
+        Pricer { tenant: i, usable, usable_index, value, fit, np, choices, current, size }
     }
 
     /// Price of one instance of `p` in the block of rows at `base`, from the pricer's size table.
@@ -488,7 +537,7 @@ impl Pricer {
                 from[s] = (b1, false);
                 continue;
             }
-            let row = &self.value[st.regime][st.t][s - 1];
+            let row = &self.value.at(st.regime, st.t)[s - 1];
             let h = st.hold[p];
             let mut best = f64::NEG_INFINITY;
             let mut arg = (0, false);
@@ -555,7 +604,7 @@ impl Pricer {
                 let (gain, pre) = if p == none {
                     (0.0, false)
                 } else {
-                    let row = &self.value[st.regime][st.t][s - 1];
+                    let row = &self.value.at(st.regime, st.t)[s - 1];
                     let h = st.hold[p];
                     if s == q {
                         (row[0] - h, false)
@@ -755,7 +804,7 @@ impl Pricer {
                     let usage = masks_at(t, rt, rt).map(|k| k.usage);
                     for regime in 0..2 {
                         let mut g = 0.0f64;
-                        for (k, row) in self.value[regime][t].iter().enumerate() {
+                        for (k, row) in self.value.at(regime, t).iter().enumerate() {
                             let p = self.usable[k];
                             if self.fits(p, rt, none) && usage.is_none_or(|u| u[p]) {
                                 g = g.max(row[0].max(row[1] - room_at(t)[p]).max(row[2]) - hold_at(t)[p]);
@@ -818,7 +867,7 @@ impl Pricer {
                     let (gain, pre) = if p == none {
                         (0.0, false)
                     } else {
-                        let row = &self.value[regime][0][s - 1];
+                        let row = &self.value.at(regime, 0)[s - 1];
                         let h = hold_at(0)[p];
                         if prev_p == p {
                             (row[0] - h, false)
@@ -878,7 +927,7 @@ impl Pricer {
                     s = ps;
                 }
             }
-            let col = Column::new(pb, self.tenant, inference, pre, *o);
+            let col = self.column(pb, inference, pre, *o);
             let at = best.partition_point(|(b, _)| *b >= reduced);
             best.insert(at, (reduced, col));
             best.truncate(keep);
@@ -925,7 +974,7 @@ fn pair_best_on(
         if s == 0 {
             return 0.0;
         }
-        let row = &pr.value[reg][t][s - 1];
+        let row = &pr.value.at(reg, t)[s - 1];
         if prev == pr.usable[s - 1] {
             row[0]
         } else if pre {
@@ -989,7 +1038,7 @@ fn pair_best_on(
                 let here = t * states + sa * nb + sb;
                 // Pre-initialising a tenant's new instance can only win where it earns more than a cold start.
                 let pre_pays = |pr: &Pricer, reg: usize, s: usize| {
-                    s > 0 && pr.value[reg][t][s - 1][1] > pr.value[reg][t][s - 1][2]
+                    s > 0 && pr.value.at(reg, t)[s - 1][1] > pr.value.at(reg, t)[s - 1][2]
                 };
                 let (pays_a, pays_b) = (!shortcuts || pre_pays(pa, ga, sa), !shortcuts || pre_pays(pbr, gb, sb));
                 let both: [f64; 3] = std::array::from_fn(|j| size(xa)[j] + size(xb)[j]);
@@ -999,7 +1048,7 @@ fn pair_best_on(
                     if s == 0 {
                         0.0
                     } else {
-                        let row = &pr.value[reg][t][s - 1];
+                        let row = &pr.value.at(reg, t)[s - 1];
                         row[0].max(row[1]).max(row[2])
                     }
                 };
@@ -1071,7 +1120,7 @@ fn pair_best_on(
         inf_b[t] = (sb > 0).then(|| pbr.usable[sb - 1]);
         (s, pre_a[t], pre_b[t]) = from[t * states + s];
     }
-    Some((Column::new(pb, ca.tenant, inf_a, pre_a, ca.retrain), Column::new(pb, cb.tenant, inf_b, pre_b, cb.retrain)))
+    Some((pa.column(pb, inf_a, pre_a, ca.retrain), pbr.column(pb, inf_b, pre_b, cb.retrain)))
 }
 
 /// Tenants in decreasing order of their share of the LP's value (ties by index).
@@ -1150,7 +1199,7 @@ fn slot_prices(
             for (k, &p) in pr.usable.iter().enumerate() {
                 let s = &pr.size[p];
                 let entries = [(usage[3 * t], s[0]), (usage[3 * t + 1], s[1]), (usage[3 * t + 2], s[2]), (one, 1.0)];
-                problem.add_column(pr.value[0][t][k][0], 0.0.., entries);
+                problem.add_column(pr.value.at(0, t)[k][0], 0.0.., entries);
             }
         }
     }
@@ -1826,8 +1875,9 @@ mod tests {
 
     use tessera_core::catalog::GpuModel;
     use tessera_core::ids::TenantId;
+    use tessera_core::layout::Placement;
 
-    use super::{Pricer, RowIndex, pair_best_on, pre_fits};
+    use super::{Column, Pricer, RowIndex, pair_best_on, pre_fits};
     use crate::PlannerConfig;
     use crate::build::{Arrivals, gpu_problem};
     use crate::problem::GpuProblem;
@@ -1968,6 +2018,40 @@ mod tests {
     /// Pair moves with their shortcuts (room checks by size, pre-initialisation only where it pays, previous states
     /// that cannot win skipped) find the very columns the plain programme finds, for random retraining choices,
     /// rooms and GPUs.
+    #[test]
+    fn a_pricers_columns_have_the_value_column_value_computes() {
+        let mut uniform = uniform_from(0x2545_f491_4f6c_dd1du64);
+        let (mut checked, mut unusable, mut retraining) = (0, 0, 0);
+        for (tenants, slots, gpu_model, seed) in [(3, 8, GpuModel::A100_40GB, 1), (4, 12, GpuModel::H100_80GB, 2)] {
+            let mut pb = synthetic_gpu(tenants, slots, gpu_model, seed);
+            let np = pb.profiles.len();
+            // Some tenants hold an instance now (kept, it has no dead time), one on a profile it cannot use.
+            for (i, t) in pb.tenants.iter_mut().enumerate() {
+                t.current_inference = (i % 2 == 0).then(|| Placement::new(pb.profiles[i % np], 0));
+            }
+            let fit = Pricer::fit_table(&pb);
+            for i in 0..tenants {
+                let pricer = Pricer::new(&pb, i, fit.clone());
+                for _ in 0..40 {
+                    // Any profile in any slot, usable or not, pre-initialised or not, with any retraining choice.
+                    let inference: Vec<Option<usize>> =
+                        (0..slots).map(|_| (uniform() < 0.8).then(|| (uniform() * np as f64) as usize % np)).collect();
+                    let pre: Vec<bool> = (0..slots).map(|_| uniform() < 0.3).collect();
+                    let o = pricer.choices[(uniform() * pricer.choices.len() as f64) as usize % pricer.choices.len()];
+                    unusable += usize::from(inference.iter().flatten().any(|p| pricer.usable_index[*p].is_none()));
+                    retraining += usize::from(o.is_some());
+                    let from_table = pricer.column(&pb, inference.clone(), pre.clone(), o);
+                    let computed = Column::new(&pb, i, inference, pre, o);
+                    assert_eq!(from_table, computed);
+                    assert_eq!(from_table.value.to_bits(), computed.value.to_bits(), "tenant {i}, {computed:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 7 * 40);
+        assert!(unusable > 0 && retraining > 0, "{unusable} with unusable profiles, {retraining} retraining");
+    }
+
     #[test]
     fn pair_moves_with_shortcuts_find_what_the_plain_programme_finds() {
         let mut uniform = uniform_from(0x9e37_79b9_7f4a_7c15u64);
