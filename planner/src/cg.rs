@@ -349,6 +349,8 @@ struct Pricer {
     usable: Vec<usize>,
     /// `usable_index[p]`: where profile `p` is in `usable`, if it is.
     usable_index: Vec<Option<usize>>,
+    /// The profile of each state of the pricing programme: `np` (none) for state 0, `usable[s - 1]` for state `s`.
+    state_profile: Vec<usize>,
     /// `value.at(regime, t)[k][dead]`: goodput in slot `t` on `usable[k]` with accuracy regime 0 (old) or 1 (new)
     /// and dead time 0 (kept), 1 (pre-initialised), 2 (cold).
     value: SlotValues,
@@ -460,7 +462,8 @@ impl Pricer {
         for (k, &p) in usable.iter().enumerate() {
             usable_index[p] = Some(k);
         }
-        Pricer { tenant: i, usable, usable_index, value, fit, np, choices, current, size }
+        let state_profile = std::iter::once(np).chain(usable.iter().copied()).collect();
+        Pricer { tenant: i, usable, usable_index, state_profile, value, fit, np, choices, current, size }
     }
 
     /// Price of one instance of `p` in the block of rows at `base`, from the pricer's size table.
@@ -472,6 +475,12 @@ impl Pricer {
     fn fits(&self, a: usize, b: usize, c: usize) -> bool {
         let m = self.np + 1;
         self.fit[(a * m + b) * m + c]
+    }
+
+    /// `fits(a, b, c)` for every `c`, indexed by `c` (the table is symmetric: `fits(c, b, a)` too).
+    fn fit_row(&self, a: usize, b: usize) -> &[bool] {
+        let m = self.np + 1;
+        &self.fit[(a * m + b) * m..][..m]
     }
 
     /// Whether instances of `items` (profile indices, `np` = none) fit the remaining room of the row block at
@@ -511,12 +520,14 @@ impl Pricer {
     fn step_free(&self, st: FreeStep<'_>, prev: &[f64], here: &mut [f64], from: &mut [(usize, bool)]) {
         let none = self.np;
         let states = prev.len();
-        let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
+        let profile = &self.state_profile[..states];
         let (held_ok, usage_ok, pre_ok) = (|q| st.held_ok(q), |p| st.usage_ok(p), |q, p| st.pre_ok(q, p));
+        // `fits(p, rt_now, none)`, by the table's symmetry one row indexed by `p`.
+        let fits_now = self.fit_row(none, st.rt_now);
         let (mut b1, mut b2) = (usize::MAX, usize::MAX);
         for ps in 0..states {
             let v = prev[ps];
-            if v == f64::NEG_INFINITY || !held_ok(profile_of(ps)) {
+            if v == f64::NEG_INFINITY || !held_ok(profile[ps]) {
                 continue;
             }
             if b1 == usize::MAX || v > prev[b1] + 1e-12 {
@@ -528,8 +539,8 @@ impl Pricer {
         }
         for s in 0..states {
             here[s] = f64::NEG_INFINITY;
-            let p = profile_of(s);
-            if !self.fits(p, st.rt_now, none) || b1 == usize::MAX || !usage_ok(p) {
+            let p = profile[s];
+            if !fits_now[p] || b1 == usize::MAX || !usage_ok(p) {
                 continue;
             }
             if p == none {
@@ -552,7 +563,9 @@ impl Pricer {
                 arg = (other, false);
             }
             let warm = row[1] - st.room[p] - h;
-            let beside = |ps: usize| self.fits(profile_of(ps), st.rt_prev, p) && pre_ok(profile_of(ps), p);
+            // `fits(q, rt_prev, p)` for every previous profile `q`, indexed by `q`.
+            let fits_beside = self.fit_row(p, st.rt_prev);
+            let beside = |ps: usize| fits_beside[profile[ps]] && pre_ok(profile[ps], p);
             if warm > cold && other != usize::MAX && beside(other) {
                 // The best other state is the best one to switch from pre-initialised, where the new instance fits
                 // beside it (as it mostly does); only where it does not are the others searched.
@@ -565,7 +578,7 @@ impl Pricer {
                     if ps != s
                         && prev[ps] > f64::NEG_INFINITY
                         && prev[ps] + warm > best + 1e-12
-                        && held_ok(profile_of(ps))
+                        && held_ok(profile[ps])
                         && beside(ps)
                     {
                         best = prev[ps] + warm;
@@ -586,19 +599,22 @@ impl Pricer {
     fn step_back(&self, st: FreeStep<'_>, next: &[f64], here: &mut [f64], to: &mut [(usize, bool)]) {
         let none = self.np;
         let states = next.len();
-        let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
+        let profile = &self.state_profile[..states];
         let (held_ok, usage_ok, pre_ok) = (|q| st.held_ok(q), |p| st.usage_ok(p), |q, p| st.pre_ok(q, p));
+        let fits_now = self.fit_row(none, st.rt_now);
         for q in 0..states {
             here[q] = f64::NEG_INFINITY;
-            let prev_p = profile_of(q);
+            let prev_p = profile[q];
             if !held_ok(prev_p) {
                 continue;
             }
+            // `fits(prev_p, rt_prev, p)` for every `p`, indexed by `p`.
+            let fits_beside = self.fit_row(prev_p, st.rt_prev);
             let mut best = f64::NEG_INFINITY;
             let mut arg = (0, false);
             for s in 0..states {
-                let p = profile_of(s);
-                if next[s] == f64::NEG_INFINITY || !self.fits(p, st.rt_now, none) || !usage_ok(p) {
+                let p = profile[s];
+                if next[s] == f64::NEG_INFINITY || !fits_now[p] || !usage_ok(p) {
                     continue;
                 }
                 let (gain, pre) = if p == none {
@@ -610,11 +626,7 @@ impl Pricer {
                         (row[0] - h, false)
                     } else {
                         let (cold, warm) = (row[2] - h, row[1] - st.room[p] - h);
-                        if warm > cold && self.fits(prev_p, st.rt_prev, p) && pre_ok(prev_p, p) {
-                            (warm, true)
-                        } else {
-                            (cold, false)
-                        }
+                        if warm > cold && fits_beside[p] && pre_ok(prev_p, p) { (warm, true) } else { (cold, false) }
                     }
                 };
                 if next[s] + gain > best + 1e-12 {
@@ -718,7 +730,7 @@ impl Pricer {
         let hold_at = |t: usize| &hold[t * np..][..np];
         let room_at = |t: usize| &room[t * np..][..np];
         let states = self.usable.len() + 1;
-        let profile_of = |s: usize| if s == 0 { none } else { self.usable[s - 1] };
+        let profile_of = |s: usize| self.state_profile[s];
         let m = np + 1;
         let tables = rem.map(|rem| {
             // Only the retraining profiles these choices hold (and none) are ever looked up.
@@ -802,11 +814,12 @@ impl Pricer {
             for t in 0..slots {
                 for &rt in &held {
                     let usage = masks_at(t, rt, rt).map(|k| k.usage);
+                    let fits_beside = self.fit_row(none, rt);
                     for regime in 0..2 {
                         let mut g = 0.0f64;
                         for (k, row) in self.value.at(regime, t).iter().enumerate() {
                             let p = self.usable[k];
-                            if self.fits(p, rt, none) && usage.is_none_or(|u| u[p]) {
+                            if fits_beside[p] && usage.is_none_or(|u| u[p]) {
                                 g = g.max(row[0].max(row[1] - room_at(t)[p]).max(row[2]) - hold_at(t)[p]);
                             }
                         }
@@ -963,7 +976,7 @@ fn pair_best_on(
 ) -> Option<(Column, Column)> {
     let none = pa.np;
     let (na, nb) = (pa.usable.len() + 1, pbr.usable.len() + 1);
-    let prof = |pr: &Pricer, s: usize| if s == 0 { none } else { pr.usable[s - 1] };
+    let prof = |pr: &Pricer, s: usize| pr.state_profile[s];
     let rt = |c: &Column, t: usize| c.retrain.filter(|o| o.active(t)).map_or(none, |o| o.profile);
     let regime = |c: &Column, t: usize| usize::from(c.retrain.is_some_and(|o| o.end <= t));
     let states = na * nb;
@@ -991,7 +1004,7 @@ fn pair_best_on(
     // The previous states that can be left, in order, and from each of them on the largest value and largest
     // absolute value among them: where the skip test below rejects even that largest value (its margin doubled,
     // for room), it rejects every state after it (the test grows with the value), and the search stops.
-    let mut open: Vec<usize> = Vec::with_capacity(states);
+    let mut open: Vec<(usize, usize, usize)> = Vec::with_capacity(states);
     let mut suffix: Vec<(f64, f64)> = Vec::with_capacity(states);
     let by_size = shortcuts && !l.any_own;
     let size = |p: usize| pa.size[p];
@@ -1013,11 +1026,11 @@ fn pair_best_on(
                 }
             }
             open.clear();
-            open.extend((0..states).filter(|k| prev_ok[*k]));
+            open.extend((0..states).filter(|k| prev_ok[*k]).map(|k| (k, prof(pa, k / nb), prof(pbr, k % nb))));
             suffix.clear();
             suffix.resize(open.len(), (f64::NEG_INFINITY, 0.0));
             let mut run = (f64::NEG_INFINITY, 0.0f64);
-            for (at, &k) in open.iter().enumerate().rev() {
+            for (at, &(k, _, _)) in open.iter().enumerate().rev() {
                 let v = value[(t - 1) * states + k];
                 run = (run.0.max(v), run.1.max(v.abs()));
                 suffix[at] = run;
@@ -1025,7 +1038,7 @@ fn pair_best_on(
         } else {
             // Slot 0 has one previous state: what the tenants hold now.
             open.clear();
-            open.push(0);
+            open.push((0, none, none));
             suffix.clear();
             suffix.push((f64::INFINITY, 0.0));
         }
@@ -1053,7 +1066,7 @@ fn pair_best_on(
                     }
                 };
                 let most = most(pa, ga, sa) + most(pbr, gb, sb);
-                for (at, &k) in open.iter().enumerate() {
+                for (at, &(k, held_a, held_b)) in open.iter().enumerate() {
                     let (top, top_abs) = suffix[at];
                     if shortcuts && top + most + 2e-9 * (1.0 + top_abs + most.abs()) <= value[here] + 1e-12 {
                         break;
@@ -1065,9 +1078,8 @@ fn pair_best_on(
                         if shortcuts && base + most + 1e-9 * (1.0 + base.abs() + most.abs()) <= value[here] + 1e-12 {
                             continue;
                         }
-                        (k, base, prof(pa, k / nb), prof(pbr, k % nb))
+                        (k, base, held_a, held_b)
                     };
-                    let (held_a, held_b) = if t == 0 { (none, none) } else { (prev_a, prev_b) };
                     let new_a = xa != none && xa != prev_a;
                     let new_b = xb != none && xb != prev_b;
                     for (pre_a, pre_b) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -2018,6 +2030,34 @@ mod tests {
     /// Pair moves with their shortcuts (room checks by size, pre-initialisation only where it pays, previous states
     /// that cannot win skipped) find the very columns the plain programme finds, for random retraining choices,
     /// rooms and GPUs.
+    #[test]
+    fn the_fit_table_reads_the_same_in_any_order() {
+        // The pricing programme reads `fits(q, rt, p)` for every `q` as the row `fit_row(p, rt)`.
+        for gpu_model in [GpuModel::A100_40GB, GpuModel::H100_80GB] {
+            let pb = synthetic_gpu(2, 4, gpu_model, 1);
+            let pricer = Pricer::new(&pb, 0, Pricer::fit_table(&pb));
+            let m = pb.profiles.len() + 1;
+            let (mut fit, mut unfit) = (0, 0);
+            for a in 0..m {
+                for b in 0..m {
+                    for c in 0..m {
+                        let f = pricer.fits(a, b, c);
+                        assert_eq!(pricer.fit_row(c, b)[a], f, "{gpu_model:?}: {a} {b} {c}");
+                        for (x, y, z) in [(a, c, b), (b, a, c), (b, c, a), (c, a, b)] {
+                            assert_eq!(pricer.fits(x, y, z), f, "{gpu_model:?}: {a} {b} {c}");
+                        }
+                        if f {
+                            fit += 1;
+                        } else {
+                            unfit += 1;
+                        }
+                    }
+                }
+            }
+            assert!(fit > 0 && unfit > 0, "{fit} triples fit, {unfit} do not");
+        }
+    }
+
     #[test]
     fn a_pricers_columns_have_the_value_column_value_computes() {
         let mut uniform = uniform_from(0x2545_f491_4f6c_dd1du64);
