@@ -171,8 +171,9 @@ proptest! {
         prop_assert!(solved.bound >= optimum * (1.0 - 1e-6));
     }
 
-    /// A warm start cannot make level 2 wrong: from any prices (here arbitrary, shaped or not) and a previous plan
-    /// shifted in, the solve still reaches the exhaustive optimum and its bound stays valid.
+    /// A warm start cannot make level 2 wrong: from any prices (here arbitrary, shaped or not), or from its own
+    /// result, the solve still reaches the exhaustive optimum and its bound stays valid. (That a warm start also
+    /// saves work holds in total, not on every problem: [`warm_starts_from_their_own_result_save_rounds_in_total`].)
     #[test]
     fn warm_starts_from_any_prices_keep_level2_exact(
         tenants in 1usize..=3, slots in 2usize..=6, seed in 0u64..1000, retraining in 0usize..=2,
@@ -190,12 +191,11 @@ proptest! {
         prop_assert!(warm.solved.schedule.feasible(&pb));
         prop_assert!(close(warm.solved.objective, optimum), "warm {} vs exhaustive {} ({best:?})", warm.solved.objective, optimum);
         prop_assert!(warm.solved.bound >= optimum * (1.0 - 1e-6));
-        // Its own result as the next warm start: the plan is kept and proven without more work than cold.
+        // Its own result as the next warm start: the plan is kept and proven.
         let cold = cg::solve_warm(&pb, &exact(), &[], None).unwrap();
         let again = cg::solve_warm(&pb, &exact(), std::slice::from_ref(&cold.solved.schedule), Some(&cold.prices)).unwrap();
         prop_assert!(close(again.solved.objective, optimum));
         prop_assert!(again.solved.bound >= optimum * (1.0 - 1e-6));
-        prop_assert!(again.rounds <= cold.rounds, "warm {} rounds, cold {}", again.rounds, cold.rounds);
     }
 
     /// The MIGRator placement ILP reaches the optimum of its model found by exhaustive search.
@@ -500,4 +500,31 @@ fn a_malformed_warm_start_is_a_bad_input_naming_the_field() {
     w.prices.pop();
     let err = by_name("tessera").unwrap().plan(&next).unwrap_err().to_string();
     assert!(err.contains(&format!("gpus.{gpu}.warm.prices")), "{err}");
+}
+
+/// A solve warm-started from its own result (plan and prices) takes far fewer column-generation rounds than the
+/// cold solve, in total over many small problems. Not on every one: from the cold solve's final prices a few
+/// problems (3 of 2,700 on a wider grid) take one or two rounds more than the cold path did.
+#[test]
+fn warm_starts_from_their_own_result_save_rounds_in_total() {
+    let (mut problems, mut worse, mut warm_rounds, mut cold_rounds) = (0, 0, 0, 0);
+    for tenants in 1..=3 {
+        for slots in 2..=6 {
+            for seed in 0..20u64 {
+                let input = tiny(tenants, slots, seed, (seed as usize % 3).min(tenants));
+                let mut pb = problem(&input, Arrivals::Band);
+                tessera_planner::tessera::tail_values(&input, &mut pb);
+                let cold = cg::solve_warm(&pb, &exact(), &[], None).unwrap();
+                let again =
+                    cg::solve_warm(&pb, &exact(), std::slice::from_ref(&cold.solved.schedule), Some(&cold.prices))
+                        .unwrap();
+                problems += 1;
+                worse += usize::from(again.rounds > cold.rounds);
+                warm_rounds += again.rounds;
+                cold_rounds += cold.rounds;
+            }
+        }
+    }
+    assert!(2 * warm_rounds <= cold_rounds, "warm {warm_rounds} rounds against cold {cold_rounds}");
+    assert!(100 * worse <= problems, "{worse} of {problems} problems took more rounds warm than cold");
 }
