@@ -524,6 +524,7 @@ impl Pricer {
         let (held_ok, usage_ok, pre_ok) = (|q| st.held_ok(q), |p| st.usage_ok(p), |q, p| st.pre_ok(q, p));
         // `fits(p, rt_now, none)`, by the table's symmetry one row indexed by `p`.
         let fits_now = self.fit_row(none, st.rt_now);
+        let rows = self.value.at(st.regime, st.t);
         let (mut b1, mut b2) = (usize::MAX, usize::MAX);
         for ps in 0..states {
             let v = prev[ps];
@@ -548,7 +549,7 @@ impl Pricer {
                 from[s] = (b1, false);
                 continue;
             }
-            let row = &self.value.at(st.regime, st.t)[s - 1];
+            let row = &rows[s - 1];
             let h = st.hold[p];
             let mut best = f64::NEG_INFINITY;
             let mut arg = (0, false);
@@ -602,6 +603,7 @@ impl Pricer {
         let profile = &self.state_profile[..states];
         let (held_ok, usage_ok, pre_ok) = (|q| st.held_ok(q), |p| st.usage_ok(p), |q, p| st.pre_ok(q, p));
         let fits_now = self.fit_row(none, st.rt_now);
+        let rows = self.value.at(st.regime, st.t);
         for q in 0..states {
             here[q] = f64::NEG_INFINITY;
             let prev_p = profile[q];
@@ -620,7 +622,7 @@ impl Pricer {
                 let (gain, pre) = if p == none {
                     (0.0, false)
                 } else {
-                    let row = &self.value.at(st.regime, st.t)[s - 1];
+                    let row = &rows[s - 1];
                     let h = st.hold[p];
                     if s == q {
                         (row[0] - h, false)
@@ -982,12 +984,13 @@ fn pair_best_on(
     let states = na * nb;
     let mut value = vec![f64::NEG_INFINITY; pb.slots * states];
     let mut from = vec![(0usize, false, false); pb.slots * states];
-    // Gain of one tenant entering profile state `s` from profile `prev`, with or without pre-initialisation.
-    let gain = |pr: &Pricer, reg: usize, t: usize, s: usize, prev: usize, pre: bool| -> f64 {
+    // Gain of one tenant entering profile state `s` from profile `prev`, with or without pre-initialisation, from
+    // its goodput rows of the slot.
+    let gain = |pr: &Pricer, rows: &[[f64; 3]], s: usize, prev: usize, pre: bool| -> f64 {
         if s == 0 {
             return 0.0;
         }
-        let row = &pr.value.at(reg, t)[s - 1];
+        let row = &rows[s - 1];
         if prev == pr.usable[s - 1] {
             row[0]
         } else if pre {
@@ -1012,6 +1015,7 @@ fn pair_best_on(
         let (ra, rb) = (rt(ca, t), rt(cb, t));
         let (ra_prev, rb_prev) = if t > 0 { (rt(ca, t - 1), rt(cb, t - 1)) } else { (none, none) };
         let (ga, gb) = (regime(ca, t), regime(cb, t));
+        let (rows_a, rows_b) = (pa.value.at(ga, t), pbr.value.at(gb, t));
         if t > 0 {
             for (k, ok) in prev_ok.iter_mut().enumerate() {
                 let (held_a, held_b) = (prof(pa, k / nb), prof(pbr, k % nb));
@@ -1050,22 +1054,20 @@ fn pair_best_on(
                 }
                 let here = t * states + sa * nb + sb;
                 // Pre-initialising a tenant's new instance can only win where it earns more than a cold start.
-                let pre_pays = |pr: &Pricer, reg: usize, s: usize| {
-                    s > 0 && pr.value.at(reg, t)[s - 1][1] > pr.value.at(reg, t)[s - 1][2]
-                };
-                let (pays_a, pays_b) = (!shortcuts || pre_pays(pa, ga, sa), !shortcuts || pre_pays(pbr, gb, sb));
+                let pre_pays = |rows: &[[f64; 3]], s: usize| s > 0 && rows[s - 1][1] > rows[s - 1][2];
+                let (pays_a, pays_b) = (!shortcuts || pre_pays(rows_a, sa), !shortcuts || pre_pays(rows_b, sb));
                 let both: [f64; 3] = std::array::from_fn(|j| size(xa)[j] + size(xb)[j]);
                 // The most entering this state can gain from any previous one: a previous state whose value plus
                 // it cannot beat the best found (the same strict test as below, with room for rounding) is skipped.
-                let most = |pr: &Pricer, reg: usize, s: usize| {
+                let most = |rows: &[[f64; 3]], s: usize| {
                     if s == 0 {
                         0.0
                     } else {
-                        let row = &pr.value.at(reg, t)[s - 1];
+                        let row = &rows[s - 1];
                         row[0].max(row[1]).max(row[2])
                     }
                 };
-                let most = most(pa, ga, sa) + most(pbr, gb, sb);
+                let most = most(rows_a, sa) + most(rows_b, sb);
                 for (at, &(k, held_a, held_b)) in open.iter().enumerate() {
                     let (top, top_abs) = suffix[at];
                     if shortcuts && top + most + 2e-9 * (1.0 + top_abs + most.abs()) <= value[here] + 1e-12 {
@@ -1108,7 +1110,7 @@ fn pair_best_on(
                                 continue;
                             }
                         }
-                        let v = base + gain(pa, ga, t, sa, prev_a, pre_a) + gain(pbr, gb, t, sb, prev_b, pre_b);
+                        let v = base + gain(pa, rows_a, sa, prev_a, pre_a) + gain(pbr, rows_b, sb, prev_b, pre_b);
                         if v > value[here] + 1e-12 {
                             value[here] = v;
                             from[here] = (ps, pre_a, pre_b);
