@@ -816,12 +816,12 @@ impl Pricer {
             for t in 0..slots {
                 for &rt in &held {
                     let usage = masks_at(t, rt, rt).map(|k| k.usage);
-                    let fits_beside = self.fit_row(none, rt);
+                    let fits_now = self.fit_row(none, rt);
                     for regime in 0..2 {
                         let mut g = 0.0f64;
                         for (k, row) in self.value.at(regime, t).iter().enumerate() {
                             let p = self.usable[k];
-                            if fits_beside[p] && usage.is_none_or(|u| u[p]) {
+                            if fits_now[p] && usage.is_none_or(|u| u[p]) {
                                 g = g.max(row[0].max(row[1] - room_at(t)[p]).max(row[2]) - hold_at(t)[p]);
                             }
                         }
@@ -2029,9 +2029,8 @@ mod tests {
         assert!(shared > 0, "some tenants have several options that end before the horizon");
     }
 
-    /// Pair moves with their shortcuts (room checks by size, pre-initialisation only where it pays, previous states
-    /// that cannot win skipped) find the very columns the plain programme finds, for random retraining choices,
-    /// rooms and GPUs.
+    /// Whether three instances fit together does not depend on their order, as the pricing programme's row reads
+    /// of the fit table assume.
     #[test]
     fn the_fit_table_reads_the_same_in_any_order() {
         // The pricing programme reads `fits(q, rt, p)` for every `q` as the row `fit_row(p, rt)`.
@@ -2060,6 +2059,8 @@ mod tests {
         }
     }
 
+    /// A column built by a pricer takes its value from the pricer's goodput table: the same bits as computing each
+    /// slot's goodput directly, for any profiles, pre-initialisations and retraining choice.
     #[test]
     fn a_pricers_columns_have_the_value_column_value_computes() {
         let mut uniform = uniform_from(0x2545_f491_4f6c_dd1du64);
@@ -2067,7 +2068,7 @@ mod tests {
         for (tenants, slots, gpu_model, seed) in [(3, 8, GpuModel::A100_40GB, 1), (4, 12, GpuModel::H100_80GB, 2)] {
             let mut pb = synthetic_gpu(tenants, slots, gpu_model, seed);
             let np = pb.profiles.len();
-            // Some tenants hold an instance now (kept, it has no dead time), one on a profile it cannot use.
+            // Some tenants hold an instance now (keeping it has no dead time).
             for (i, t) in pb.tenants.iter_mut().enumerate() {
                 t.current_inference = (i % 2 == 0).then(|| Placement::new(pb.profiles[i % np], 0));
             }
@@ -2094,6 +2095,9 @@ mod tests {
         assert!(unusable > 0 && retraining > 0, "{unusable} with unusable profiles, {retraining} retraining");
     }
 
+    /// Pair moves with their shortcuts (room checks by size, pre-initialisation only where it pays, previous states
+    /// that cannot win skipped) find the very columns the plain programme finds, for random retraining choices,
+    /// rooms and GPUs.
     #[test]
     fn pair_moves_with_shortcuts_find_what_the_plain_programme_finds() {
         let mut uniform = uniform_from(0x9e37_79b9_7f4a_7c15u64);
