@@ -176,19 +176,6 @@ fn block(pb: &GpuProblem, l: &RowIndex, base: usize, p: usize, dense: &mut [f64]
 }
 
 impl Column {
-    /// A column with its goodput computed.
-    fn new(
-        pb: &GpuProblem,
-        tenant: usize,
-        inference: Vec<Option<usize>>,
-        pre: Vec<bool>,
-        retrain: Option<RetrainOption>,
-    ) -> Column {
-        let mut c = Column { tenant, inference, pre, retrain, value: 0.0, coefficients: OnceCell::new() };
-        c.value = column_value(pb, &c);
-        c
-    }
-
     /// Profiles this column holds in slot `t` (inference, retraining).
     fn held(&self, t: usize) -> impl Iterator<Item = usize> + '_ {
         self.inference[t].into_iter().chain(self.retrain.filter(|o| o.active(t)).map(|o| o.profile))
@@ -220,28 +207,6 @@ impl Column {
         merged.push((l.convex(self.tenant), 1.0));
         merged
     }
-}
-
-/// The column's own value: its goodput, plus its retraining's tail value ([`GpuProblem::tail_value`]).
-fn column_value(pb: &GpuProblem, c: &Column) -> f64 {
-    let t_ = &pb.tenants[c.tenant];
-    let mut prev = t_.current_inference.and_then(|pl| pb.profile_index(pl.profile));
-    let mut v = pb.tail_value(c.tenant, c.retrain);
-    for t in 0..pb.slots {
-        let acc = if c.retrain.is_some_and(|o| o.end <= t) { t_.acc_new } else { t_.acc_old };
-        if let Some(p) = c.inference[t] {
-            let dead = if prev == Some(p) {
-                0.0
-            } else if c.pre[t] {
-                pb.dead_preinit_s
-            } else {
-                pb.dead_cold_s
-            };
-            v += pb.tenant_value(c.tenant, t, p, dead, acc);
-        }
-        prev = c.inference[t];
-    }
-    v
 }
 
 /// What one slot of the pricing programme needs besides the rows before it.
@@ -326,6 +291,11 @@ impl RoomTables {
 /// Tolerance of room checks against the room other tenants leave (sums of small integers, up to rounding).
 const ROOM_EPS: f64 = 1e-9;
 
+/// An instance's dead time in a slot, s: kept (0), pre-initialised (1), started cold (2).
+fn dead_times(pb: &GpuProblem) -> [f64; 3] {
+    [0.0, pb.dead_preinit_s, pb.dead_cold_s]
+}
+
 /// A tenant's goodput per regime, slot and usable profile, one flat buffer (the pricing programme reads it in its
 /// innermost loops).
 struct SlotValues {
@@ -388,8 +358,8 @@ impl Pricer {
         fit
     }
 
-    /// A column of this tenant, its value read from the pricer's goodput table: the same terms, summed in the same
-    /// order, as [`column_value`] computes them.
+    /// A column of this tenant with its value: its goodput, read from the pricer's goodput table (computed for a
+    /// profile the tenant cannot use), plus its retraining's tail value ([`GpuProblem::tail_value`]).
     fn column(
         &self,
         pb: &GpuProblem,
@@ -414,7 +384,7 @@ impl Pricer {
                     None => {
                         let t_ = &pb.tenants[self.tenant];
                         let acc = if regime == 1 { t_.acc_new } else { t_.acc_old };
-                        pb.tenant_value(self.tenant, t, p, [0.0, pb.dead_preinit_s, pb.dead_cold_s][dead], acc)
+                        pb.tenant_value(self.tenant, t, p, dead_times(pb)[dead], acc)
                     }
                 };
             }
@@ -431,9 +401,9 @@ impl Pricer {
         let mut value = SlotValues { slots: pb.slots, usable: usable.len(), rows: Vec::new() };
         for acc in [t_.acc_old, t_.acc_new] {
             for t in 0..pb.slots {
-                value.rows.extend(usable.iter().map(|p| {
-                    [0.0, pb.dead_preinit_s, pb.dead_cold_s].map(|dead| pb.tenant_value(i, t, *p, dead, acc))
-                }));
+                value
+                    .rows
+                    .extend(usable.iter().map(|p| dead_times(pb).map(|dead| pb.tenant_value(i, t, *p, dead, acc))));
             }
         }
         let m = np + 1;
@@ -1447,7 +1417,7 @@ fn solve_warm_on(
     let zero = vec![0.0; limits.len() + n];
     for i in 0..n {
         if pricers[i].choices.contains(&None) {
-            columns.insert(Column::new(pb, i, vec![None; pb.slots], vec![false; pb.slots], None));
+            columns.insert(pricers[i].column(pb, vec![None; pb.slots], vec![false; pb.slots], None));
         }
         let (col, solo) = pricers[i].price(pb, &l, &zero);
         solo_bound += solo;
@@ -1488,7 +1458,7 @@ fn solve_warm_on(
             (0..n)
                 .map(|i| {
                     let inference = (0..pb.slots).map(|t| seed.inference[t][i]).collect();
-                    Some(Column::new(pb, i, inference, vec![false; pb.slots], seed.retrain[i]))
+                    Some(pricers[i].column(pb, inference, vec![false; pb.slots], seed.retrain[i]))
                 })
                 .collect()
         })
@@ -2059,6 +2029,28 @@ mod tests {
         }
     }
 
+    /// A column's value computed slot by slot from the problem: its goodput, plus its retraining's tail value.
+    fn column_value(pb: &GpuProblem, c: &Column) -> f64 {
+        let t_ = &pb.tenants[c.tenant];
+        let mut prev = t_.current_inference.and_then(|pl| pb.profile_index(pl.profile));
+        let mut v = pb.tail_value(c.tenant, c.retrain);
+        for t in 0..pb.slots {
+            let acc = if c.retrain.is_some_and(|o| o.end <= t) { t_.acc_new } else { t_.acc_old };
+            if let Some(p) = c.inference[t] {
+                let dead = if prev == Some(p) {
+                    0.0
+                } else if c.pre[t] {
+                    pb.dead_preinit_s
+                } else {
+                    pb.dead_cold_s
+                };
+                v += pb.tenant_value(c.tenant, t, p, dead, acc);
+            }
+            prev = c.inference[t];
+        }
+        v
+    }
+
     /// A column built by a pricer takes its value from the pricer's goodput table: the same bits as computing each
     /// slot's goodput directly, for any profiles, pre-initialisations and retraining choice.
     #[test]
@@ -2083,10 +2075,9 @@ mod tests {
                     let o = pricer.choices[(uniform() * pricer.choices.len() as f64) as usize % pricer.choices.len()];
                     unusable += usize::from(inference.iter().flatten().any(|p| pricer.usable_index[*p].is_none()));
                     retraining += usize::from(o.is_some());
-                    let from_table = pricer.column(&pb, inference.clone(), pre.clone(), o);
-                    let computed = Column::new(&pb, i, inference, pre, o);
-                    assert_eq!(from_table, computed);
-                    assert_eq!(from_table.value.to_bits(), computed.value.to_bits(), "tenant {i}, {computed:?}");
+                    let column = pricer.column(&pb, inference, pre, o);
+                    let computed = column_value(&pb, &column);
+                    assert_eq!(column.value.to_bits(), computed.to_bits(), "tenant {i}, {column:?}");
                     checked += 1;
                 }
             }
