@@ -169,6 +169,16 @@ impl<'a> Sizes<'a> {
         Sizes { models, by_tenant }
     }
 
+    /// Where `gpu` is among the models sizes are kept for.
+    fn model_index(&self, gpu: GpuModel) -> Option<usize> {
+        self.models.iter().position(|m| *m == gpu)
+    }
+
+    /// The tenant's sizes, by [`Sizes::model_index`].
+    fn of(&self, tenant: &TenantId) -> Option<&[Option<f64>]> {
+        self.by_tenant.get(tenant).map(Vec::as_slice)
+    }
+
     fn get(&self, tenant: &TenantId, gpu: GpuModel) -> Option<f64> {
         let k = self.models.iter().position(|m| *m == gpu)?;
         self.by_tenant.get(tenant).and_then(|v| v[k])
@@ -230,36 +240,44 @@ pub fn balanced(input: &PlannerInput) -> L1 {
         }
         load.insert(g, (slices, count));
     }
-    // Relieve over-committed GPUs: move their smallest tenants to GPUs with spare slices, only where they fit.
+    // The GPUs that keep work, in order, with what the loops below read of them by position: a scan of the fleet
+    // per tenant then reads arrays instead of looking GPUs and sizes up by name.
     let gpus: Vec<GpuId> = load.keys().cloned().collect();
-    for g in &gpus {
+    let mut loads: Vec<(f64, usize)> = load.values().copied().collect();
+    let takes: Vec<bool> = gpus.iter().map(|g| takes_new_work(input.gpus[g].health)).collect();
+    let model_at: &[Option<usize>] = &gpus.iter().map(|g| sizes.model_index(input.gpus[g].model)).collect::<Vec<_>>();
+    // A tenant's need on the GPU at each position, its sizes looked up once.
+    let need_at = |id: &TenantId| {
+        let of = sizes.of(id);
+        move |o: usize| of.and_then(|v| model_at[o].and_then(|k| v[k]))
+    };
+    // Relieve over-committed GPUs: move their smallest tenants to GPUs with spare slices, only where they fit.
+    for gi in 0..gpus.len() {
+        let g = &gpus[gi];
         loop {
-            let (slices, _) = load[g];
+            let (slices, _) = loads[gi];
             if slices <= 7.0 + 1e-9 {
                 break;
             }
-            let mut tenants: Vec<(TenantId, f64)> = out.per_gpu[g]
-                .iter()
-                .filter_map(|t| need(input, t, input.gpus[g].model).map(|n| (t.clone(), n)))
-                .collect();
+            let mut tenants: Vec<(TenantId, f64)> =
+                out.per_gpu[g].iter().filter_map(|t| need_at(t)(gi).map(|n| (t.clone(), n))).collect();
             tenants.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
             let mut moved = false;
             for (t, n_here) in tenants {
                 let k = instances(input, &t);
-                let target = gpus.iter().filter(|o| *o != g && takes_new_work(input.gpus[*o].health)).find(|o| {
-                    let (s, c) = load[*o];
-                    c + k <= 7 && need(input, &t, input.gpus[*o].model).is_some_and(|n| s + n <= 7.0 + 1e-9)
+                let need = need_at(&t);
+                let target = (0..gpus.len()).filter(|o| *o != gi && takes[*o]).find(|o| {
+                    let (s, c) = loads[*o];
+                    c + k <= 7 && need(*o).is_some_and(|n| s + n <= 7.0 + 1e-9)
                 });
-                if let Some(o) = target.cloned() {
-                    let n = need(input, &t, input.gpus[&o].model).expect("checked");
+                if let Some(o) = target {
+                    let n = need(o).expect("checked");
                     out.per_gpu.get_mut(g).expect("tracked").retain(|x| x != &t);
-                    out.per_gpu.get_mut(&o).expect("tracked").push(t);
-                    let l = load.get_mut(g).expect("tracked");
-                    l.0 -= n_here;
-                    l.1 -= k;
-                    let l = load.get_mut(&o).expect("tracked");
-                    l.0 += n;
-                    l.1 += k;
+                    out.per_gpu.get_mut(&gpus[o]).expect("tracked").push(t);
+                    loads[gi].0 -= n_here;
+                    loads[gi].1 -= k;
+                    loads[o].0 += n;
+                    loads[o].1 += k;
                     out.moved += 1;
                     moved = true;
                     break;
@@ -270,44 +288,43 @@ pub fn balanced(input: &PlannerInput) -> L1 {
             }
         }
     }
-    // 2-3. Place the rest, largest need first.
+    // 2-3. Place the rest, largest need first (on any GPU model of the fleet).
     for h in &mut homeless {
-        h.1 = input.gpus.values().filter_map(|g| need(input, &h.0, g.model)).fold(0.0, f64::max);
+        h.1 = sizes.of(&h.0).map_or(0.0, |v| v.iter().flatten().copied().fold(0.0, f64::max));
     }
     homeless.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     for (id, _) in homeless {
         let k = instances(input, &id);
         let model = &input.tenants[&id].spec.model;
-        let mut best: Option<(f64, GpuId, f64)> = None;
-        for (g, (slices, count)) in &load {
-            let gpu = &input.gpus[g];
-            if !takes_new_work(gpu.health) || count + k > 7 {
+        let need = need_at(&id);
+        let mut best: Option<(f64, usize, f64)> = None;
+        for (o, (slices, count)) in loads.iter().enumerate() {
+            if !takes[o] || count + k > 7 {
                 continue;
             }
-            let Some(n) = need(input, &id, gpu.model) else { continue };
+            let Some(n) = need(o) else { continue };
             let penalty: f64 = input.interference.as_ref().map_or(0.0, |x| {
-                out.per_gpu[g]
+                out.per_gpu[&gpus[o]]
                     .iter()
-                    .map(|o| {
-                        let other = &input.tenants[o].spec.model;
+                    .map(|other| {
+                        let other = &input.tenants[other].spec.model;
                         (x.slowdown(model, other) - 1.0) + (x.slowdown(other, model) - 1.0)
                     })
                     .sum()
             });
             let score = (slices + n).max(0.0) + 7.0 * penalty;
             if best.as_ref().is_none_or(|(s, _, _)| score < *s - 1e-12) {
-                best = Some((score, g.clone(), n));
+                best = Some((score, o, n));
             }
         }
         match best {
-            Some((_, g, n)) => {
-                let l = load.get_mut(&g).expect("tracked");
-                l.0 += n;
-                l.1 += k;
-                out.per_gpu.get_mut(&g).expect("tracked").push(id);
+            Some((_, o, n)) => {
+                loads[o].0 += n;
+                loads[o].1 += k;
+                out.per_gpu.get_mut(&gpus[o]).expect("tracked").push(id);
             }
             None => {
-                let reason = if input.gpus.values().any(|g| need(input, &id, g.model).is_some()) {
+                let reason = if input.gpus.values().any(|g| sizes.get(&id, g.model).is_some()) {
                     "no healthy GPU has room for another instance".to_string()
                 } else {
                     format!("model {model} fits no instance of any GPU in the fleet (or cannot meet its SLO)")
