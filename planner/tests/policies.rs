@@ -349,6 +349,75 @@ fn level1_is_sticky_memory_aware_and_spreads_interfering_tenants() {
     assert!(l1.per_gpu.values().all(|ts| ts.len() <= 1), "{l1:?}");
 }
 
+/// Level 1 relieves a crowded GPU: its smallest tenants leave, each to the first GPU (in order) with room for it by
+/// instance count and by its size on that GPU's own model, until the crowded GPU holds at most 7 slices.
+#[test]
+fn level1_relieves_a_crowded_gpu_smallest_first() {
+    let spec = SyntheticSpec { gpus: 4, tenants: 6, slots: 6, gpu_model: GpuModel::A100_40GB, seed: 5 };
+    let mut input = synthetic(&spec, &models(), PlannerConfig::default());
+    // Tenants of different sizes, none of them due to retrain.
+    for (k, t) in input.tenants.values_mut().enumerate() {
+        t.retraining_due = false;
+        let scale = 0.06 * (k + 1) as f64;
+        for v in t.forecast.mean.iter_mut().chain(t.forecast.low.iter_mut()).chain(t.forecast.high.iter_mut()) {
+            *v *= scale;
+        }
+    }
+    // A mixed fleet: the GPUs after the crowded one are A100s and an H100 (last in order).
+    let h100 = tessera_core::ids::GpuId::new(tessera_core::ids::NodeId::new("zz-h100-node").unwrap(), 0);
+    add_gpu(&mut input, h100.clone(), GpuModel::H100_80GB);
+    // The third and fourth GPUs drain: they keep their work but take none.
+    for g in input.gpus.values_mut().skip(2).take(2) {
+        g.health = GpuHealth::Draining;
+    }
+    let ids: Vec<TenantId> = input.tenants.keys().cloned().collect();
+    // Every tenant serves on the first GPU now (one instance each: 6 fit by count, not by size).
+    let crowded = input.gpus.keys().next().unwrap().clone();
+    for g in input.gpus.values_mut() {
+        g.assignments.clear();
+    }
+    input.gpus.get_mut(&crowded).unwrap().assignments = ids
+        .iter()
+        .map(|id| tessera_core::plan::Assignment {
+            placement: Placement::new(Profile::G1, 0),
+            tenant: id.clone(),
+            role: Role::Inference,
+            preinit: false,
+        })
+        .collect();
+    let size = |id: &TenantId, gpu: &tessera_core::ids::GpuId| {
+        assign::inference_slices(&input, id, input.gpus[gpu].model).expect("every tenant fits")
+    };
+    let sizes: Vec<f64> = ids.iter().map(|id| size(id, &crowded)).collect();
+    let total: f64 = sizes.iter().sum();
+    assert!(total > 7.0 + 1e-9, "the first GPU must be over-committed ({sizes:?})");
+
+    let l1 = assign::balanced(&input);
+    assert!(l1.unplaced.is_empty(), "{l1:?}");
+    assert_eq!(l1.per_gpu.values().map(Vec::len).sum::<usize>(), ids.len());
+    let stayed = &l1.per_gpu[&crowded];
+    assert_eq!(l1.moved, ids.len() - stayed.len());
+    assert!(l1.moved > 0);
+    // What stays fits, and every tenant that left was no larger than any that stayed.
+    assert!(stayed.iter().map(|id| size(id, &crowded)).sum::<f64>() <= 7.0 + 1e-9, "{sizes:?}: {l1:?}");
+    let smallest_kept = stayed.iter().map(|id| size(id, &crowded)).fold(f64::INFINITY, f64::min);
+    for id in ids.iter().filter(|id| !stayed.contains(id)) {
+        assert!(size(id, &crowded) <= smallest_kept, "{id} left before a smaller tenant: {l1:?}");
+    }
+    // Sizes 1, 2, 2, 2, 3 and 7 slices: the four smallest fill the second GPU, the next skips the draining ones
+    // for the H100, and the largest stays.
+    assert_eq!(sizes, [1.0, 2.0, 2.0, 2.0, 3.0, 7.0]);
+    let second = input.gpus.keys().nth(1).unwrap();
+    assert_eq!(l1.per_gpu[second], ids[..4]);
+    assert_eq!(l1.per_gpu[&h100], ids[4..5]);
+    assert_eq!(stayed, &ids[5..]);
+    // Each GPU holds at most 7 slices of its own model's sizes.
+    for (gpu, tenants) in &l1.per_gpu {
+        let slices: f64 = tenants.iter().map(|id| size(id, gpu)).sum();
+        assert!(slices <= 7.0 + 1e-9, "{gpu}: {slices} slices ({l1:?})");
+    }
+}
+
 #[test]
 fn planner_input_round_trips_through_json_and_bad_input_names_the_field() {
     let input = tiny(2, 4, 1, 1);
