@@ -180,8 +180,7 @@ impl<'a> Sizes<'a> {
     }
 
     fn get(&self, tenant: &TenantId, gpu: GpuModel) -> Option<f64> {
-        let k = self.models.iter().position(|m| *m == gpu)?;
-        self.by_tenant.get(tenant).and_then(|v| v[k])
+        self.of(tenant)?[self.model_index(gpu)?]
     }
 }
 

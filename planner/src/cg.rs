@@ -982,7 +982,9 @@ impl PairStep<'_> {
                 let mut best = (f64::NEG_INFINITY, (0, false, false));
                 // The plain programme tries previous states in index order, each with its pre-initialisations in
                 // the order none, `a`, `b`, both, and a move replaces the best so far where it earns more by
-                // 1e-12: so among moves within 1e-12 of each other, the first in that order wins, here too.
+                // 1e-12. Here, among moves within 1e-12 of each other the first in that order wins: the same
+                // choice, exact ties included (they are common), except on a chain of near-ties spanning more than
+                // 1e-12, where the two rules can pick different moves of the same value to that tolerance.
                 let offer = |best: &mut (f64, (usize, bool, bool)), v: f64, k: usize, pre_a: bool, pre_b: bool| {
                     let rank = |(k, a, b): (usize, bool, bool)| 4 * k + usize::from(a) + 2 * usize::from(b);
                     if v > best.0 + 1e-12 || (v >= best.0 - 1e-12 && rank((k, pre_a, pre_b)) < rank(best.1)) {
@@ -1072,8 +1074,8 @@ fn pair_best(
     pair_best_on(pb, l, (pa, pbr), (ca, cb), rem, true)
 }
 
-/// [`pair_best`], with or without its shortcuts (room checks by size, pre-initialisation only where it pays, and
-/// previous states skipped where they cannot win), which leave the result as it is (tested).
+/// [`pair_best`], with or without its shortcuts (pre-initialisation only where it pays, and where room checks compare
+/// sizes, each slot after the first entered by [`PairStep`]), which leave the result as it is (tested).
 fn pair_best_on(
     pb: &GpuProblem,
     l: &RowIndex,
@@ -1110,11 +1112,8 @@ fn pair_best_on(
     // pre-initialisation's check compares sizes (the rows hold small integers, so this is the same test).
     let mut prev_ok = vec![false; states];
     let mut left = vec![[0.0f64; 3]; states];
-    // The previous states that can be left, in order, and from each of them on the largest value and largest
-    // absolute value among them: where the skip test below rejects even that largest value (its margin doubled,
-    // for room), it rejects every state after it (the test grows with the value), and the search stops.
+    // The previous states that can be left, with their two profiles (where the plain loop below runs).
     let mut open: Vec<(usize, usize, usize)> = Vec::with_capacity(states);
-    let mut suffix: Vec<(f64, f64)> = Vec::with_capacity(states);
     let by_size = shortcuts && !l.any_own;
     let mut order: Vec<usize> = Vec::with_capacity(states);
     let size = |p: usize| pa.size[p];
@@ -1151,21 +1150,13 @@ fn pair_best_on(
             }
             open.clear();
             open.extend((0..states).filter(|k| prev_ok[*k]).map(|k| (k, prof(pa, k / nb), prof(pbr, k % nb))));
-            suffix.clear();
-            suffix.resize(open.len(), (f64::NEG_INFINITY, 0.0));
-            let mut run = (f64::NEG_INFINITY, 0.0f64);
-            for (at, &(k, _, _)) in open.iter().enumerate().rev() {
-                let v = value[(t - 1) * states + k];
-                run = (run.0.max(v), run.1.max(v.abs()));
-                suffix[at] = run;
-            }
         } else {
             // Slot 0 has one previous state: what the tenants hold now.
             open.clear();
             open.push((0, none, none));
-            suffix.clear();
-            suffix.push((f64::INFINITY, 0.0));
         }
+        // Slot 0, and every slot of the plain programme (the tests' reference, and any GPU whose profiles have
+        // rows of their own): every previous state with every pre-initialisation that can be made.
         for sa in 0..na {
             for sb in 0..nb {
                 let (xa, xb) = (prof(pa, sa), prof(pbr, sb));
@@ -1176,31 +1167,11 @@ fn pair_best_on(
                 // Pre-initialising a tenant's new instance can only win where it earns more than a cold start.
                 let pre_pays = |rows: &[[f64; 3]], s: usize| s > 0 && rows[s - 1][1] > rows[s - 1][2];
                 let (pays_a, pays_b) = (!shortcuts || pre_pays(rows_a, sa), !shortcuts || pre_pays(rows_b, sb));
-                let both: [f64; 3] = std::array::from_fn(|j| size(xa)[j] + size(xb)[j]);
-                // The most entering this state can gain from any previous one: a previous state whose value plus
-                // it cannot beat the best found (the same strict test as below, with room for rounding) is skipped.
-                let most = |rows: &[[f64; 3]], s: usize| {
-                    if s == 0 {
-                        0.0
-                    } else {
-                        let row = &rows[s - 1];
-                        row[0].max(row[1]).max(row[2])
-                    }
-                };
-                let most = most(rows_a, sa) + most(rows_b, sb);
-                for (at, &(k, held_a, held_b)) in open.iter().enumerate() {
-                    let (top, top_abs) = suffix[at];
-                    if shortcuts && top + most + 2e-9 * (1.0 + top_abs + most.abs()) <= value[here] + 1e-12 {
-                        break;
-                    }
+                for &(k, held_a, held_b) in &open {
                     let (ps, base, prev_a, prev_b) = if t == 0 {
                         (usize::MAX, 0.0, pa.current.unwrap_or(none), pbr.current.unwrap_or(none))
                     } else {
-                        let base = value[(t - 1) * states + k];
-                        if shortcuts && base + most + 1e-9 * (1.0 + base.abs() + most.abs()) <= value[here] + 1e-12 {
-                            continue;
-                        }
-                        (k, base, held_a, held_b)
+                        (k, value[(t - 1) * states + k], held_a, held_b)
                     };
                     let new_a = xa != none && xa != prev_a;
                     let new_b = xb != none && xb != prev_b;
@@ -1208,16 +1179,7 @@ fn pair_best_on(
                         if (pre_a && !(new_a && pays_a)) || (pre_b && !(new_b && pays_b)) {
                             continue;
                         }
-                        if (pre_a || pre_b) && by_size && t > 0 {
-                            let fits = match (pre_a, pre_b) {
-                                (true, false) => (0..3).all(|j| size(xa)[j] <= left[k][j]),
-                                (false, true) => (0..3).all(|j| size(xb)[j] <= left[k][j]),
-                                _ => (0..3).all(|j| both[j] <= left[k][j]),
-                            };
-                            if !fits {
-                                continue;
-                            }
-                        } else if pre_a || pre_b {
+                        if pre_a || pre_b {
                             let items = [
                                 held_a,
                                 ra_prev,
@@ -1241,11 +1203,10 @@ fn pair_best_on(
         }
     }
     let last = (pb.slots - 1) * states;
-    let (mut s, best) = (0..states)
+    let (mut s, _) = (0..states)
         .map(|s| (s, value[last + s]))
         .filter(|(_, v)| *v > f64::NEG_INFINITY)
         .max_by(|x, y| x.1.total_cmp(&y.1).then(y.0.cmp(&x.0)))?;
-    let _ = best;
     let (mut inf_a, mut inf_b) = (vec![None; pb.slots], vec![None; pb.slots]);
     let (mut pre_a, mut pre_b) = (vec![false; pb.slots], vec![false; pb.slots]);
     for t in (0..pb.slots).rev() {
@@ -2236,9 +2197,8 @@ mod tests {
         assert!(unusable > 0 && retraining > 0, "{unusable} with unusable profiles, {retraining} retraining");
     }
 
-    /// Pair moves with their shortcuts (room checks by size, pre-initialisation only where it pays, each slot's
-    /// states entered by how each tenant enters its own ([`PairStep`]), previous states that cannot win skipped)
-    /// find the very columns the plain programme finds, for random retraining choices, rooms and GPUs. The
+    /// Pair moves with their shortcuts (pre-initialisation only where it pays, each slot's states entered by how
+    /// each tenant enters its own: [`PairStep`]) find the very columns the plain programme finds, for random retraining choices, rooms and GPUs. The
     /// synthetic tenants often earn the same on two profiles, so moves tie exactly and the tie-break is tested too
     /// (breaking ties by a different order of previous states fails it).
     #[test]
