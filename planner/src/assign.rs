@@ -200,7 +200,6 @@ fn instances(input: &PlannerInput, tenant: &TenantId) -> usize {
 pub fn balanced(input: &PlannerInput) -> L1 {
     let budgeted = retraining_budget(input);
     let sizes = Sizes::new(input, |id, gpu| sized(input, &budgeted, id, gpu));
-    let need = |_: &PlannerInput, id: &TenantId, gpu: GpuModel| sizes.get(id, gpu);
     let mut out = L1::default();
     let mut load: BTreeMap<GpuId, (f64, usize)> = BTreeMap::new();
     for (id, g) in &input.gpus {
@@ -215,7 +214,7 @@ pub fn balanced(input: &PlannerInput) -> L1 {
     let current = input.current_gpus();
     for id in input.tenants.keys() {
         match current.get(id).copied().filter(|g| load.contains_key(*g)) {
-            Some(g) => match need(input, id, input.gpus[g].model) {
+            Some(g) => match sizes.get(id, input.gpus[g].model) {
                 Some(n) => by_gpu.entry(g.clone()).or_default().push((id.clone(), n)),
                 None => homeless.push((id.clone(), 0.0)),
             },

@@ -2198,9 +2198,9 @@ mod tests {
     }
 
     /// Pair moves with their shortcuts (pre-initialisation only where it pays, each slot's states entered by how
-    /// each tenant enters its own: [`PairStep`]) find the very columns the plain programme finds, for random retraining choices, rooms and GPUs. The
-    /// synthetic tenants often earn the same on two profiles, so moves tie exactly and the tie-break is tested too
-    /// (breaking ties by a different order of previous states fails it).
+    /// each tenant enters its own: [`PairStep`]) find the very columns the plain programme finds, for random
+    /// retraining choices, rooms and GPUs. The synthetic tenants often earn the same on two profiles, so moves tie
+    /// exactly and the tie-break is tested too (breaking ties by a different order of previous states fails it).
     #[test]
     fn pair_moves_with_shortcuts_find_what_the_plain_programme_finds() {
         let mut uniform = uniform_from(0x9e37_79b9_7f4a_7c15u64);
