@@ -178,17 +178,16 @@ impl Comparison {
             table = escape(&self.table()),
         );
         type Metric = fn(&super::driver::WindowRow) -> f64;
-        let plots: [(&str, Metric); 4] = [
-            ("Goodput per window", |w| w.goodput),
-            (
-                "SLO attainment per window",
-                |w| if w.requests == 0 { 1.0 } else { w.within_slo as f64 / w.requests as f64 },
-            ),
-            ("Mean accuracy of served requests", |w| w.mean_accuracy),
-            ("Reconfigurations per window", |w| w.reconfigurations as f64),
+        let plots: [(&str, &str, Metric); 4] = [
+            ("Goodput per window", "goodput (accuracy x requests within SLO)", |w| w.goodput),
+            ("SLO attainment per window", "requests within SLO / requests", |w| {
+                if w.requests == 0 { 1.0 } else { w.within_slo as f64 / w.requests as f64 }
+            }),
+            ("Mean accuracy of served requests", "mean accuracy", |w| w.mean_accuracy),
+            ("Reconfigurations per window", "plans applied that changed a GPU", |w| w.reconfigurations as f64),
         ];
-        for (title, f) in plots {
-            let _ = write!(h, "<h2>{title}</h2>{}", self.svg(title, f)?);
+        for (title, y_desc, f) in plots {
+            let _ = write!(h, "<h2>{title}</h2>{}", self.svg(title, y_desc, f)?);
         }
         h.push_str("<h2>Layouts over time</h2><p>The first GPUs' layouts at each window start (after planning).</p>");
         for r in &self.runs {
@@ -216,7 +215,12 @@ impl Comparison {
         Ok(h)
     }
 
-    fn svg(&self, title: &str, metric: fn(&super::driver::WindowRow) -> f64) -> Result<String, ReplayError> {
+    fn svg(
+        &self,
+        title: &str,
+        y_desc: &str,
+        metric: fn(&super::driver::WindowRow) -> f64,
+    ) -> Result<String, ReplayError> {
         let mut out = String::new();
         {
             let root = SVGBackend::with_string(&mut out, (1000, 320)).into_drawing_area();
@@ -225,18 +229,28 @@ impl Comparison {
             let x_max = self.runs.iter().flat_map(|r| r.windows.last()).map(|w| w.start_s).fold(1.0, f64::max);
             let y_max =
                 self.runs.iter().flat_map(|r| r.windows.iter().map(metric)).fold(0.0, f64::max).max(1e-9) * 1.05;
+            // A run of an hour or more is plotted in hours, so that the ticks fall on whole hours.
+            let hours = x_max >= 3600.0;
+            let x_unit_s = if hours { 3600.0 } else { 1.0 };
             let mut chart = ChartBuilder::on(&root)
                 .margin(10)
-                .x_label_area_size(30)
-                .y_label_area_size(70)
-                .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+                .x_label_area_size(40)
+                .y_label_area_size(80)
+                .build_cartesian_2d(0.0..x_max / x_unit_s, 0.0..y_max)
                 .map_err(|e| draw(e.to_string()))?;
-            chart.configure_mesh().x_desc("workload time (s)").draw().map_err(|e| draw(e.to_string()))?;
+            chart
+                .configure_mesh()
+                .x_desc(if hours { "workload time (h:mm)" } else { "workload time (s)" })
+                .x_label_formatter(&|&x| if hours { clock(x * x_unit_s) } else { compact(x) })
+                .y_desc(y_desc)
+                .y_label_formatter(&|&y| compact(y))
+                .draw()
+                .map_err(|e| draw(e.to_string()))?;
             for (i, r) in self.runs.iter().enumerate() {
-                let color = Palette99::pick(i).to_rgba();
+                let color = PALETTE[i % PALETTE.len()];
                 chart
                     .draw_series(LineSeries::new(
-                        r.windows.iter().map(|w| (w.start_s, metric(w))),
+                        r.windows.iter().map(|w| (w.start_s / x_unit_s, metric(w))),
                         color.stroke_width(2),
                     ))
                     .map_err(|e| draw(e.to_string()))?
@@ -272,6 +286,67 @@ impl Comparison {
     }
 }
 
+/// Line colours, one per policy in the order run: distinct on white and from one another (the Tableau 10 set).
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// An axis value with at most three decimals and an SI suffix: `0.85`, `120`, `900k`, `1.25M`, `44.6G`.
+fn compact(v: f64) -> String {
+    let a = v.abs();
+    let (x, suffix) = match a {
+        _ if a >= 1e12 => (v / 1e12, "T"),
+        _ if a >= 1e9 => (v / 1e9, "G"),
+        _ if a >= 1e6 => (v / 1e6, "M"),
+        _ if a >= 1e4 => (v / 1e3, "k"),
+        _ => (v, ""),
+    };
+    let s = format!("{x:.3}");
+    let s = if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.') } else { &s };
+    format!("{s}{suffix}")
+}
+
+/// Workload seconds as `h:mm`.
+fn clock(s: f64) -> String {
+    let m = (s / 60.0).round() as i64;
+    format!("{}:{:02}", m / 60, m % 60)
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{clock, compact};
+
+    #[test]
+    fn axis_labels_are_compact() {
+        let cases = [
+            (0.0, "0"),
+            (0.85, "0.85"),
+            (1.0, "1"),
+            (120.0, "120"),
+            (9_999.0, "9999"),
+            (900_000.0, "900k"),
+            (1_250_000.0, "1.25M"),
+            (44_584_269_008.3, "44.584G"),
+            (-2_500.0, "-2500"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(compact(v), want, "{v}");
+        }
+        assert_eq!(clock(0.0), "0:00");
+        assert_eq!(clock(5_400.0), "1:30");
+        assert_eq!(clock(86_400.0), "24:00");
+    }
 }
