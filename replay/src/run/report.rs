@@ -241,9 +241,9 @@ impl Comparison {
             chart
                 .configure_mesh()
                 .x_desc(if hours { "workload time (h:mm)" } else { "workload time (s)" })
-                .x_label_formatter(&|&x| if hours { clock(x * x_unit_s) } else { compact(x) })
+                .x_label_formatter(&|&x| if hours { hours_minutes(x * x_unit_s) } else { axis_number(x) })
                 .y_desc(y_desc)
-                .y_label_formatter(&|&y| compact(y))
+                .y_label_formatter(&|&y| axis_number(y))
                 .draw()
                 .map_err(|e| draw(e.to_string()))?;
             for (i, r) in self.runs.iter().enumerate() {
@@ -300,15 +300,20 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-/// An axis value with at most three decimals and an SI suffix: `0.85`, `120`, `900k`, `1.25M`, `44.6G`.
-fn compact(v: f64) -> String {
+/// An axis value with at most three decimals and an SI suffix from 10,000 up: `0.85`, `9999`, `900k`, `1.25M`,
+/// `44.584G`.
+fn axis_number(v: f64) -> String {
     let a = v.abs();
-    let (x, suffix) = match a {
-        _ if a >= 1e12 => (v / 1e12, "T"),
-        _ if a >= 1e9 => (v / 1e9, "G"),
-        _ if a >= 1e6 => (v / 1e6, "M"),
-        _ if a >= 1e4 => (v / 1e3, "k"),
-        _ => (v, ""),
+    let (x, suffix) = if a >= 1e12 {
+        (v / 1e12, "T")
+    } else if a >= 1e9 {
+        (v / 1e9, "G")
+    } else if a >= 1e6 {
+        (v / 1e6, "M")
+    } else if a >= 1e4 {
+        (v / 1e3, "k")
+    } else {
+        (v, "")
     };
     let s = format!("{x:.3}");
     let s = if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.') } else { &s };
@@ -316,7 +321,7 @@ fn compact(v: f64) -> String {
 }
 
 /// Workload seconds as `h:mm`.
-fn clock(s: f64) -> String {
+fn hours_minutes(s: f64) -> String {
     let m = (s / 60.0).round() as i64;
     format!("{}:{:02}", m / 60, m % 60)
 }
@@ -327,10 +332,10 @@ fn escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{clock, compact};
+    use super::{axis_number, hours_minutes};
 
     #[test]
-    fn axis_labels_are_compact() {
+    fn axis_labels_are_short() {
         let cases = [
             (0.0, "0"),
             (0.85, "0.85"),
@@ -343,10 +348,10 @@ mod tests {
             (-2_500.0, "-2500"),
         ];
         for (v, want) in cases {
-            assert_eq!(compact(v), want, "{v}");
+            assert_eq!(axis_number(v), want, "{v}");
         }
-        assert_eq!(clock(0.0), "0:00");
-        assert_eq!(clock(5_400.0), "1:30");
-        assert_eq!(clock(86_400.0), "24:00");
+        assert_eq!(hours_minutes(0.0), "0:00");
+        assert_eq!(hours_minutes(5_400.0), "1:30");
+        assert_eq!(hours_minutes(86_400.0), "24:00");
     }
 }
