@@ -1,5 +1,5 @@
 //! The `MigBackend` trait: what the agent needs from a node's GPUs, shaped after NVML's MIG API
-//! (`shared/reference/mig.md` section 6), with NVML's errors.
+//! (`nvml.h`), with NVML's errors.
 //!
 //! ## Model
 //! - A node has GPUs numbered by their NVML device index. Each reports its product name, the catalog model
@@ -7,7 +7,7 @@
 //!   and a *pending* mode; they differ while a mode change waits for a GPU reset).
 //! - An instance is a GPU instance (GI) at an explicit [`Placement`] (profile and memory-slice start, NVML's
 //!   `nvmlDeviceCreateGpuInstanceWithPlacement`) holding **one compute instance that spans the whole GI**. Tessera
-//!   gives each GI to one tenant role, and CUDA accepts one CI per GI anyway (mig.md section 4), so finer CIs buy
+//!   gives each GI to one tenant role, and CUDA accepts one CI per GI anyway (NVIDIA MIG User Guide), so finer CIs buy
 //!   nothing here. [`MigBackend::create_instance`] creates the GI and its CI; [`MigBackend::destroy_instance`]
 //!   destroys the CI, then the GI.
 //! - Instances are named by [`InstanceId`], NVML's GI id: unique among the live instances of one GPU, and **reused**
@@ -15,14 +15,14 @@
 //!   instance is: read its placement. Only an id read since the last destroy or reset is meaningful (NVML
 //!   handles are invalidated by destroy and reset).
 //! - Always create with an explicit placement: without one the driver's default order can fail where another
-//!   order works (mig.md section 3).
+//!   order works (NVIDIA MIG User Guide, placements).
 //!
 //! ## Errors
 //! [`BackendError`] mirrors NVML's return codes ([`BackendError::nvml_code`]): a start the profile cannot take is
 //! `NVML_ERROR_INVALID_ARGUMENT`; slices already taken or a profile over its count is
 //! `NVML_ERROR_INSUFFICIENT_RESOURCES`; MIG disabled or not supported is `NVML_ERROR_NOT_SUPPORTED`; destroying a
-//! GI with work on it is `NVML_ERROR_IN_USE` (only that GI is refused, its neighbours keep running, mig.md section
-//! 5). Every message names the GPU and, where there is one, the placement or instance.
+//! GI with work on it is `NVML_ERROR_IN_USE` (only that GI is refused, its neighbours keep running: `nvml.h`). Every
+//! message names the GPU and, where there is one, the placement or instance.
 //!
 //! ## Why synchronous, with `&self`
 //! NVML calls block (creating a GI takes about a second) and NVML is thread-safe, so the trait is plain

@@ -1,5 +1,5 @@
 //! `agent run --config FILE`: the agent's TOML configuration, parsed raw (unknown fields rejected) and then
-//! validated into [`AgentConfig`] (STYLE.md 6). Durations are strings (`"500ms"`, `"5s"`); defaults live here; every
+//! validated into [`AgentConfig`]. Durations are strings (`"500ms"`, `"5s"`); defaults live here; every
 //! error names the file and the field.
 //!
 //! ```toml

@@ -3,7 +3,7 @@
 //! reconcile loop does not depend on the coordinator, only on the targets it already accepted.
 //!
 //! A heartbeat answered with `registered = false` (the coordinator lost or never had the node) makes the client
-//! register again. Backoff has no jitter: the agent never reads a random number generator (STYLE.md 10).
+//! register again. Backoff has no jitter: the agent never reads a random number generator (runs stay reproducible).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

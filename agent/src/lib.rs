@@ -1,6 +1,6 @@
 //! # tessera-agent
 //!
-//! The node agent (DESIGN.md section 6): it keeps a node's MIG layouts equal to the targets the coordinator pushes,
+//! The node agent: it keeps a node's MIG layouts equal to the targets the coordinator pushes,
 //! drains work before it takes instances away, serves its state over gRPC and reports to the coordinator.
 //!
 //! ## Modules

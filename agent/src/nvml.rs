@@ -4,10 +4,10 @@
 //! without a driver; the binary still builds and runs everywhere). It has no safe calls for GPU and compute instance
 //! creation and destruction, and its `possible_placements` returns an empty vector, so the MIG calls go through its
 //! symbol table (`Nvml::lib()`, `Result`-typed symbols: a missing symbol is an error, never a panic) with the raw
-//! device handle (`shared/reference/dependencies.md`, "traps"). Return codes and profile ids are mapped by
+//! device handle (limitations of nvml-wrapper 0.13). Return codes and profile ids are mapped by
 //! [`crate::nvml_codes`], the pure part, which is unit-tested without a GPU.
 //!
-//! Calls (`shared/reference/mig.md` section 6): `nvmlDeviceGetMigMode` / `nvmlDeviceSetMigMode`;
+//! Calls (`nvml.h`; see `docs/references.md`): `nvmlDeviceGetMigMode` / `nvmlDeviceSetMigMode`;
 //! `nvmlDeviceGetGpuInstanceProfileInfo` (by profile index) for the profile ID; `nvmlDeviceGetGpuInstances` and
 //! `nvmlGpuInstanceGetInfo` to read instances back; `nvmlDeviceCreateGpuInstanceWithPlacement` then
 //! `nvmlGpuInstanceCreateComputeInstance` (one CI spanning the GI); `nvmlGpuInstanceGetComputeInstances`,

@@ -2,8 +2,8 @@
 //! [`BackendError`]s. No NVML here (it builds without the `nvml` feature), so it is unit-tested on any machine;
 //! the `nvml` backend module (feature `nvml`) calls it with what the driver returned.
 //!
-//! Sources: `nvml.h` (`nvmlReturn_t` values, `NVML_GPU_INSTANCE_PROFILE_*` indices) and `shared/reference/mig.md`
-//! sections 2, 3 and 6 (profile IDs, placements, which call returns what).
+//! Sources: `nvml.h` (`nvmlReturn_t` values, `NVML_GPU_INSTANCE_PROFILE_*` indices, which call returns what) and the
+//! NVIDIA MIG User Guide (profile IDs, placements).
 
 use tessera_core::catalog::{GpuModel, Profile};
 use tessera_core::layout::Placement;

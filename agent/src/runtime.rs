@@ -1,6 +1,6 @@
 //! The agent runtime: the reconcile loop task, the gRPC server and the coordinator client over one
-//! [`Reconciler`] (STYLE.md 7: binaries call [`run`] with a bound listener and a shutdown future; tests bind port 0
-//! and run the real thing in-process).
+//! [`Reconciler`] (binaries call [`run`] with a bound listener and a shutdown future; tests bind port 0 and run the
+//! real thing in-process).
 //!
 //! The reconcile loop runs a pass ([`Reconciler::reconcile`], on the blocking pool: backend calls block) when woken
 //! (a target accepted, workload time advanced) and every `resync_interval` otherwise, so changes made behind the

@@ -1,5 +1,5 @@
 //! The gRPC `tessera.v1.Agent` service over a [`Reconciler`], the conversion of the agent's status to the wire, and
-//! the one place that maps the agent's errors to `tonic::Status` (STYLE.md 5).
+//! the one place that maps the agent's errors to `tonic::Status`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

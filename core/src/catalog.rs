@@ -1,8 +1,8 @@
 //! The MIG hardware catalog: GPU models, their GPU-instance (GI) profiles, placements and compute-instance (CI)
 //! profiles.
 //!
-//! Facts come from `shared/reference/mig.md` (NVIDIA MIG User Guide, `nvidia-smi mig -lgip` / `-lgipp` transcripts
-//! and `nvml.h`). Values marked *inferred* in that reference are inferred here too and say so in a comment.
+//! Facts come from the NVIDIA MIG User Guide, `nvidia-smi mig -lgip` / `-lgipp` transcripts and `nvml.h` (summarised
+//! in `docs/references.md`). Values those sources do not state are inferred, and a comment says so.
 //!
 //! ## Slice model
 //! A MIG-capable GPU has 8 memory slices (0..=7) and 7 compute (SM) slices (0..=6). NVML counts placements in memory

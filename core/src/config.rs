@@ -1,4 +1,4 @@
-//! Configuration files: parsed raw, then validated into the types the program uses (STYLE.md 6).
+//! Configuration files: parsed raw, then validated into the types the program uses.
 //!
 //! Unknown fields are rejected; durations are written as strings (`"50ms"`, `"200s"`); defaults live here and only
 //! here; every error names the file and the field (and, for syntax errors, the line and column).

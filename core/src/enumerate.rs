@@ -5,7 +5,7 @@
 //! A layout is *maximal* when no placement of the considered profiles can be added to it.
 //!
 //! With the five classic profiles there are 297 non-empty layouts (37 profile multisets), 19 of them maximal
-//! (14 multisets); adding the double-memory 1g gives 722 / 77 / 78 / 38 (`shared/reference/mig.md` section 3).
+//! (14 multisets); adding the double-memory 1g gives 722 / 77 / 78 / 38 (over the MIG User Guide's placements).
 
 use std::collections::BTreeSet;
 

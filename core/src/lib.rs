@@ -6,7 +6,7 @@
 //!
 //! ## Modules
 //! - [`catalog`]: GPU models, GPU-instance profiles (IDs, names, slices, SMs, copy engines, memory), placements and
-//!   compute-instance profiles, exactly as `shared/reference/mig.md`.
+//!   compute-instance profiles, exactly as the NVIDIA MIG User Guide gives them.
 //! - [`layout`]: `Placement { profile, start }` and `Layout`, with validation that explains what is wrong.
 //! - [`enumerate`]: all valid and all maximal layouts of a model.
 //! - [`reconfig`]: `diff(current, target)`: ordered, always-valid reconfiguration steps with time and disruption.

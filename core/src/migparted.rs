@@ -13,7 +13,7 @@
 //! ```
 //!
 //! mig-parted gives profile *counts*, not placements; the driver's default placement order can fail where another
-//! order works (`shared/reference/mig.md` section 3). [`place`] therefore picks explicit placements: among the
+//! order works (NVIDIA MIG User Guide, placements). [`place`] therefore picks explicit placements: among the
 //! layouts with exactly the requested counts, the one that strands the fewest compute slices, then leaves the most
 //! room for further instances, then comes first in enumeration order. When no arrangement exists it says why.
 //!

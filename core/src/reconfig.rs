@@ -32,8 +32,8 @@ use crate::ids::TenantId;
 use crate::layout::{Layout, LayoutError, Placement};
 use crate::plan::{Assignment, Role};
 
-/// How long reconfiguration operations take. Defaults are from `shared/reference/mig.md` section 5 (no vendor
-/// figure exists; MIGRator reports several seconds per reconfiguration on A100).
+/// How long reconfiguration operations take. The defaults are assumptions: the NVIDIA MIG User Guide gives no figure,
+/// and MIGRator reports several seconds per reconfiguration on A100 (see `docs/references.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReconfigLatency {
     /// Creating a GI and its CI.

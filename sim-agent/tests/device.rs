@@ -1,4 +1,4 @@
-//! The simulated MIG device against the placement rules and NVML's semantics (`shared/reference/mig.md`):
+//! The simulated MIG device against the placement rules and NVML's semantics (NVIDIA MIG User Guide, `nvml.h`):
 //! every class of transition of [`SimGpu`], the [`SimBackend`] behind the agent's trait, fault injection, and a
 //! property test that random create/destroy sequences agree with `Layout::can_add` and keep the layout valid.
 
@@ -77,7 +77,7 @@ fn an_overlapping_placement_is_insufficient_resources_and_changes_nothing() {
         err.to_string(),
         "GPU 0: cannot create 2g@2: 3g@0 and 2g@2 both use memory slice 2 (NVML_ERROR_INSUFFICIENT_RESOURCES)"
     );
-    // The same placement again ("existing", mig.md section 6).
+    // The same placement again (an existing instance: NVML's INSUFFICIENT_RESOURCES).
     let err = g.create(T0, p("1g@4")).unwrap_err();
     assert!(matches!(err, BackendError::InsufficientResources { .. }), "{err:?}");
     // 3g@0 strands compute slice 3: a 1g at memory slice 3 overlaps in memory, not just compute.
@@ -111,7 +111,7 @@ fn a_start_the_profile_cannot_take_is_invalid_argument_before_anything_else() {
 
 #[test]
 fn a_profile_over_its_maximum_count_is_insufficient_resources() {
-    // One 1g+me per GPU (mig.md section 2), even on free slices.
+    // One 1g+me per GPU (its maximum count in the MIG User Guide), even on free slices.
     let mut g = gpu_with(GpuModel::H100_80GB, "1g+me@0");
     let err = g.create(T0, p("1g+me@3")).unwrap_err();
     assert!(

@@ -1,4 +1,4 @@
-//! Workload time for the simulated hardware (DESIGN.md section 2): a [`VirtualClock`] that only its owner moves, or
+//! Workload time for the simulated hardware: a [`VirtualClock`] that only its owner moves, or
 //! the [`WallClock`].
 //!
 //! The device state machine ([`super::SimGpu`]) takes time as an argument; only [`super::SimBackend`] reads a clock,

@@ -8,7 +8,7 @@ use tessera_core::layout::{Layout, LayoutError, Placement};
 use tessera_core::reconfig::ReconfigLatency;
 use tessera_core::time::SimTime;
 
-/// The GPU architecture, as far as MIG mode changes differ (mig.md section 5).
+/// The GPU architecture, as far as MIG mode changes differ (NVIDIA MIG User Guide).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
     /// A100: changing the MIG mode resets the GPU, which any driver client (dcgm, nvsm) blocks; the mode persists

@@ -1,7 +1,7 @@
 //! # The workload executor
 //!
-//! A fleet of simulated MIG GPUs serving continuous-learning tenants under a **virtual clock** (DESIGN.md sections
-//! 2, 3 and 6): inference requests queue per instance, are batched dynamically and served with the model profile's
+//! A fleet of simulated MIG GPUs serving continuous-learning tenants under a **virtual clock**: inference requests
+//! queue per instance, are batched dynamically and served with the model profile's
 //! latency scaled by interference; retraining advances by the profile's speed; accuracy jumps when a retraining
 //! completes and drifts when a window ends without one; plans are applied per GPU with the device's MIG latencies.
 //! Goodput is counted with `tessera-core`'s [`GoodputLedger`], the definition the planner estimates with.
@@ -68,7 +68,7 @@
 //! 3. **Switch-offs**: every other instance whose work goes stops taking requests at once. An inference instance
 //!    **drains**: its queued requests are routed again (to the tenant's other serving instances or its waiting
 //!    queue) and its batch in service completes; a retraining instance **checkpoints** (progress is kept, so a
-//!    moved retraining resumes where it stopped: the agent-runtime issue's "checkpoint retraining progress" on
+//!    moved retraining resumes where it stopped, as the agent runtime checkpoints retraining progress on
 //!    drain). A drained instance is destroyed (`destroy_ms`), which issues the waiting creates its slices free;
 //!    a kept placement whose work changes loads the new work once drained and serves `warmup_ms` later.
 //!

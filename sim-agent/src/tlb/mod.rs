@@ -2,8 +2,8 @@
 //!
 //! MIG partitions SMs, L2 cache, DRAM and the L1/L2 TLBs between GPU instances, but every instance shares the
 //! GPU's **L3 TLB**. Co-located tenants evict each other's L3 entries before their sub-entries fill, which costs
-//! about 40% performance on average (reference/seed-systems.md section 6; Li et al., "STAR: Sub-Entry Sharing-Aware
-//! TLB for Multi-Instance GPU", MICRO 2024, arXiv 2404.18361). This module is a trace-driven simulator of that
+//! about 40% performance on average (Li et al., "STAR: Sub-Entry Sharing-Aware TLB for Multi-Instance GPU", MICRO
+//! 2024, arXiv 2404.18361; summarised in `docs/references.md`). This module is a trace-driven simulator of that
 //! hierarchy over synthetic per-tenant address streams. It gives each co-located set of tenants an L3 hit rate, the
 //! sub-entry utilisation of evicted entries, per-tenant hit rates and a **slowdown per tenant** relative to running
 //! alone, in the baseline design and with STAR.

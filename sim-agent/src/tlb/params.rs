@@ -1,5 +1,5 @@
 //! Geometry and latencies of the modelled translation hierarchy. The defaults are the STAR paper's modelled GPU
-//! (reference/seed-systems.md section 6; arXiv 2404.18361): L1 16 entries (1 cycle), L2 128 entries 8-way
+//! (Li et al., MICRO 2024, arXiv 2404.18361): L1 16 entries (1 cycle), L2 128 entries 8-way
 //! (10 cycles), L3 1024 entries 8-way (40 cycles, 50 on a shared STAR entry), 100 cycles per page-walk level and a
 //! 128-entry page-walk cache. Page (64 KB), range (1 MB) and sub-entry count (16) are fixed constants of the module,
 //! not parameters, because an entry's valid sub-entries are kept in a 16-bit mask.
