@@ -264,7 +264,13 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     let data_dir = path(&over.data_dir, raw.data_dir).ok_or_else(|| field("data_dir", "is required"))?;
     let models_dir = path(&over.models_dir, raw.models_dir);
     let policy = over.policy.clone().or(raw.policy).unwrap_or_else(|| "tessera".into());
-    tessera_planner::policy::by_name(&policy).map_err(|m| field("policy", m))?;
+    let planner = tessera_planner::policies::by_name(&policy).map_err(|m| field("policy", m))?;
+    if planner.sees_truth() {
+        return Err(field(
+            "policy",
+            format!("`{policy}` plans with the true future arrival rates, which a running cluster does not have"),
+        ));
+    }
     let clock = match over.clock.clone().or(raw.clock).as_deref().unwrap_or("wall") {
         "wall" => ClockMode::Wall,
         "virtual" => ClockMode::Virtual,

@@ -61,7 +61,7 @@ struct ServeArgs {
     /// sled files.
     #[arg(long)]
     data_dir: Option<String>,
-    /// Planner policy (tessera, migrator, oracle, static, paris, ekya, astraea).
+    /// Planner policy (tessera, migrator, paris, ekya, astraea, static; `replay policies` describes them).
     #[arg(long)]
     policy: Option<String>,
     /// Model profiles to load into the state.

@@ -146,7 +146,7 @@ fn wall_ms() -> u64 {
 impl Planner {
     /// A planner over `node` (the policy name is checked by the configuration).
     pub fn new(node: Node, settings: PlanningSettings, metrics: Arc<Metrics>) -> Result<Arc<Planner>, String> {
-        let policy = tessera_planner::policy::by_name(&settings.policy)?;
+        let policy = tessera_planner::policies::by_name(&settings.policy)?;
         Ok(Arc::new(Planner {
             node,
             policy,
@@ -329,7 +329,7 @@ impl Planner {
                 slot_s: self.settings.slot.as_secs_f64(),
                 horizon_slots: horizon,
                 target_utilization: self.settings.target_utilization,
-                solver: tessera_planner::solver::SolverConfig {
+                solver: tessera_planner::level2::solver::SolverConfig {
                     mip_rel_gap: self.settings.gap,
                     ..PlannerConfig::default().solver
                 },

@@ -13,6 +13,8 @@
 //! - [`migparted`]: NVIDIA mig-parted YAML import (with explicit placements) and export.
 //! - [`model`], [`accuracy`], [`tenant`], [`goodput`]: the continuous-learning workload model.
 //! - [`plan`]: what the planner decides (per-GPU layout and assignments).
+//! - [`serving`]: how requests reach instances (dispatch rules, batching window, dead times) as planner and
+//!   simulator both assume them.
 //! - [`fleet`]: the fleet state machine `apply(state, command) -> Result<Event, Rejected>`.
 //! - [`invariants`]: the invariants as functions, each with why it must hold.
 //! - [`config`]: TOML configuration, parsed raw then validated, with errors naming file and field.
@@ -57,6 +59,7 @@ pub mod migparted;
 pub mod model;
 pub mod plan;
 pub mod reconfig;
+pub mod serving;
 pub mod tenant;
 pub mod time;
 

@@ -14,12 +14,14 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tessera_core::GpuModel;
 use tessera_core::ids::TenantId;
 use tessera_core::model::ModelProfile;
-use tessera_planner::build::{Arrivals, gpu_problem};
-use tessera_planner::policy::{PlanOutcome, by_name};
-use tessera_planner::problem::GpuProblem;
-use tessera_planner::solver::{Backend, SolverConfig, relative_gap};
+use tessera_planner::level2::build::{Arrivals, gpu_problem};
+use tessera_planner::level2::problem::GpuProblem;
+use tessera_planner::level2::solver::{Backend, SolverConfig, relative_gap};
+use tessera_planner::level2::{cg, goodput, ilp};
+use tessera_planner::policies::by_name;
+use tessera_planner::policy::PlanOutcome;
 use tessera_planner::synthetic::{SyntheticSpec, input as synthetic, next_round};
-use tessera_planner::{PlannerConfig, PlannerInput, cg, ilp, tessera};
+use tessera_planner::{PlannerConfig, PlannerInput};
 
 fn models() -> BTreeMap<String, ModelProfile> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
@@ -37,7 +39,7 @@ fn one_gpu(tenants: usize, slots: usize, seed: u64) -> GpuProblem {
     let ids: Vec<TenantId> = input.tenants.keys().cloned().collect();
     // Tessera's level-2 problem: the forecast band and the value of retraining beyond the horizon.
     let mut pb = gpu_problem(&input, &gpu, &ids, Arrivals::Band);
-    tessera_planner::tessera::tail_values(&input, &mut pb);
+    goodput::tail_values(&input, &mut pb);
     pb
 }
 
@@ -134,14 +136,14 @@ fn warm_rounds(c: &mut Criterion) {
         let gpu = first.gpus.keys().next().expect("one GPU").clone();
         let ids: Vec<TenantId> = first.tenants.keys().cloned().collect();
         let solve = |input: &PlannerInput| {
-            tessera::level2(input, &gpu, &ids, Arrivals::Band, &config).expect("solves").expect("has tenants")
+            goodput::solve(input, &gpu, &ids, Arrivals::Band, &config).expect("solves").expect("has tenants")
         };
         let outcomes = BTreeMap::from([(gpu.clone(), solve(&first))]);
         let warm = next_round(&first, &outcomes, 6, 1);
         let cold = strip(&warm);
         for (name, input) in [("warm", &warm), ("cold", &cold)] {
             let o = solve(input);
-            let (g, tail) = tessera_planner::evaluate::goodput_and_tail(&o.problem, &o.placed);
+            let (g, tail) = tessera_planner::level2::evaluate::goodput_and_tail(&o.problem, &o.placed);
             println!(
                 "{name} level2 tenants={tenants} slots={slots}: objective {:.1} bound {:.1} gap {:.3}% ({:?})",
                 g + tail,

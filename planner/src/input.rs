@@ -15,7 +15,7 @@ use tessera_core::time::SimTime;
 use tessera_core::{GpuModel, Layout, Profile};
 
 use crate::forecast::Forecast;
-use crate::solver::SolverConfig;
+use crate::level2::solver::SolverConfig;
 
 /// Settings of a planning round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,8 +47,8 @@ impl Default for PlannerConfig {
         PlannerConfig {
             slot_s: 10.0,
             horizon_slots: 30,
-            dead_cold_s: 6.0,
-            dead_preinit_s: 1.0,
+            dead_cold_s: tessera_core::serving::DEAD_COLD_S,
+            dead_preinit_s: tessera_core::serving::DEAD_PREINIT_S,
             target_utilization: 0.8,
             solver: SolverConfig::default(),
             seed: 0,
@@ -115,7 +115,7 @@ pub struct WarmStart {
     /// Each tenant's plan.
     pub tenants: Vec<WarmTenant>,
     /// Per slot, the prices of the GPU's capacity rows at the best bound (see
-    /// [`crate::cg::WarmSolved::prices`]).
+    /// [`crate::level2::cg::WarmSolved::prices`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prices: Vec<Vec<f64>>,
 }

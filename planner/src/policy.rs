@@ -1,4 +1,4 @@
-//! The `Policy` trait, the registry of policies by name, and the fleet driver they share: level 1 decides who
+//! The `Policy` trait and the fleet driver every policy shares: level 1 decides who
 //! shares which GPU, then level 2 solves every GPU in parallel (rayon) and the results become a [`Plan`].
 
 use std::collections::BTreeMap;
@@ -8,14 +8,15 @@ use serde::{Deserialize, Serialize};
 use tessera_core::Layout;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{GpuPlan, Plan, PlannedChange};
+use tessera_core::serving::Dispatch;
 use tessera_core::time::SimTime;
 
 use crate::assign::L1;
-use crate::evaluate;
 use crate::input::{PlannerInput, WarmStart};
-use crate::problem::GpuProblem;
-use crate::realize::Placed;
-use crate::solver::{SolveError, SolveStatus, relative_gap};
+use crate::level2::evaluate;
+use crate::level2::problem::GpuProblem;
+use crate::level2::realize::Placed;
+use crate::level2::solver::{SolveError, SolveStatus, relative_gap};
 
 /// What a planning round produced.
 #[derive(Debug, Clone)]
@@ -74,7 +75,7 @@ pub struct GpuStats {
     /// How the solve ended.
     pub status: SolveStatus,
     /// The placed plan's planning value: its expected goodput, plus what the retrainings it completes earn beyond
-    /// the horizon where the policy counts that ([`crate::evaluate::goodput_and_tail`]; tessera and oracle).
+    /// the horizon where the policy counts that ([`crate::level2::evaluate::goodput_and_tail`]; tessera and oracle).
     pub objective: f64,
     /// Proven upper bound on the planning value of any plan for these tenants on this GPU.
     pub bound: f64,
@@ -113,28 +114,33 @@ pub enum PlanError {
     },
 }
 
-/// A placement policy.
+/// A placement policy: how it plans a round, and what the mechanism around it (replay, the coordinator, the
+/// simulator and the serving stack) must know about it. Callers ask these methods, never the policy's name.
 pub trait Policy: Send + Sync {
     /// Its name (`--policy NAME`).
     fn name(&self) -> &'static str;
+
     /// Plans a round.
     fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError>;
-}
 
-/// Names of every policy [`by_name`] knows.
-pub const POLICY_NAMES: &[&str] = &["tessera", "migrator", "oracle", "static", "paris", "ekya", "astraea"];
+    /// How a tenant's requests are spread over its serving instances under this policy's plans.
+    fn dispatch(&self) -> Dispatch {
+        Dispatch::EarliestFinish
+    }
 
-/// The policy called `name`.
-pub fn by_name(name: &str) -> Result<Box<dyn Policy>, String> {
-    match name {
-        "tessera" => Ok(Box::new(crate::tessera::Tessera)),
-        "migrator" => Ok(Box::new(crate::migrator::Migrator)),
-        "oracle" => Ok(Box::new(crate::oracle::Oracle)),
-        "static" => Ok(Box::new(crate::static_layout::StaticLayout)),
-        "paris" => Ok(Box::new(crate::paris::Paris)),
-        "ekya" => Ok(Box::new(crate::ekya::Ekya::default())),
-        "astraea" => Ok(Box::new(crate::astraea::Astraea)),
-        other => Err(format!("unknown policy {other:?} (known: {})", POLICY_NAMES.join(", "))),
+    /// Whether the policy plans with the true future arrival rates ([`TenantInput::actual`]): a reference, not a
+    /// policy anyone can deploy. Its callers fill `actual` in; for the others it stays empty.
+    ///
+    /// [`TenantInput::actual`]: crate::input::TenantInput::actual
+    fn sees_truth(&self) -> bool {
+        false
+    }
+
+    /// Whether the policy plans again, inside a window, when a slot's arrivals leave the bands of the forecasts
+    /// its plan was made with ([`crate::forecast::burst_calls_replan`]). One that sees the truth saw the burst
+    /// coming, and does not.
+    fn replans_on_bursts(&self) -> bool {
+        !self.sees_truth()
     }
 }
 

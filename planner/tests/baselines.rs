@@ -10,9 +10,10 @@ use tessera_core::ids::TenantId;
 use tessera_core::model::{LatencyModel, ModelProfile};
 use tessera_core::plan::{GpuPlan, Role};
 use tessera_core::{GpuModel, Profile};
-use tessera_planner::paris::{ElsaPartition, elsa_dispatch, partition_plan};
-use tessera_planner::policy::{PlanOutcome, PlanReport, by_name};
-use tessera_planner::static_layout::balanced_layout;
+use tessera_planner::policies::by_name;
+use tessera_planner::policies::paris::partition_plan;
+use tessera_planner::policies::static_layout::balanced_layout;
+use tessera_planner::policy::{PlanOutcome, PlanReport};
 use tessera_planner::synthetic::{SyntheticSpec, input as synthetic};
 use tessera_planner::{PlannerConfig, PlannerInput};
 
@@ -112,26 +113,6 @@ fn paris_partitions_are_heterogeneous_valid_and_static() {
     let again = planned("paris", &input);
     assert_eq!(again.plan.gpus[gpu].layout, plan.layout);
     assert_eq!(owners(&again.plan.gpus[gpu]), owners(plan));
-}
-
-#[test]
-fn elsa_sends_a_request_to_the_smallest_partition_that_meets_the_slo() {
-    let parts = [
-        ElsaPartition { compute_slices: 3, free_at_ms: 0.0, latency_ms: 4.0 },
-        ElsaPartition { compute_slices: 1, free_at_ms: 0.0, latency_ms: 10.0 },
-        ElsaPartition { compute_slices: 2, free_at_ms: 0.0, latency_ms: 6.0 },
-    ];
-    // Every partition meets a 20 ms deadline: the 1g one.
-    assert_eq!(elsa_dispatch(0.0, 20.0, &parts), Some(1));
-    // 8 ms: only the 2g and 3g finish in time; the smaller wins.
-    assert_eq!(elsa_dispatch(0.0, 8.0, &parts), Some(2));
-    // Queued work counts: the 2g is busy until 5 ms, so only the 3g meets 8 ms.
-    let mut busy = parts;
-    busy[2].free_at_ms = 5.0;
-    assert_eq!(elsa_dispatch(0.0, 8.0, &busy), Some(0));
-    // Nobody meets 3 ms: the earliest finish.
-    assert_eq!(elsa_dispatch(0.0, 3.0, &parts), Some(0));
-    assert_eq!(elsa_dispatch(0.0, 3.0, &[]), None);
 }
 
 #[test]

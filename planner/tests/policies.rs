@@ -12,13 +12,16 @@ use tessera_core::invariants::check_gpu_plan;
 use tessera_core::model::ModelProfile;
 use tessera_core::plan::Role;
 use tessera_core::{GpuModel, Layout, Placement, Profile};
-use tessera_planner::build::{Arrivals, gpu_problem};
 use tessera_planner::input::Interference;
-use tessera_planner::policy::{GpuStats, POLICY_NAMES, PlanOutcome, PlanReport, by_name};
-use tessera_planner::problem::GpuProblem;
-use tessera_planner::solver::{SolverConfig, relative_gap};
+use tessera_planner::level2::build::{Arrivals, gpu_problem};
+use tessera_planner::level2::problem::GpuProblem;
+use tessera_planner::level2::solver::{SolverConfig, relative_gap};
+use tessera_planner::level2::{cg, exhaustive, goodput};
+use tessera_planner::policies::migrator;
+use tessera_planner::policies::{by_name, names};
+use tessera_planner::policy::{GpuStats, PlanOutcome, PlanReport};
 use tessera_planner::synthetic::{SyntheticSpec, input as synthetic};
-use tessera_planner::{PlannerConfig, PlannerInput, assign, cg, exhaustive, migrator};
+use tessera_planner::{PlannerConfig, PlannerInput, assign};
 
 fn models() -> BTreeMap<String, ModelProfile> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
@@ -115,7 +118,7 @@ fn tessera_level2_is_within_the_planning_gap_without_the_compact_milp() {
             let retraining = (seed % 3) as usize;
             let input = tiny(tenants, slots, seed, retraining.min(tenants));
             let mut pb = problem(&input, if seed % 2 == 0 { Arrivals::Band } else { Arrivals::Point });
-            tessera_planner::tessera::tail_values(&input, &mut pb);
+            goodput::tail_values(&input, &mut pb);
             let solved = cg::solve(&pb, &config).unwrap();
             let (best, optimum) = exhaustive::solve(&pb);
             let case = format!("seed {seed}, {tenants} tenants, {slots} slots, {retraining} retraining");
@@ -147,7 +150,7 @@ proptest! {
         let mut pb = problem(&input, if band { Arrivals::Band } else { Arrivals::Point });
         if tail {
             // With the value a completed retraining earns beyond the horizon (Tessera's objective).
-            tessera_planner::tessera::tail_values(&input, &mut pb);
+            goodput::tail_values(&input, &mut pb);
         }
         let solved = cg::solve(&pb, &exact()).unwrap();
         let (best, optimum) = exhaustive::solve(&pb);
@@ -163,7 +166,7 @@ proptest! {
         let input = tiny(1, slots, seed, 1);
         let mut pb = problem(&input, Arrivals::Band);
         if seed % 2 == 0 {
-            tessera_planner::tessera::tail_values(&input, &mut pb);
+            goodput::tail_values(&input, &mut pb);
         }
         let solved = cg::solve(&pb, &exact()).unwrap();
         let (_, optimum) = exhaustive::solve(&pb);
@@ -181,7 +184,7 @@ proptest! {
     ) {
         let input = tiny(tenants, slots, seed, retraining.min(tenants));
         let mut pb = problem(&input, Arrivals::Band);
-        tessera_planner::tessera::tail_values(&input, &mut pb);
+        goodput::tail_values(&input, &mut pb);
         let (best, optimum) = exhaustive::solve(&pb);
         // Prices from a seeded walk: any non-negative prices give a valid Lagrangian bound.
         let prices: Vec<Vec<f64>> = (0..slots)
@@ -218,12 +221,12 @@ fn the_oracle_is_never_beaten_and_tessera_beats_migrator() {
         let spec = SyntheticSpec { gpus: 2, tenants: 6, slots: 8, gpu_model: GpuModel::A100_40GB, seed };
         let input = synthetic(&spec, &models(), PlannerConfig::default());
         let mut truth = BTreeMap::new();
-        for policy in POLICY_NAMES.iter().copied() {
+        for policy in names().into_iter() {
             let g = planned(policy, &input).goodput_under_truth(&input);
             truth.insert(policy, g);
             *totals.entry(policy).or_default() += g;
         }
-        for policy in POLICY_NAMES.iter().copied().filter(|p| *p != "oracle") {
+        for policy in names().into_iter().filter(|p| *p != "oracle") {
             assert!(
                 truth[policy] <= truth["oracle"] * (1.0 + 1e-9),
                 "seed {seed}: {policy} {} beats the oracle {}",
@@ -241,7 +244,7 @@ fn plans_are_deterministic_and_keep_the_invariants() {
     // wall clock is the one thing that is not reproducible.
     let spec = SyntheticSpec { gpus: 3, tenants: 6, slots: 6, gpu_model: GpuModel::A100_40GB, seed: 7 };
     let input = synthetic(&spec, &models(), PlannerConfig::default());
-    for policy in POLICY_NAMES.iter().copied() {
+    for policy in names().into_iter() {
         let a = planned(policy, &input);
         let b = planned(policy, &input);
         assert_eq!(serde_json::to_string(&a.plan).unwrap(), serde_json::to_string(&b.plan).unwrap(), "{policy}");
@@ -570,7 +573,7 @@ fn warm_starts_from_their_own_result_save_rounds_in_total() {
             for seed in 0..20u64 {
                 let input = tiny(tenants, slots, seed, (seed as usize % 3).min(tenants));
                 let mut pb = problem(&input, Arrivals::Band);
-                tessera_planner::tessera::tail_values(&input, &mut pb);
+                goodput::tail_values(&input, &mut pb);
                 let cold = cg::solve_warm(&pb, &exact(), &[], None).unwrap();
                 let again =
                     cg::solve_warm(&pb, &exact(), std::slice::from_ref(&cold.solved.schedule), Some(&cold.prices))

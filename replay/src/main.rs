@@ -41,6 +41,8 @@ enum Command {
     /// its endpoints and serve until interrupted; `replay --mode cluster --coordinator ADDR` then replays through
     /// it. `--sim-nodes N` also hosts sim-agent nodes, for driving the cluster by hand.
     ClusterUp(Box<tessera_replay::run::cluster::ClusterUpArgs>),
+    /// List the policies `--policy` accepts, one per line with what each plans.
+    Policies,
 }
 
 #[derive(Args)]
@@ -120,7 +122,7 @@ struct PlanArgs {
     /// GPU model of the synthetic fleet.
     #[arg(long, default_value = "A100-40GB")]
     gpu_model: String,
-    /// Policy, or several separated by commas.
+    /// Policy, or several separated by commas (`replay policies` lists them).
     #[arg(long, default_value = "tessera")]
     policy: String,
     /// Seed of the synthetic input.
@@ -215,6 +217,7 @@ fn main() -> ExitCode {
         Some(Command::Plan(a)) => plan(*a),
         Some(Command::SynthAzure2019(a)) => synth(a),
         Some(Command::ClusterUp(a)) => cluster_up(*a),
+        Some(Command::Policies) => Ok(format!("{}\n", tessera_planner::policies::help())),
         Some(Command::Capacity(a)) => return replay_cmd(|out| run_cli::capacity(&a, out).map(drop)),
         None => return replay_cmd(|out| run_cli::run(&cli.run, out).map(drop)),
     };

@@ -12,8 +12,9 @@ use std::time::Instant;
 use serde::Serialize;
 use tessera_core::model::ModelProfile;
 use tessera_planner::PlannerInput;
-use tessera_planner::policy::{PlanOutcome, by_name};
-use tessera_planner::solver::SolveStatus;
+use tessera_planner::by_name;
+use tessera_planner::level2::solver::SolveStatus;
+use tessera_planner::policy::PlanOutcome;
 
 /// The figures of one policy over `repeat` rounds.
 #[derive(Debug, Clone, Serialize)]

@@ -48,11 +48,11 @@ fn synthetic_rounds_print_solve_time_objective_bound_and_gap() {
     assert_eq!(again["objective"], v["objective"]);
 
     // Every policy, in one table.
-    let all = tessera_planner::policy::POLICY_NAMES.join(",");
+    let all = tessera_planner::policies::names().join(",");
     let out = replay().args(["plan", "--policy", &all, "--repeat", "1", "--input"]).arg(&dump).output().unwrap();
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let table = String::from_utf8(out.stdout).unwrap();
-    for policy in tessera_planner::policy::POLICY_NAMES {
+    for policy in tessera_planner::policies::names() {
         assert!(table.lines().any(|l| l.starts_with(policy)), "{policy} missing:\n{table}");
     }
 }

@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tessera_core::GpuModel;
 use tessera_planner::PlannerConfig;
 use tessera_planner::forecast::ForecasterConfig;
-use tessera_planner::solver::SolverConfig;
+use tessera_planner::level2::solver::SolverConfig;
 use tessera_sim::executor::LateRequests;
 
 use super::capacity::{self, CapacityResult};
@@ -22,8 +22,10 @@ use crate::trace::TraceArgs;
 /// `traces/`).
 pub const DEFAULT_TRACE: &str = "traces/azure-llm-2023-conv.csv";
 
-/// Every policy, in the order a run reports them.
-pub const DEFAULT_POLICIES: &str = "tessera,migrator,paris,ekya,astraea,static,oracle";
+/// Every registered policy, in registry order: what a run compares by default.
+pub fn default_policies() -> String {
+    tessera_planner::policies::names().join(",")
+}
 
 /// Arguments of a replay run.
 #[derive(Debug, Clone, Args)]
@@ -35,9 +37,9 @@ pub struct RunArgs {
     /// How the trace is read, windowed and sampled.
     #[command(flatten)]
     pub trace_args: TraceArgs,
-    /// Policies to compare, separated by commas (tessera, migrator, paris, ekya, astraea, static, oracle). With
-    /// oracle among them, every goodput is also divided by the oracle's.
-    #[arg(long, default_value = DEFAULT_POLICIES)]
+    /// Policies to compare, separated by commas (`replay policies` lists them). With the perfect-forecast
+    /// reference (oracle) among them, every goodput is also divided by its goodput.
+    #[arg(long, default_value_t = default_policies())]
     pub policy: String,
     /// GPUs of the fleet (nodes of 8), unless --fleet is given.
     #[arg(long, default_value_t = 4)]
@@ -186,7 +188,7 @@ impl RunArgs {
         let forecaster = ForecasterConfig::from_name(&self.forecaster, self.slot)
             .map_err(|e| ReplayError::Usage(format!("--forecaster: {e}")))?;
         for p in self.policies() {
-            tessera_planner::policy::by_name(&p).map_err(|e| ReplayError::Usage(format!("--policy: {e}")))?;
+            tessera_planner::policies::by_name(&p).map_err(|e| ReplayError::Usage(format!("--policy: {e}")))?;
         }
         let trace = match &self.trace {
             Some(t) => t.clone(),

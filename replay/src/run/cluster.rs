@@ -30,7 +30,7 @@ use tessera_core::plan::GpuPlan;
 use tessera_proto::v1;
 use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 use tessera_proto::v1::coordinator_client::CoordinatorClient;
-use tessera_sim::executor::{Arrival, Executor, GpuIndex};
+use tessera_sim::executor::{Arrival, Dispatch, Executor, GpuIndex};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -260,7 +260,8 @@ pub async fn run_cluster(
         )));
     }
 
-    let exec = executor_for(scenario, "cluster")?;
+    // The coordinator's policy is not known here; its tenants are served by the default dispatch rule.
+    let exec = executor_for(scenario, Dispatch::EarliestFinish)?;
     let gpu_ids: Vec<(GpuIndex, GpuId)> = exec.gpu_ids().map(|(i, g)| (i, g.clone())).collect();
     let fleet: Shared = Arc::new(Mutex::new(Fleet {
         exec,

@@ -3,7 +3,8 @@
 //! Per planning window `[t0, t1)`:
 //! 1. Build the [`PlannerInput`] from the executor: every GPU's live layout and assignments, every tenant's
 //!    accuracy and retraining progress, and a forecast per tenant from its forecaster (which has seen the measured
-//!    rate of every slot before `t0`). Only the `oracle` also gets the true rates of the horizon (`actual`).
+//!    rate of every slot before `t0`). Only a policy that sees the truth ([`Policy::sees_truth`]) also gets the true rates of the horizon
+//!    (`actual`).
 //! 2. Plan, and apply the plan's targets now. Changes the plan schedules later in the window (`upcoming`, a
 //!    slot-by-slot policy's later slots) are applied at their times; the next round supersedes the rest.
 //! 3. Feed the window's arrivals to the executor in time order and advance it to `t1`. With
@@ -11,7 +12,7 @@
 //!    current plan was made with by enough to replan the fleet ([`burst_calls_replan`]), the forecasters observe the
 //!    window's slots so far and the policy plans again at once, from the executor's state; that plan replaces the
 //!    rest of the window's. The slots that call a replan depend only on the trace and the forecasters, so every
-//!    policy replans at the same times (except the oracle, which sees every burst coming).
+//!    policy replans at the same times (except one that sees the truth, which saw every burst coming).
 //! 4. Record the window: requests, completions within SLO, goodput, accuracy, reconfigurations, layouts.
 //!
 //! Cold start: at `t0 = 0` no rate has been measured yet, so every forecaster is primed with each tenant's mean
@@ -29,7 +30,8 @@ use tessera_core::plan::GpuPlan;
 use tessera_core::time::SimTime;
 use tessera_planner::forecast::{Forecast, Forecaster, burst_calls_replan};
 use tessera_planner::input::{GpuInput, PlannerInput, TenantInput, WarmStart};
-use tessera_planner::policy::{self, PlanOutcome, Policy};
+use tessera_planner::policies;
+use tessera_planner::policy::{PlanOutcome, Policy};
 use tessera_sim::executor::{
     Arrival, Dispatch, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference, NoInterference, TenantIndex,
     TlbInterference,
@@ -327,13 +329,10 @@ impl PolicyRun {
     }
 }
 
-/// Builds the executor for `scenario` under `policy` (PARIS dispatches with ELSA).
-pub(crate) fn executor_for(scenario: &Scenario, policy: &str) -> Result<Executor, ReplayError> {
-    let config = ExecutorConfig {
-        seed: scenario.seed,
-        dispatch: if policy == "paris" { Dispatch::Elsa } else { Dispatch::EarliestFinish },
-        ..scenario.executor.clone()
-    };
+/// Builds the executor for `scenario`, spreading each tenant's requests over its instances by `dispatch` (the
+/// policy's, [`Policy::dispatch`]).
+pub(crate) fn executor_for(scenario: &Scenario, dispatch: Dispatch) -> Result<Executor, ReplayError> {
+    let config = ExecutorConfig { seed: scenario.seed, dispatch, ..scenario.executor.clone() };
     let fleet =
         FleetSpec { models: scenario.models.clone(), tenants: scenario.tenants.clone(), gpus: scenario.gpus.clone() };
     let interference: Box<dyn Interference> = if scenario.tlb {
@@ -354,8 +353,8 @@ pub fn run_policy(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<PolicyRun, ReplayError> {
     let started = Instant::now();
-    let policy = policy::by_name(policy_name).map_err(ReplayError::Usage)?;
-    let mut exec = executor_for(scenario, policy_name)?;
+    let policy = policies::by_name(policy_name).map_err(ReplayError::Usage)?;
+    let mut exec = executor_for(scenario, policy.dispatch())?;
     let tenant_ids: Vec<TenantId> = scenario.tenants.iter().map(|t| t.id.clone()).collect();
     // The executor numbers tenants in id order; map ours to its.
     let exec_index: Vec<TenantIndex> =
@@ -376,15 +375,8 @@ pub fn run_policy(
         })
         .collect();
 
-    let ctx = RoundContext {
-        scenario,
-        policy_name,
-        tenant_ids: &tenant_ids,
-        exec_index: &exec_index,
-        gpu_ids: &gpu_ids,
-        truth,
-        horizon,
-    };
+    let ctx =
+        RoundContext { scenario, tenant_ids: &tenant_ids, exec_index: &exec_index, gpu_ids: &gpu_ids, truth, horizon };
     let mut src = arrivals.open()?;
     let mut buf: Vec<Arrival> = Vec::new();
     let mut rows = Vec::with_capacity(windows);
@@ -392,8 +384,8 @@ pub fn run_policy(
     let mut infeasible = 0;
     let mut epoch = 1u64;
     let mut replans = 0u64;
-    // The oracle sees every burst coming: it plans once per window.
-    let reacts = scenario.replan_on_burst && policy_name != "oracle";
+    // A policy that sees the truth saw every burst coming: it plans once per window.
+    let reacts = scenario.replan_on_burst && policy.replans_on_bursts();
     let mut gpu_ms = 0.0;
     let mut prev = Totals::read(&exec, &gpu_ids);
     // Each GPU's warm start from the last plan, as the coordinator's leader keeps them.
@@ -519,7 +511,6 @@ fn observe(forecasters: &mut [Box<dyn Forecaster>], truth: &RateTable, slots: st
 /// What a planning round reads besides the executor, the forecasters and the warm starts.
 struct RoundContext<'a> {
     scenario: &'a Scenario,
-    policy_name: &'a str,
     tenant_ids: &'a [TenantId],
     exec_index: &'a [TenantIndex],
     gpu_ids: &'a [(GpuIndex, GpuId)],
@@ -584,7 +575,7 @@ impl RoundContext<'_> {
                     let t = TenantInput {
                         spec: scenario.tenants[i].clone(),
                         forecast: forecasts[i].clone(),
-                        actual: (self.policy_name == "oracle").then(|| self.truth.window(i, first_slot, self.horizon)),
+                        actual: policy.sees_truth().then(|| self.truth.window(i, first_slot, self.horizon)),
                         accuracy: st.accuracy,
                         retraining_due: st.retraining_due,
                         retraining_done_gpu_s: st.retraining_done_gpu_s,

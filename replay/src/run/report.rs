@@ -23,9 +23,10 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Goodput of the `oracle` run, if there was one.
+    /// Goodput of the run of the policy that sees the truth (the perfect-forecast reference), if there was one.
     pub fn oracle_goodput(&self) -> Option<f64> {
-        self.runs.iter().find(|r| r.policy == "oracle").map(|r| r.total.goodput)
+        let sees_truth = |name: &str| tessera_planner::policies::by_name(name).is_ok_and(|p| p.sees_truth());
+        self.runs.iter().find(|r| sees_truth(&r.policy)).map(|r| r.total.goodput)
     }
 
     /// `goodput / oracle goodput` for `run` (`None` without an oracle run).

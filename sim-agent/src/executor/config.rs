@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 use tessera_core::reconfig::ReconfigLatency;
-use tessera_planner::input::PlannerConfig;
-use tessera_planner::paris::BATCH_WINDOW_OF_SLO;
+pub use tessera_core::serving::Dispatch;
+use tessera_core::serving::{BATCH_WINDOW_OF_SLO, DEAD_PREINIT_S};
 
 use super::ExecError;
 
@@ -73,18 +73,6 @@ pub enum LateRequests {
     Shed,
 }
 
-/// How a request picks one of its tenant's serving inference instances.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dispatch {
-    /// The instance where it would finish first (join the least loaded), by the finish bound described in the
-    /// module doc ("Dispatch").
-    EarliestFinish,
-    /// ELSA (PARIS's dispatcher): the smallest instance whose estimated finish meets the request's deadline,
-    /// else the one that finishes first ([`tessera_planner::paris::elsa_dispatch`]).
-    Elsa,
-}
-
 /// Settings of an [`Executor`](super::Executor).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -118,7 +106,7 @@ impl Default for ExecutorConfig {
         ExecutorConfig {
             seed: 0,
             latency: ReconfigLatency::default(),
-            switch_ms: PlannerConfig::default().dead_preinit_s * 1000.0,
+            switch_ms: DEAD_PREINIT_S * 1000.0,
             batch_timeout: BatchTimeout::OfSlo(BATCH_WINDOW_OF_SLO),
             batch_cap: BatchCap::SloAdmissible,
             no_instance: NoInstance::Wait { max_wait_of_slo: 1.0 },

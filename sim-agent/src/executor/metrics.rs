@@ -146,7 +146,7 @@ pub struct GpuMetrics {
     pub max_queue_len: u64,
 }
 
-/// A tenant's state as replay needs it to build the next [`PlannerInput`](tessera_planner::PlannerInput).
+/// A tenant's state as replay needs it to build the next `PlannerInput` (`tessera_planner::PlannerInput`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TenantState {
     /// Accuracy of the model serving now.

@@ -122,12 +122,13 @@
 //! memory fit of a model on its instance (the planner's job), GPU failures, and cross-GPU make-before-break.
 //!
 //! [`ModelProfile::slo_capacity_on`]: tessera_core::model::ModelProfile::slo_capacity_on
-//! [`BATCH_WINDOW_OF_SLO`]: tessera_planner::paris::BATCH_WINDOW_OF_SLO
-//! [`elsa_dispatch`]: tessera_planner::paris::elsa_dispatch
+//! [`BATCH_WINDOW_OF_SLO`]: tessera_core::serving::BATCH_WINDOW_OF_SLO
+//! [`elsa_dispatch`]: elsa::elsa_dispatch
 //! [`RetrainingSpec`]: tessera_core::tenant::RetrainingSpec
 
 pub mod arrivals;
 pub mod config;
+pub mod elsa;
 mod fluid;
 pub mod interference;
 pub mod metrics;
@@ -148,10 +149,10 @@ use tessera_core::layout::{Layout, LayoutError};
 use tessera_core::model::ModelProfile;
 use tessera_core::plan::{Assignment, GpuPlan, Plan, Role};
 use tessera_core::tenant::TenantSpec;
-use tessera_planner::paris::ElsaPartition;
 
 pub use arrivals::{Arrival, PoissonArrivals, poisson_arrivals};
 pub use config::{BatchCap, BatchTimeout, Dispatch, ExecutorConfig, LateRequests, NoInstance};
+pub use elsa::{ElsaPartition, elsa_dispatch};
 pub use interference::{Interference, InterferenceError, NoInterference, Resident, TlbInterference};
 pub use metrics::{
     BatchRecord, ExecutorReport, GpuMetrics, GpuReport, LatencyHistogram, ReconfigSummary, TenantMetrics, TenantReport,

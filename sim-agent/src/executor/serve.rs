@@ -1,8 +1,8 @@
 //! The inference hot path: events, dispatch, dynamic batching, completions, and requests without an instance.
 
+use super::elsa::{ElsaPartition, elsa_dispatch};
 use tessera_core::goodput::GoodputLedger;
 use tessera_core::plan::Role;
-use tessera_planner::paris::{ElsaPartition, elsa_dispatch};
 
 use super::metrics::BatchRecord;
 use super::state::{Event, EventKind, NEVER, Phase};

@@ -22,13 +22,13 @@ use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{Assignment, Role};
 
 use crate::assign;
-use crate::build::{Arrivals, gpu_problem};
-use crate::ilp::goodput_terms;
 use crate::input::PlannerInput;
+use crate::level2::build::{Arrivals, gpu_problem};
+use crate::level2::ilp::goodput_terms;
+use crate::level2::problem::GpuProblem;
+use crate::level2::realize::{Placed, from_assignments};
+use crate::level2::solver::{SolveError, SolveStatus, SolverConfig, maximise};
 use crate::policy::{GpuOutcome, PlanError, PlanOutcome, Policy, plan_fleet};
-use crate::problem::GpuProblem;
-use crate::realize::{Placed, from_assignments};
-use crate::solver::{SolveError, SolveStatus, SolverConfig, maximise};
 
 /// The MIGRator policy.
 #[derive(Debug, Clone, Copy, Default)]

@@ -18,8 +18,8 @@ use tessera_core::plan::{Assignment, Role};
 use tessera_core::{Layout, Placement};
 
 use crate::input::GpuInput;
-use crate::problem::GpuProblem;
-use crate::realize::{Placed, current_assignments, free_in};
+use crate::level2::problem::GpuProblem;
+use crate::level2::realize::{Placed, current_assignments, free_in};
 
 /// A fixed layout and who serves from it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,8 +15,8 @@
 use tessera_core::plan::Role;
 
 use crate::input::PlannerInput;
-use crate::problem::{GpuProblem, Scenario};
-use crate::realize::{Placed, free_in};
+use crate::level2::problem::{GpuProblem, Scenario};
+use crate::level2::realize::{Placed, free_in};
 
 /// Expected goodput of `placed` on `pb`, per tenant, with each tenant's arrivals from `scenarios(i)`.
 pub fn goodput_per_tenant<'a>(
@@ -28,7 +28,7 @@ pub fn goodput_per_tenant<'a>(
 }
 
 /// [`goodput`], and what the retrainings `placed` completes within the horizon earn beyond it
-/// ([`crate::problem::TenantTask::tail_value`]): the part of a policy's planning value that the horizon's
+/// ([`crate::level2::problem::TenantTask::tail_value`]): the part of a policy's planning value that the horizon's
 /// goodput does not count.
 pub fn goodput_and_tail(pb: &GpuProblem, placed: &Placed) -> (f64, f64) {
     let (goodput, done) = run(pb, placed, |i| &pb.tenants[i].scenarios);

@@ -6,7 +6,7 @@
 //! around; an inference instance keeps its placement when its profile is unchanged; a new instance lands on slices
 //! that were free in the previous slot, so it can be pre-initialised before the switch (make-before-break). If a
 //! slot cannot be built at all (only possible when a fixed retraining instance blocks a count vector), the
-//! inference instance with the least capacity is left out and the search repeats; [`crate::evaluate`] then charges
+//! inference instance with the least capacity is left out and the search repeats; [`crate::level2::evaluate`] then charges
 //! what that costs, so a plan's expected goodput is always that of what it actually places.
 
 // Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
@@ -15,7 +15,7 @@
 use tessera_core::plan::{Assignment, Role};
 use tessera_core::{GpuModel, Layout, Placement};
 
-use crate::problem::{GpuProblem, Schedule};
+use crate::level2::problem::{GpuProblem, Schedule};
 
 /// Placed instances per slot.
 #[derive(Debug, Clone, PartialEq, Eq)]

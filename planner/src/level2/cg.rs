@@ -1,4 +1,4 @@
-//! Level 2 by column generation: the count-level model of [`crate::ilp`] decomposed per tenant
+//! Level 2 by column generation: the count-level model of [`crate::level2::ilp`] decomposed per tenant
 //! (Dantzig-Wolfe), which is what makes a seven-tenant, thirty-slot GPU solve in milliseconds.
 //!
 //! Tenants interact only through each slot's capacity rows (compute slices, memory slices, instances, per-profile
@@ -17,7 +17,7 @@
 //! the others leave), so its duals mean something from the first round. Per-profile count rows that compute,
 //! memory and instance rows already imply are left out (on every catalogued GPU, all of them), and the LP is
 //! re-solved by primal simplex, which restarts from the previous basis when columns are added: the planner's own
-//! dense simplex ([`crate::master`]), with HiGHS taking over for the rest of a solve where it gives up. Each
+//! dense simplex ([`crate::level2::master`]), with HiGHS taking over for the rest of a solve where it gives up. Each
 //! pricing adds the best column of each of a tenant's best few retraining choices, not just one.
 //!
 //! **Bound**: at every round `pi.b + sum over tenants of the best reduced cost` is a valid upper bound
@@ -35,7 +35,7 @@
 //! [`COMPACT_LIMIT`] tenant-slots whose gap is still open then settle which tenants retrain, and how, by
 //! enumeration (each subset of the tenants that may retrain; each retraining option fixed), each followed by
 //! greedy, ascent and pair moves. When a proven optimum is asked for (a gap of at most [`EXACT_GAP`]), those
-//! whose gap is still open go to the compact MILP ([`crate::ilp`]), which is exact there; the reported bound is
+//! whose gap is still open go to the compact MILP ([`crate::level2::ilp`]), which is exact there; the reported bound is
 //! the tighter of the two. At a planning gap (1 %) they do not: the open gap there is the master LP's bound,
 //! loosened by fractional retrainings, not the plan (see [`EXACT_GAP`]).
 //!
@@ -58,10 +58,10 @@ use std::cell::OnceCell;
 
 use highs::{ColProblem, HighsModelStatus, Model, Row, Sense};
 
-use crate::ilp::{self, Solved};
-use crate::master::MasterLp;
-use crate::problem::{GpuProblem, RetrainOption, Schedule, Usage};
-use crate::solver::{SolveError, SolveStatus, SolverConfig, relative_gap};
+use crate::level2::ilp::{self, Solved};
+use crate::level2::master::MasterLp;
+use crate::level2::problem::{GpuProblem, RetrainOption, Schedule, Usage};
+use crate::level2::solver::{SolveError, SolveStatus, SolverConfig, relative_gap};
 
 /// One tenant's plan over the horizon.
 #[derive(Debug, Clone)]
@@ -1974,9 +1974,9 @@ mod tests {
 
     use super::{Column, Pricer, RowIndex, pair_best_on, pre_fits};
     use crate::PlannerConfig;
-    use crate::build::{Arrivals, gpu_problem};
-    use crate::problem::GpuProblem;
-    use crate::solver::{SolveStatus, SolverConfig};
+    use crate::level2::build::{Arrivals, gpu_problem};
+    use crate::level2::problem::GpuProblem;
+    use crate::level2::solver::{SolveStatus, SolverConfig};
     use crate::synthetic::{SyntheticSpec, input};
 
     /// A uniform draw in `[0, 1)` per call (xorshift64 from `seed`), for randomised checks.

@@ -4,7 +4,7 @@ use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::Role;
 
 use crate::input::PlannerInput;
-use crate::problem::{GpuProblem, RetrainTask, Scenario, TenantTask};
+use crate::level2::problem::{GpuProblem, RetrainTask, Scenario, TenantTask};
 
 /// Which arrivals level 2 plans against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

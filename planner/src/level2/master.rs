@@ -1,4 +1,4 @@
-//! The restricted master LP of column generation ([`crate::cg`]): a small dense revised primal simplex.
+//! The restricted master LP of column generation ([`crate::level2::cg`]): a small dense revised primal simplex.
 //!
 //! The master is `max c.x` subject to packing rows `A x <= b` (`b >= 0`) and convexity rows `sum x = 1`, `x >= 0`,
 //! with at most a few hundred rows and columns, re-solved after every pricing round with a handful of new columns.

@@ -19,13 +19,13 @@
 //!   least demand per slice, then topped up with the partitions whose demand is least covered while they fit.
 //! - *Retraining.* PARIS serves inference only. When a GPU's tenants retrain, the smallest instance that fits
 //!   their training memory is set aside as the retraining pool before the budget is split (the jobs run there
-//!   first come, first served, [`crate::fixed`]); without it they would never retrain.
+//!   first come, first served, [`crate::level2::fixed`]); without it they would never retrain.
 //! - *Sizes.* The classic profiles (1g, 2g, 3g, 4g, 7g; a double-memory 1g where a model does not fit the plain
 //!   1g). MIG profiles are PARIS's GPC partitions.
 //!
 //! **Parameters.** Knee at [`KNEE`] of a size's best throughput within SLO; batching window [`BATCH_WINDOW_OF_SLO`]
 //! of the SLO (both assumptions: the paper gives neither as a number). The layout is kept while the GPU serves the
-//! same tenants ([`crate::fixed::keep_current`]): static for the deployment.
+//! same tenants ([`crate::level2::fixed::keep_current`]): static for the deployment.
 //!
 //! [`elsa_dispatch`] is the per-request rule, exposed for the simulated backend to call.
 
@@ -33,23 +33,22 @@ use std::collections::BTreeMap;
 
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::model::ModelProfile;
+use tessera_core::serving::Dispatch;
 use tessera_core::{GpuModel, Layout, Placement, Profile, migparted};
 
 use crate::assign;
-use crate::build::{Arrivals, gpu_problem};
-use crate::fixed::{self, Fixed};
 use crate::input::PlannerInput;
+use crate::level2::build::{Arrivals, gpu_problem};
+use crate::level2::fixed::{self, Fixed};
+use crate::level2::problem::{GpuProblem, mean_demand};
+use crate::level2::solver::{SolveError, SolveStatus};
 use crate::policy::{GpuOutcome, PlanError, PlanOutcome, Policy, plan_fleet};
-use crate::problem::GpuProblem;
-use crate::solver::{SolveError, SolveStatus};
-use crate::static_layout::mean_demand;
 
 /// The PARIS + ELSA policy.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Paris;
 
-/// A request waits at most this share of its SLO for its batch to fill (assumption, see the module doc).
-pub const BATCH_WINDOW_OF_SLO: f64 = 0.25;
+pub use tessera_core::serving::BATCH_WINDOW_OF_SLO;
 
 /// A partition saturates at the smallest batch whose throughput reaches this share of its best within the SLO.
 pub const KNEE: f64 = 0.9;
@@ -137,6 +136,10 @@ impl Policy for Paris {
         "paris"
     }
 
+    fn dispatch(&self) -> Dispatch {
+        Dispatch::Elsa
+    }
+
     fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError> {
         let l1 = assign::spread(input, 7);
         plan_fleet(self.name(), input, l1, |gpu, tenants| level2(input, gpu, tenants))
@@ -154,7 +157,7 @@ fn level2(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId]) -> Result<Opt
     };
     let placed = fixed::run(&pb, &fixed);
     let note = format!("PARIS partitions; {}", fixed::describe(&pb, &fixed));
-    let objective = crate::evaluate::goodput(&pb, &placed);
+    let objective = crate::level2::evaluate::goodput(&pb, &placed);
     let layout = fixed.layout.clone();
     let mut out = GpuOutcome::new(pb, placed, objective, SolveStatus::Rule, note);
     out.fixed_layout = Some(layout);
@@ -308,39 +311,4 @@ fn slowdown_of(input: &PlannerInput, pb: &GpuProblem, id: &TenantId) -> f64 {
         .filter(|t| &t.id != id)
         .map(|t| input.interference.as_ref().map_or(1.0, |x| x.slowdown(me, &input.tenants[&t.id].spec.model)))
         .fold(1.0, f64::max)
-}
-
-/// One partition as ELSA sees it when a request arrives.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ElsaPartition {
-    /// Compute slices (its size: smaller is preferred).
-    pub compute_slices: u8,
-    /// When the work already queued on it finishes, ms of workload time.
-    pub free_at_ms: f64,
-    /// Latency of the request's batch on it, ms.
-    pub latency_ms: f64,
-}
-
-/// ELSA's dispatch of one request (or batch) at `now_ms` that must finish by `deadline_ms`: the smallest
-/// partition whose estimated finish (`max(now, free_at) + latency`) meets the deadline; if none does, the one that
-/// finishes first. Ties go to the earlier finish, then the lower index. `None` only when there is no partition.
-pub fn elsa_dispatch(now_ms: f64, deadline_ms: f64, partitions: &[ElsaPartition]) -> Option<usize> {
-    let finish = |p: &ElsaPartition| p.free_at_ms.max(now_ms) + p.latency_ms;
-    let meeting = partitions
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| finish(p) <= deadline_ms)
-        .min_by(|(a, pa), (b, pb)| {
-            pa.compute_slices.cmp(&pb.compute_slices).then(finish(pa).total_cmp(&finish(pb))).then(a.cmp(b))
-        })
-        .map(|(k, _)| k);
-    meeting.or_else(|| {
-        partitions
-            .iter()
-            .enumerate()
-            .min_by(|(a, pa), (b, pb)| {
-                finish(pa).total_cmp(&finish(pb)).then(pa.compute_slices.cmp(&pb.compute_slices)).then(a.cmp(b))
-            })
-            .map(|(k, _)| k)
-    })
 }

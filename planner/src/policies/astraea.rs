@@ -25,12 +25,12 @@
 use tessera_core::ids::{GpuId, TenantId};
 
 use crate::assign;
-use crate::build::{Arrivals, gpu_problem};
 use crate::input::PlannerInput;
+use crate::level2::build::{Arrivals, gpu_problem};
+use crate::level2::problem::{GpuProblem, RetrainOption, Schedule, describe_retraining};
+use crate::level2::realize::realize;
+use crate::level2::solver::{SolveError, SolveStatus};
 use crate::policy::{GpuOutcome, PlanError, PlanOutcome, Policy, plan_fleet};
-use crate::problem::{GpuProblem, RetrainOption, Schedule};
-use crate::realize::realize;
-use crate::solver::{SolveError, SolveStatus};
 
 /// The Astraea policy.
 #[derive(Debug, Clone, Copy, Default)]
@@ -187,12 +187,12 @@ fn level2(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId]) -> Result<Opt
         }
     }
     let placed = realize(&pb, &schedule);
-    let objective = crate::evaluate::goodput(&pb, &placed);
+    let objective = crate::level2::evaluate::goodput(&pb, &placed);
     let note = format!(
         "max load within SLO ({:.0} requests over the horizon){}; {}",
         if keep_running { load_with } else { load_without },
         if keep_running || running.iter().all(Option::is_none) { "" } else { "; running retraining preempted" },
-        crate::tessera::describe_retraining(&pb, &schedule)
+        describe_retraining(&pb, &schedule)
     );
     Ok(Some(GpuOutcome::new(pb, placed, objective, SolveStatus::Rule, note)))
 }

@@ -21,7 +21,7 @@
 //! switch (make-before-break) and `dead_cold_s` otherwise; both are capped at one slot (the model does not carry
 //! dead time into the next slot). At the level of counts, the new inference instances of a slot can be
 //! pre-initialised together when they fit beside everything the previous slot ran ([`Usage`]); the count-level
-//! objective picks the best such set ([`GpuProblem::slot_value`]), [`crate::evaluate`] charges placed schedules
+//! objective picks the best such set ([`GpuProblem::slot_value`]), [`crate::level2::evaluate`] charges placed schedules
 //! by their actual slices.
 
 // Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
@@ -399,4 +399,32 @@ impl Schedule {
                 .iter()
                 .all(|row| row.iter().enumerate().all(|(i, p)| p.is_none_or(|p| pb.tenants[i].cap[p] > 0.0)))
     }
+}
+
+/// Mean forecast demand of tenant `i` over the horizon, requests per second.
+pub fn mean_demand(pb: &GpuProblem, i: usize) -> f64 {
+    let t = &pb.tenants[i];
+    let total: f64 = t.scenarios.iter().map(|s| s.prob * s.rate.iter().sum::<f64>()).sum();
+    total / pb.slots.max(1) as f64
+}
+
+/// "retrain a on 2g (slots 0-4)" for each retraining the schedule starts, or "no retraining".
+pub fn describe_retraining(pb: &GpuProblem, schedule: &Schedule) -> String {
+    let parts: Vec<String> = schedule
+        .retrain
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| {
+            o.map(|o| {
+                format!(
+                    "retrain {} on {} (slots {}-{})",
+                    pb.tenants[i].id,
+                    pb.profiles[o.profile],
+                    o.start,
+                    o.end.saturating_sub(1)
+                )
+            })
+        })
+        .collect();
+    if parts.is_empty() { "no retraining".into() } else { parts.join(", ") }
 }

@@ -8,7 +8,7 @@
 //!   every catalogued GPU a count vector fits a valid layout exactly when it uses at most 7 compute slices, 8 memory
 //!   slices and 7 instances, each profile within its maximum count ([`GpuProblem::fits`], checked against the
 //!   enumeration by a test): four linear rows per slot, no layout variables, no symmetric placements. Placements
-//!   are chosen afterwards by [`crate::realize`], which keeps instances in place and checks that a running
+//!   are chosen afterwards by [`crate::level2::realize`], which keeps instances in place and checks that a running
 //!   retraining can stay put.
 //! - **Retraining as options.** `r[i,o]` picks one `(profile, start)` option per tenant; the option's end follows
 //!   from the work, so non-preemption is built in and "done by slot t" is the linear sum of the options ending by
@@ -29,8 +29,8 @@
 
 use good_lp::{Constraint, Expression, ProblemVariables, Variable, variable};
 
-use crate::problem::{GpuProblem, RetrainOption, Schedule, TenantTask, Usage};
-use crate::solver::{MilpResult, SolveError, SolverConfig, maximise};
+use crate::level2::problem::{GpuProblem, RetrainOption, Schedule, TenantTask, Usage};
+use crate::level2::solver::{MilpResult, SolveError, SolverConfig, maximise};
 
 /// Adds tenant `t`'s goodput in `slot` to `objective`: per arrival scenario, requests served (at most the arrivals
 /// and at most `capacity`) at the old accuracy, plus the accuracy gain on the requests served after the retraining
@@ -73,7 +73,7 @@ pub struct Solved {
     /// Best proven bound on the objective.
     pub bound: f64,
     /// Solver outcome.
-    pub status: crate::solver::SolveStatus,
+    pub status: crate::level2::solver::SolveStatus,
 }
 
 /// Solves `pb` with the count-level formulation.

@@ -1,57 +1,24 @@
-//! `tessera`: Tessera's policy.
-//!
-//! It starts from the MIGRator goodput MILP and adds what MIGRator lacks:
-//! - **Fleet-wide level 1** ([`crate::assign::balanced`]): sticky, memory-aware, demand-balanced, and spreading
-//!   tenants that slow each other down when an interference table is given.
-//! - **A formulation that solves in milliseconds** ([`crate::ilp`]): profile counts against maximal count vectors
-//!   instead of per-slice overlap rows, retraining as enumerated non-preemptive options instead of big-M progress.
-//! - **Reconfiguration awareness**: only tenants whose instance changes are charged, and new instances are placed
-//!   on slices free in the previous slot so they are pre-initialised (charged `dead_preinit_s`, not
-//!   `dead_cold_s`); the count-level model charges the pre-initialised dead time, the evaluation charges the exact
-//!   one ([`crate::realize`], [`crate::evaluate`]).
-//! - **Forecast hedging**: level 2 maximises expected goodput over three arrival scenarios from the forecast band
-//!   (low, mean, high), so capacity is sized for the band rather than its midpoint.
-//! - **Warm starts** ([`crate::input::WarmStart`]): each GPU's next round starts from this round's plan, shifted
-//!   to its slots (a candidate its search improves), and from the prices of this round's best bound (its first
-//!   Lagrangian bound and stabilisation centre). A GPU whose situation barely moved proves its gap before solving
-//!   a single master LP; plans stay as exact as cold ones, and keep more of what runs (fewer reconfigurations).
-//! - **Accuracy beyond the horizon** ([`tail_values`]): a retraining completed within the horizon keeps paying after
-//!   it, so level 2 credits it with the goodput its accuracy gain earns over half a retraining window at the
-//!   horizon's last arrival rate. A planner that counts the horizon alone never starts a retraining that ends
-//!   near the horizon's end, however many requests the better model would serve: on a heavy tenant it leaves the
-//!   accuracy of most of the traffic to drift.
+//! The goodput plan of one GPU over the horizon, as `tessera` plans it (from its forecast band) and the
+//! perfect-forecast reference plans it (from the true rates): the per-GPU problem with the retraining tail
+//! ([`tail_values`]), solved by column generation ([`crate::level2::cg`]) from two starts, the thief scheduler's
+//! allocation ([`crate::level2::thief`]) and the previous round's plan shifted onto this round's slots
+//! ([`WarmStart`]), which also brings the prices of its best bound.
 
 use tessera_core::ids::{GpuId, TenantId};
 
-use crate::assign;
-use crate::build::{Arrivals, gpu_problem};
-use crate::cg;
-use crate::ekya;
 use crate::input::{PlannerInput, WarmStart, WarmTenant};
-use crate::policy::{GpuOutcome, PlanError, PlanOutcome, Policy, plan_fleet};
-use crate::problem::{GpuProblem, Schedule};
-use crate::realize::realize;
-use crate::solver::{SolveError, SolverConfig};
+use crate::level2::build::{Arrivals, gpu_problem};
+use crate::level2::cg;
+use crate::level2::problem::{GpuProblem, Schedule, describe_retraining};
+use crate::level2::realize::realize;
+use crate::level2::solver::{SolveError, SolverConfig};
+use crate::level2::thief;
+use crate::policy::GpuOutcome;
 
-/// Tessera's policy.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Tessera;
-
-impl Policy for Tessera {
-    fn name(&self) -> &'static str {
-        "tessera"
-    }
-
-    fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError> {
-        let l1 = assign::balanced(input);
-        plan_fleet(self.name(), input, l1, |gpu, tenants| {
-            level2(input, gpu, tenants, Arrivals::Band, &input.config.solver)
-        })
-    }
-}
-
-/// Tessera's level 2 on one GPU: build, solve the count-level MILP, place, describe.
-pub fn level2(
+/// The goodput plan of one GPU: build the problem from `arrivals`, credit retraining beyond the horizon, solve by
+/// column generation from the thief-scheduler start and the GPU's warm start, place, describe, and leave the next
+/// round's warm start.
+pub fn solve(
     input: &PlannerInput,
     gpu: &GpuId,
     tenants: &[TenantId],
@@ -151,7 +118,7 @@ fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Shifted {
 /// fraction of its tail), so its solves take more rounds.
 pub const TAIL_WINDOWS: f64 = 0.5;
 
-/// Sets each due tenant's [`TenantTask::tail_value`](crate::problem::TenantTask::tail_value): weight x accuracy
+/// Sets each due tenant's [`TenantTask::tail_value`](crate::level2::problem::TenantTask::tail_value): weight x accuracy
 /// gain x the requests its best instance serves at the horizon's last expected arrival rate, over
 /// [`TAIL_WINDOWS`] retraining windows.
 pub fn tail_values(input: &PlannerInput, pb: &mut GpuProblem) {
@@ -168,19 +135,19 @@ pub fn tail_values(input: &PlannerInput, pb: &mut GpuProblem) {
     }
 }
 
-/// Ekya's thief allocation of the same problem (default epochs), a start for the local search: a rule-based
+/// The thief scheduler's allocation of the same problem (default epochs), a start for the local search: a rule-based
 /// allocation is sometimes a better neighbourhood than the column-generation greedy finds within its budget.
 fn thief_seed(input: &PlannerInput, pb: &GpuProblem) -> Schedule {
-    let defaults: Vec<ekya::Config> = pb
+    let defaults: Vec<thief::Config> = pb
         .tenants
         .iter()
-        .map(|t| ekya::Config {
+        .map(|t| thief::Config {
             epochs: input.tenants[&t.id].spec.retraining.as_ref().map_or(0.0, |r| r.epochs),
             work_s: t.retrain.as_ref().map_or(0.0, |r| r.work_s),
             accuracy: t.acc_new,
         })
         .collect();
-    let configs: Vec<Vec<ekya::Config>> = pb
+    let configs: Vec<Vec<thief::Config>> = pb
         .tenants
         .iter()
         .zip(&defaults)
@@ -190,26 +157,5 @@ fn thief_seed(input: &PlannerInput, pb: &GpuProblem) -> Schedule {
         })
         .collect();
     let now_s = input.now.as_ms() as f64 / 1000.0;
-    ekya::run_horizon(pb, now_s, ekya::Ekya::default().window_s, &configs, &defaults, None).schedule
-}
-
-/// "retrain a on 2g (slots 0-4)" for each retraining the schedule starts, or "no retraining".
-pub fn describe_retraining(pb: &GpuProblem, schedule: &Schedule) -> String {
-    let parts: Vec<String> = schedule
-        .retrain
-        .iter()
-        .enumerate()
-        .filter_map(|(i, o)| {
-            o.map(|o| {
-                format!(
-                    "retrain {} on {} (slots {}-{})",
-                    pb.tenants[i].id,
-                    pb.profiles[o.profile],
-                    o.start,
-                    o.end.saturating_sub(1)
-                )
-            })
-        })
-        .collect();
-    if parts.is_empty() { "no retraining".into() } else { parts.join(", ") }
+    thief::run_horizon(pb, now_s, thief::WINDOW_S, &configs, &defaults, None).schedule
 }

@@ -12,7 +12,7 @@
 
 use tessera_core::{Layout, Placement};
 
-use crate::problem::{GpuProblem, RetrainOption, Schedule};
+use crate::level2::problem::{GpuProblem, RetrainOption, Schedule};
 
 /// The optimal count-level schedule of `pb` and its objective ([`Schedule::objective`]).
 pub fn solve(pb: &GpuProblem) -> (Schedule, f64) {
@@ -65,7 +65,7 @@ fn search(pb: &GpuProblem, feasible: &dyn Fn(&[u8]) -> bool) -> (Schedule, f64) 
     )
 }
 
-type UnitOf<'a> = dyn Fn(&crate::problem::TenantTask) -> Option<usize> + 'a;
+type UnitOf<'a> = dyn Fn(&crate::level2::problem::TenantTask) -> Option<usize> + 'a;
 
 /// How a changed instance is charged.
 #[derive(Clone, Copy)]

@@ -2,7 +2,7 @@
 //!
 //! The same optimisation as `tessera` (level 1 and level 2), given the true future arrivals in place of the
 //! forecast (the band collapses onto the truth) and solved to a tighter gap with a longer time limit. Level 2 is a
-//! heuristic on large GPUs (see [`crate::cg`]), so a policy planning from a forecast can, by luck, land on a plan
+//! heuristic on large GPUs (see [`crate::level2::cg`]), so a policy planning from a forecast can, by luck, land on a plan
 //! that is better under the truth; the clairvoyant therefore also evaluates the plans of every other policy under
 //! the true arrivals and returns the best plan it knows of. Its own level 2 optimises Tessera's planning value (the
 //! retraining tail included), but it keeps whichever plan has the most goodput within the horizon under the truth:
@@ -12,12 +12,13 @@
 //! beats it on the same input.
 
 use crate::assign;
-use crate::build::Arrivals;
 use crate::forecast::Forecast;
 use crate::input::PlannerInput;
-use crate::policy::{POLICY_NAMES, PlanError, PlanOutcome, Policy, by_name, plan_fleet};
-use crate::solver::SolverConfig;
-use crate::tessera::level2;
+use crate::level2::build::Arrivals;
+use crate::level2::goodput;
+use crate::level2::solver::SolverConfig;
+use crate::policies::REGISTRY;
+use crate::policy::{PlanError, PlanOutcome, Policy, plan_fleet};
 
 /// The clairvoyant policy.
 #[derive(Debug, Clone, Copy, Default)]
@@ -39,6 +40,10 @@ impl Policy for Oracle {
         "oracle"
     }
 
+    fn sees_truth(&self) -> bool {
+        true
+    }
+
     fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError> {
         let truth = clairvoyant(input);
         let l1 = assign::balanced(&truth);
@@ -49,14 +54,19 @@ impl Policy for Oracle {
             ..truth.config.solver
         };
         let own = plan_fleet(self.name(), &truth, l1, |gpu, tenants| {
-            level2(&truth, gpu, tenants, Arrivals::Actual, &solver)
+            goodput::solve(&truth, gpu, tenants, Arrivals::Actual, &solver)
         })?;
         let PlanOutcome::Planned(mut best) = own else { return Ok(own) };
         let mut best_value = best.goodput_under_truth(input);
-        for name in POLICY_NAMES.iter().filter(|n| **n != self.name()) {
-            let Ok(PlanOutcome::Planned(other)) = by_name(name).map_err(PlanError::BadInput)?.plan(input) else {
+        for entry in REGISTRY.iter().filter(|e| e.name != self.name()) {
+            let other_policy = (entry.make)();
+            if other_policy.sees_truth() {
+                continue;
+            }
+            let Ok(PlanOutcome::Planned(other)) = other_policy.plan(input) else {
                 continue;
             };
+            let name = entry.name;
             let value = other.goodput_under_truth(input);
             if value > best_value {
                 best_value = value;

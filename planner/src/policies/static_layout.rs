@@ -8,10 +8,10 @@
 //! A100-40GB; 1g.10gb x2, 2g.20gb, 3g.40gb on an H100-80GB). Tenants are spread by demand over the fleet, at most
 //! four per GPU (one instance each; [`crate::assign::spread`]). On a GPU, the tenant with the largest demand takes
 //! the largest instance its model fits and meets its SLO on, and so on down. Instances left over form the
-//! retraining pool ([`crate::fixed`]): due retraining jobs run there first come, first served. When no tenant of a
+//! retraining pool ([`crate::level2::fixed`]): due retraining jobs run there first come, first served. When no tenant of a
 //! GPU retrains at all, left-over instances serve as extra inference replicas for the tenant with the most unmet
 //! demand instead, which is what an operator would do with them. Once set, a GPU's layout and instance owners stay
-//! as they are for as long as its tenants do ([`crate::fixed::keep_current`]): "never reconfigured".
+//! as they are for as long as its tenants do ([`crate::level2::fixed::keep_current`]): "never reconfigured".
 //!
 //! **Parameters.** The mig-parted `all-balanced` counts; four tenants per GPU; nothing else.
 
@@ -22,12 +22,12 @@ use tessera_core::migparted;
 use tessera_core::{GpuModel, Layout, Profile};
 
 use crate::assign;
-use crate::build::{Arrivals, gpu_problem};
-use crate::fixed::{self, Fixed};
 use crate::input::PlannerInput;
+use crate::level2::build::{Arrivals, gpu_problem};
+use crate::level2::fixed::{self, Fixed};
+use crate::level2::problem::{GpuProblem, mean_demand};
+use crate::level2::solver::{SolveError, SolveStatus};
 use crate::policy::{GpuOutcome, PlanError, PlanOutcome, Policy, plan_fleet};
-use crate::problem::GpuProblem;
-use crate::solver::{SolveError, SolveStatus};
 
 /// The static policy.
 #[derive(Debug, Clone, Copy, Default)]
@@ -80,17 +80,10 @@ fn level2(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId]) -> Result<Opt
     };
     let placed = fixed::run(&pb, &fixed);
     let note = format!("static all-balanced; {}", fixed::describe(&pb, &fixed));
-    let objective = crate::evaluate::goodput(&pb, &placed);
+    let objective = crate::level2::evaluate::goodput(&pb, &placed);
     let mut out = GpuOutcome::new(pb, placed, objective, SolveStatus::Rule, note);
     out.fixed_layout = Some(layout);
     Ok(Some(out))
-}
-
-/// Mean forecast demand of tenant `i` over the horizon, requests per second.
-pub(crate) fn mean_demand(pb: &GpuProblem, i: usize) -> f64 {
-    let t = &pb.tenants[i];
-    let total: f64 = t.scenarios.iter().map(|s| s.prob * s.rate.iter().sum::<f64>()).sum();
-    total / pb.slots.max(1) as f64
 }
 
 /// Largest demand first, each tenant takes the largest free instance it can serve from; with `replicas`, the

@@ -1,0 +1,26 @@
+//! Level 2: the per-GPU toolkit every policy plans with.
+//!
+//! - [`problem`] and [`build`]: one GPU's planning problem (slots over a horizon, tenants with capacities per
+//!   profile, arrival scenarios, retraining options) built from a [`crate::PlannerInput`] and level 1's choice.
+//! - [`ilp`]: the compact count-level MILP; [`cg`] and [`master`]: the same model by column generation (pricing,
+//!   pair moves, starts, heuristics, the HiGHS fallback); [`exhaustive`]: the cross-check on small problems;
+//!   [`solver`]: MILP backends, budgets, statuses and gaps.
+//! - [`realize`]: a count-level schedule placed on slices; [`evaluate`]: its exact goodput.
+//! - [`goodput`]: the goodput plan with warm starts and the retraining tail (what `tessera` and the
+//!   perfect-forecast reference plan with); [`thief`]: Ekya's thief scheduler (Ekya's plan, and one of
+//!   tessera's starts); [`fixed`]: fixed layouts over a horizon (`static`, `paris`).
+//!
+//! The formulation is written out in `docs/planner.md`.
+
+pub mod build;
+pub mod cg;
+pub mod evaluate;
+pub mod exhaustive;
+pub mod fixed;
+pub mod goodput;
+pub mod ilp;
+pub mod master;
+pub mod problem;
+pub mod realize;
+pub mod solver;
+pub mod thief;
