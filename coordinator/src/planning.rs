@@ -16,9 +16,10 @@ use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::tenant::DemandSource;
 use tessera_core::time::SimTime;
-use tessera_planner::forecast::{Forecast, Forecaster, ForecasterConfig, burst_calls_replan};
-use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput, TenantInput, WarmStart};
+use tessera_planner::forecast::ForecasterConfig;
+use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput};
 use tessera_planner::policy::{PlanOutcome, Policy};
+use tessera_planner::round::{Rounds, TenantState};
 use tessera_proto::v1;
 use tessera_proto::v1::agent_client::AgentClient;
 use tonic::transport::{Channel, Endpoint};
@@ -97,18 +98,17 @@ pub struct GpuDecision {
 }
 
 /// What the agents reported about arrivals: cumulative counters per (node, tenant), and per-slot rates.
-#[derive(Default)]
 struct Observations {
     /// (workload time ms, cumulative arrivals) per (node, tenant).
     counters: HashMap<(NodeId, TenantId), (u64, u64)>,
     tenants: HashMap<TenantId, TenantObs>,
+    /// Each tenant's forecaster, the warm starts of this leader's last committed plan (a hint, not replicated: a
+    /// new leader plans its first round cold) and the forecasts of the last round, for the burst rule.
+    rounds: Rounds,
 }
 
-/// One tenant's forecaster and what it has learnt from.
+/// What a tenant's measured rates have been learnt from (its forecaster is in [`Rounds`]).
 struct TenantObs {
-    forecaster: Box<dyn Forecaster>,
-    /// Observations fed so far.
-    observed: usize,
     /// Fed from per-slot rates (agents that measure them); the counters are then ignored.
     by_slot: bool,
     /// Total arrivals and the time of the last counter-based observation.
@@ -127,14 +127,9 @@ pub struct Planner {
     round: tokio::sync::Mutex<()>,
     observations: Mutex<Observations>,
     last_input: Mutex<Option<(u64, String)>>,
-    /// The last round's workload time (ms) and the forecast each tenant was planned with.
-    planned: Mutex<Option<(u64, BTreeMap<TenantId, Forecast>)>>,
     decisions: Mutex<BTreeMap<GpuId, GpuDecision>>,
     /// Per node: the epoch it acknowledged from this leader.
     acked: Mutex<HashMap<NodeId, u64>>,
-    /// Per GPU: the warm start this leader's last committed plan left for the next round (a hint, not replicated:
-    /// a new leader plans its first round cold).
-    warm: Mutex<BTreeMap<GpuId, WarmStart>>,
     agents: Mutex<HashMap<String, AgentClient<Channel>>>,
 }
 
@@ -147,18 +142,17 @@ impl Planner {
     /// A planner over `node` (the policy name is checked by the configuration).
     pub fn new(node: Node, settings: PlanningSettings, metrics: Arc<Metrics>) -> Result<Arc<Planner>, String> {
         let policy = tessera_planner::policies::by_name(&settings.policy)?;
+        let rounds = Rounds::new(settings.forecaster.clone());
         Ok(Arc::new(Planner {
             node,
             policy,
             settings,
             metrics,
             round: tokio::sync::Mutex::new(()),
-            observations: Mutex::new(Observations::default()),
+            observations: Mutex::new(Observations { counters: HashMap::new(), tenants: HashMap::new(), rounds }),
             last_input: Mutex::new(None),
-            planned: Mutex::new(None),
             decisions: Mutex::new(BTreeMap::new()),
             acked: Mutex::new(HashMap::new()),
-            warm: Mutex::new(BTreeMap::new()),
             agents: Mutex::new(HashMap::new()),
         }))
     }
@@ -183,41 +177,32 @@ impl Planner {
             let Ok(t) = TenantId::new(m.tenant.clone()) else { continue };
             obs.counters.insert((node.clone(), t.clone()), (now_ms, m.arrivals));
             if !m.slot_rates.is_empty() {
-                let o = obs.tenants.entry(t).or_insert_with(|| self.fresh_obs(now_ms));
-                o.by_slot = true;
                 for r in &m.slot_rates {
-                    o.forecaster.observe(*r);
-                    o.observed += 1;
+                    obs.rounds.observe(&t, *r);
                 }
+                let o = obs.tenants.entry(t).or_insert_with(|| Self::fresh_obs(now_ms));
+                o.by_slot = true;
                 o.unchecked = m.slot_rates.last().copied();
             }
         }
     }
 
-    fn fresh_obs(&self, now_ms: u64) -> TenantObs {
-        TenantObs {
-            forecaster: self.settings.forecaster.build(),
-            observed: 0,
-            by_slot: false,
-            last_total: 0,
-            last_at: now_ms,
-            unchecked: None,
-        }
+    fn fresh_obs(now_ms: u64) -> TenantObs {
+        TenantObs { by_slot: false, last_total: 0, last_at: now_ms, unchecked: None }
     }
 
     /// Whether the slot rates reported since the last check, for the slot that ended at `now_ms`, leave the bands
     /// of the forecasts the last round was made with by enough to replan the fleet ([`burst_calls_replan`]). Each
     /// reported rate is checked once; before any round, nothing is.
     pub fn burst_left_band(&self, now_ms: u64) -> bool {
-        let planned = self.planned.lock().expect("planned lock");
         let mut obs = self.observations.lock().expect("observations lock");
-        let Some((made_at, forecasts)) = planned.as_ref() else { return false };
+        let Some(made_at) = obs.rounds.last_forecasts().map(|p| p.at.as_ms()) else { return false };
         let slot_ms = (self.settings.slot.as_millis() as u64).max(1);
         // The slot that ended at `now_ms`, counted from the round's first.
-        let k = (now_ms.saturating_sub(*made_at) / slot_ms).saturating_sub(1) as usize;
-        let rates: HashMap<&TenantId, f64> =
-            obs.tenants.iter_mut().filter_map(|(t, o)| o.unchecked.take().map(|r| (t, r))).collect();
-        burst_calls_replan(forecasts.iter().map(|(t, fc)| (fc, rates.get(t).copied())), k)
+        let k = (now_ms.saturating_sub(made_at) / slot_ms).saturating_sub(1) as usize;
+        let rates: HashMap<TenantId, f64> =
+            obs.tenants.iter_mut().filter_map(|(t, o)| o.unchecked.take().map(|r| (t.clone(), r))).collect();
+        obs.rounds.burst_calls_replan(k, |t| rates.get(t).copied())
     }
 
     /// The last round's input as JSON, with its epoch.
@@ -233,113 +218,91 @@ impl Planner {
     /// Forgets which nodes acknowledged what, and the warm starts (on losing or gaining leadership).
     pub fn reset_pushes(&self) {
         self.acked.lock().expect("acked lock").clear();
-        self.warm.lock().expect("warm lock").clear();
+        self.observations.lock().expect("observations lock").rounds.forget_warm_starts();
     }
 
-    fn forecasts(
-        &self,
-        state: &CoordState,
-        now_ms: u64,
-        horizon: usize,
-        advance: bool,
-    ) -> BTreeMap<TenantId, Forecast> {
-        let mut obs = self.observations.lock().expect("observations lock");
+    /// Feeds each active tenant's forecaster what its arrival counters say happened since the last round (unless
+    /// its agents report per-slot rates), and primes the forecaster of a tenant nothing was measured for with the
+    /// rate it declares (or a nominal one).
+    fn advance_forecasts(obs: &mut Observations, state: &CoordState, now_ms: u64, advance: bool) {
         let mut totals: HashMap<TenantId, (u64, u64)> = HashMap::new();
         for ((_, t), (at, count)) in &obs.counters {
             let e = totals.entry(t.clone()).or_default();
             e.0 = e.0.max(*at);
             e.1 += count;
         }
-        let mut out = BTreeMap::new();
         for spec in state.fleet.active_tenants() {
             let fallback = match &spec.demand {
                 DemandSource::Poisson { rate_rps } => *rate_rps,
                 DemandSource::Trace { .. } => UNKNOWN_RATE_RPS,
             };
             let seen = totals.get(&spec.id).copied();
-            let fresh = self.fresh_obs(now_ms);
-            let o = obs.tenants.entry(spec.id.clone()).or_insert(fresh);
+            let observed = obs.rounds.observations(&spec.id);
+            let o = obs.tenants.entry(spec.id.clone()).or_insert_with(|| Self::fresh_obs(now_ms));
+            let mut rate = None;
             if advance && !o.by_slot {
                 match seen {
                     // The first counters only set the baseline.
-                    Some((at, total)) if o.observed > 0 && at > o.last_at && total >= o.last_total => {
-                        o.forecaster.observe((total - o.last_total) as f64 / ((at - o.last_at) as f64 / 1000.0));
-                        o.observed += 1;
+                    Some((at, total)) if observed > 0 && at > o.last_at && total >= o.last_total => {
+                        rate = Some((total - o.last_total) as f64 / ((at - o.last_at) as f64 / 1000.0));
                         (o.last_total, o.last_at) = (total, at);
                     }
                     Some((at, total)) => (o.last_total, o.last_at) = (total, at),
                     None => {}
                 }
             }
-            if o.observed == 0 {
-                // Nothing measured yet: the rate the tenant declares (or a nominal one) primes the forecaster.
-                o.forecaster.observe(fallback);
-                o.observed = 1;
+            if let Some(r) = rate {
+                obs.rounds.observe(&spec.id, r);
             }
-            out.insert(spec.id.clone(), o.forecaster.forecast(horizon));
+            if observed == 0 {
+                // Nothing measured yet: the rate the tenant declares (or a nominal one) primes the forecaster.
+                obs.rounds.observe(&spec.id, fallback);
+            }
         }
-        out
     }
 
-    /// Builds the round's input from the state.
+    /// Builds the round's input from the state ([`Rounds::input`]).
     pub fn build_input(&self, state: &CoordState, now_ms: u64, advance_forecasts: bool) -> PlannerInput {
-        let horizon = self.settings.horizon_slots;
-        let mut forecasts = self.forecasts(state, now_ms, horizon, advance_forecasts);
+        let mut obs = self.observations.lock().expect("observations lock");
+        Self::advance_forecasts(&mut obs, state, now_ms, advance_forecasts);
         let fleet: &FleetState = &state.fleet;
-        // Each warm start is used once: the round that succeeds leaves the next ones.
-        let mut warm = std::mem::take(&mut *self.warm.lock().expect("warm lock"));
-        let gpus = fleet
-            .gpus
-            .iter()
-            .filter(|(_, g)| g.mig_enabled && g.health != GpuHealth::Failed)
-            .map(|(id, g)| {
-                let input = GpuInput {
-                    model: g.model,
-                    health: g.health,
-                    layout: g.applied.clone(),
-                    assignments: g.applied_assignments.clone(),
-                    warm: warm.remove(id),
-                };
-                (id.clone(), input)
-            })
-            .collect();
-        let tenants = fleet
-            .active_tenants()
-            .map(|spec| {
-                let status = fleet.tenant_status.get(&spec.id);
-                let done = status.map_or(0.0, |s| s.retraining_done_gpu_s);
-                let due = status
-                    .and_then(|s| s.retraining_due)
-                    .unwrap_or_else(|| spec.retraining.as_ref().is_some_and(|r| done < r.work_gpu_s));
-                let t = TenantInput {
-                    spec: spec.clone(),
-                    forecast: forecasts.remove(&spec.id).unwrap_or_else(|| Forecast::flat(UNKNOWN_RATE_RPS, horizon)),
-                    actual: None,
-                    accuracy: status.map_or_else(|| spec.initial_accuracy(), |s| s.accuracy),
-                    retraining_due: due,
-                    retraining_done_gpu_s: done,
-                };
-                (spec.id.clone(), t)
-            })
-            .collect();
-        PlannerInput {
-            epoch: fleet.plan_epoch + 1,
-            now: SimTime::from_ms(now_ms),
-            config: PlannerConfig {
-                slot_s: self.settings.slot.as_secs_f64(),
-                horizon_slots: horizon,
-                target_utilization: self.settings.target_utilization,
-                solver: tessera_planner::level2::solver::SolverConfig {
-                    mip_rel_gap: self.settings.gap,
-                    ..PlannerConfig::default().solver
-                },
-                ..PlannerConfig::default()
+        let gpus = fleet.gpus.iter().filter(|(_, g)| g.mig_enabled && g.health != GpuHealth::Failed).map(|(id, g)| {
+            let input = GpuInput {
+                model: g.model,
+                health: g.health,
+                layout: g.applied.clone(),
+                assignments: g.applied_assignments.clone(),
+                warm: None,
+            };
+            (id.clone(), input)
+        });
+        let tenants = fleet.active_tenants().map(|spec| {
+            let status = fleet.tenant_status.get(&spec.id);
+            let done = status.map_or(0.0, |s| s.retraining_done_gpu_s);
+            let due = status
+                .and_then(|s| s.retraining_due)
+                .unwrap_or_else(|| spec.retraining.as_ref().is_some_and(|r| done < r.work_gpu_s));
+            TenantState {
+                spec: spec.clone(),
+                actual: None,
+                accuracy: status.map_or_else(|| spec.initial_accuracy(), |s| s.accuracy),
+                retraining_due: due,
+                retraining_done_gpu_s: done,
+            }
+        });
+        let config = PlannerConfig {
+            slot_s: self.settings.slot.as_secs_f64(),
+            horizon_slots: self.settings.horizon_slots,
+            target_utilization: self.settings.target_utilization,
+            solver: tessera_planner::level2::solver::SolverConfig {
+                mip_rel_gap: self.settings.gap,
+                ..PlannerConfig::default().solver
             },
-            models: fleet.models.clone(),
-            gpus,
-            tenants,
-            interference: None,
-        }
+            ..PlannerConfig::default()
+        };
+        let epoch = fleet.plan_epoch + 1;
+        let models = fleet.models.clone();
+        obs.rounds.input(epoch, SimTime::from_ms(now_ms), config, models, gpus, tenants, UNKNOWN_RATE_RPS)
     }
 
     /// Runs one planning round on the leader: plan, commit, push.
@@ -395,9 +358,8 @@ impl Planner {
     ) -> Result<RoundResult, NodeError> {
         *self.last_input.lock().expect("input lock") =
             Some((input.epoch, serde_json::to_string_pretty(&input).expect("planner input serialises")));
-        // What burst checks compare with until the next round; rates reported before it are not checked against it.
-        let forecasts = input.tenants.iter().map(|(id, t)| (id.clone(), t.forecast.clone())).collect();
-        *self.planned.lock().expect("planned lock") = Some((input.now.as_ms(), forecasts));
+        // Burst checks compare with this round's forecasts (kept by `Rounds::input`) until the next round; rates
+        // reported before it are not checked against it.
         self.observations.lock().expect("observations lock").tenants.values_mut().for_each(|o| o.unchecked = None);
         if input.gpus.is_empty() || input.tenants.is_empty() {
             return Ok(RoundResult {
@@ -484,7 +446,7 @@ impl Planner {
             })
             .collect();
         self.node.propose(Op::Fleet { command: Command::CommitPlan { plan } }).await?;
-        *self.warm.lock().expect("warm lock") = report.warm_starts();
+        self.observations.lock().expect("observations lock").rounds.planned(Some(&report));
         let (pushed, push_failures) = self.push_all(Some(span), &changed).await;
         span.record("pushed", pushed);
         span.record("push_failures", push_failures);

@@ -46,7 +46,7 @@ impl Default for PlannerConfig {
     fn default() -> Self {
         PlannerConfig {
             slot_s: 10.0,
-            horizon_slots: 30,
+            horizon_slots: 12,
             dead_cold_s: tessera_core::serving::DEAD_COLD_S,
             dead_preinit_s: tessera_core::serving::DEAD_PREINIT_S,
             target_utilization: 0.8,

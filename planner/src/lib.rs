@@ -5,7 +5,8 @@
 //! `Infeasible { reason }`.
 //!
 //! Modules: [`input`] (the snapshot and round settings), [`policy`] (the trait and the fleet driver every policy
-//! shares), [`policies`] (one file per policy, and the registry by name), [`assign`] (level 1: tenants to GPUs),
+//! shares), [`policies`] (one file per policy, and the registry by name), [`round`] (one planning round and the
+//! settings of the planning loop, shared by the coordinator and replay), [`assign`] (level 1: tenants to GPUs),
 //! [`level2`] (the per-GPU toolkit: problem, MILP, column generation, placement, evaluation and the helpers several
 //! policies use), [`forecast`] (last value, EWMA, seasonal) and [`synthetic`] (seeded inputs). The formulation is
 //! in `docs/planner.md`.
@@ -19,6 +20,7 @@ pub mod input;
 pub mod level2;
 pub mod policies;
 pub mod policy;
+pub mod round;
 pub mod synthetic;
 
 pub use input::{PlannerConfig, PlannerInput};

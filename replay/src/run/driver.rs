@@ -9,7 +9,7 @@
 //!    slot-by-slot policy's later slots) are applied at their times; the next round supersedes the rest.
 //! 3. Feed the window's arrivals to the executor in time order and advance it to `t1`. With
 //!    [`Scenario::replan_on_burst`], a slot at a time: after a slot whose arrivals leave the bands of the forecasts the
-//!    current plan was made with by enough to replan the fleet ([`burst_calls_replan`]), the forecasters observe the
+//!    current plan was made with by enough to replan the fleet ([`Rounds::burst_calls_replan`]), the forecasters observe the
 //!    window's slots so far and the policy plans again at once, from the executor's state; that plan replaces the
 //!    rest of the window's. The slots that call a replan depend only on the trace and the forecasters, so every
 //!    policy replans at the same times (except one that sees the truth, which saw every burst coming).
@@ -18,7 +18,6 @@
 //! Cold start: at `t0 = 0` no rate has been measured yet, so every forecaster is primed with each tenant's mean
 //! rate over the first window (the rate a tenant declares when it is onboarded); every policy gets the same prior.
 
-use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -28,10 +27,11 @@ use tessera_core::goodput::GoodputLedger;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::time::SimTime;
-use tessera_planner::forecast::{Forecast, Forecaster, burst_calls_replan};
-use tessera_planner::input::{GpuInput, PlannerInput, TenantInput, WarmStart};
+
+use tessera_planner::input::GpuInput;
 use tessera_planner::policies;
 use tessera_planner::policy::{PlanOutcome, Policy};
+use tessera_planner::round::{Rounds, TenantState};
 use tessera_sim::executor::{
     Arrival, Dispatch, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference, NoInterference, TenantIndex,
     TlbInterference,
@@ -367,13 +367,11 @@ pub fn run_policy(
     let horizon = scenario.planner.horizon_slots;
     let windows = (scenario.duration_ms / window_ms).ceil() as usize;
 
-    let mut forecasters: Vec<Box<dyn Forecaster>> = (0..tenant_ids.len())
-        .map(|i| {
-            let mut f = scenario.forecaster.build();
-            f.observe(truth.mean(i, 0, slots_per_window));
-            f
-        })
-        .collect();
+    // Forecasters, warm starts and the burst rule's forecasts, as the coordinator's leader keeps them.
+    let mut rounds = Rounds::new(scenario.forecaster.clone());
+    for (i, id) in tenant_ids.iter().enumerate() {
+        rounds.observe(id, truth.mean(i, 0, slots_per_window));
+    }
 
     let ctx =
         RoundContext { scenario, tenant_ids: &tenant_ids, exec_index: &exec_index, gpu_ids: &gpu_ids, truth, horizon };
@@ -388,8 +386,6 @@ pub fn run_policy(
     let reacts = scenario.replan_on_burst && policy.replans_on_bursts();
     let mut gpu_ms = 0.0;
     let mut prev = Totals::read(&exec, &gpu_ids);
-    // Each GPU's warm start from the last plan, as the coordinator's leader keeps them.
-    let mut warm: BTreeMap<GpuId, WarmStart> = BTreeMap::new();
     let window_end = |w: usize| ((w + 1) as f64 * window_ms).min(scenario.duration_ms);
     std::thread::scope(|scope| -> Result<PolicyRun, ReplayError> {
         // A fluid run reads the trace on a thread of its own, a window ahead: the counts of window w + 1 are ready
@@ -416,14 +412,15 @@ pub fn run_policy(
             let t0 = w as f64 * window_ms;
             let t1 = window_end(w);
             let first_slot = w * slots_per_window;
-            let round = ctx.plan(policy.as_ref(), &mut exec, &forecasters, &mut warm, epoch, t0, first_slot, t1)?;
+            let round = ctx.plan(policy.as_ref(), &mut exec, &mut rounds, epoch, t0, first_slot, t1)?;
             epoch += 1;
             plan_ms.push(round.ms);
             // Planning time in the window: its round and any burst replans.
             let mut round_ms = round.ms;
             infeasible += u64::from(round.infeasible);
             let mut later = round.later;
-            let mut planned = (first_slot, round.forecasts);
+            // The first slot of the plan in force: the burst rule counts slots from it.
+            let mut planned = first_slot;
             // Slots observed by the forecasters so far (a replan inside the window observes the slots before it).
             let mut observed = first_slot;
             let active = gpu_ids.iter().filter(|(i, _)| !exec.gpu_layout(*i).is_empty()).count() as u32;
@@ -457,18 +454,17 @@ pub fn run_policy(
                     None => feed_window(&mut exec, src.as_mut(), &mut buf, &now, until)?,
                 }
                 from = until;
-                if until < t1 && burst_left_band(truth, slot, &planned) {
-                    observe(&mut forecasters, truth, observed..slot + 1);
+                if until < t1 && burst_left_band(&rounds, &ctx, slot, planned) {
+                    observe(&mut rounds, &tenant_ids, truth, observed..slot + 1);
                     observed = slot + 1;
-                    let round =
-                        ctx.plan(policy.as_ref(), &mut exec, &forecasters, &mut warm, epoch, until, slot + 1, t1)?;
+                    let round = ctx.plan(policy.as_ref(), &mut exec, &mut rounds, epoch, until, slot + 1, t1)?;
                     epoch += 1;
                     replans += 1;
                     plan_ms.push(round.ms);
                     round_ms += round.ms;
                     infeasible += u64::from(round.infeasible);
                     later = round.later;
-                    planned = (slot + 1, round.forecasts);
+                    planned = slot + 1;
                 }
             }
             if let (Some((_, recycle)), Some(counts)) = (&reader, counts) {
@@ -476,7 +472,7 @@ pub fn run_policy(
                 let _ = recycle.send(counts);
             }
             let end = (first_slot + slots_per_window).min(((t1 / slot_ms).ceil()) as usize);
-            observe(&mut forecasters, truth, observed..end);
+            observe(&mut rounds, &tenant_ids, truth, observed..end);
             gpu_ms += f64::from(active) * (t1 - t0);
             let now = Totals::read(&exec, &gpu_ids);
             let d = now.since(&prev);
@@ -492,23 +488,23 @@ pub fn run_policy(
 }
 
 /// A slot's arrivals leave the bands of the forecasts the current plan was made with by enough to replan the fleet
-/// ([`burst_calls_replan`]). `planned` is the plan's first slot and the forecasts it was given, in tenant order.
-fn burst_left_band(truth: &RateTable, slot: usize, planned: &(usize, Vec<Forecast>)) -> bool {
-    let (first, forecasts) = planned;
-    let k = slot.saturating_sub(*first);
-    burst_calls_replan(truth.rates.iter().zip(forecasts).map(|(rates, fc)| (fc, rates.get(slot).copied())), k)
+/// ([`Rounds::burst_calls_replan`]). `first` is the plan's first slot.
+fn burst_left_band(rounds: &Rounds, ctx: &RoundContext, slot: usize, first: usize) -> bool {
+    rounds.burst_calls_replan(slot.saturating_sub(first), |t| {
+        ctx.tenant_ids.binary_search(t).ok().and_then(|i| ctx.truth.rates[i].get(slot).copied())
+    })
 }
 
-/// Every forecaster observes the measured rates of `slots`, in order.
-fn observe(forecasters: &mut [Box<dyn Forecaster>], truth: &RateTable, slots: std::ops::Range<usize>) {
-    for (i, f) in forecasters.iter_mut().enumerate() {
+/// Every tenant's forecaster observes the measured rates of `slots`, in order.
+fn observe(rounds: &mut Rounds, tenant_ids: &[TenantId], truth: &RateTable, slots: std::ops::Range<usize>) {
+    for (i, id) in tenant_ids.iter().enumerate() {
         for s in slots.clone() {
-            f.observe(truth.rates[i].get(s).copied().unwrap_or(0.0));
+            rounds.observe(id, truth.rates[i].get(s).copied().unwrap_or(0.0));
         }
     }
 }
 
-/// What a planning round reads besides the executor, the forecasters and the warm starts.
+/// What a planning round reads besides the executor and the planner's memory ([`Rounds`]).
 struct RoundContext<'a> {
     scenario: &'a Scenario,
     tenant_ids: &'a [TenantId],
@@ -526,8 +522,6 @@ struct Round {
     infeasible: bool,
     /// Changes the plan schedules before the window ends, in time order.
     later: Vec<(f64, GpuId, GpuPlan)>,
-    /// The forecast each tenant was planned with, in tenant order.
-    forecasts: Vec<Forecast>,
 }
 
 impl RoundContext<'_> {
@@ -538,61 +532,50 @@ impl RoundContext<'_> {
         &self,
         policy: &dyn Policy,
         exec: &mut Executor,
-        forecasters: &[Box<dyn Forecaster>],
-        warm: &mut BTreeMap<GpuId, WarmStart>,
+        rounds: &mut Rounds,
         epoch: u64,
         now_ms: f64,
         first_slot: usize,
         t1: f64,
     ) -> Result<Round, ReplayError> {
         let scenario = self.scenario;
-        let forecasts: Vec<Forecast> = forecasters.iter().map(|f| f.forecast(self.horizon)).collect();
-        let input = PlannerInput {
+        let gpus = self.gpu_ids.iter().map(|(i, id)| {
+            let g = GpuInput {
+                model: scenario.gpus[id],
+                health: GpuHealth::Healthy,
+                layout: exec.gpu_layout(*i),
+                assignments: exec.gpu_assignments(*i),
+                warm: None,
+            };
+            (id.clone(), g)
+        });
+        let tenants = self.tenant_ids.iter().enumerate().map(|(i, _)| {
+            let st = exec.tenant_state(self.exec_index[i]);
+            TenantState {
+                spec: scenario.tenants[i].clone(),
+                actual: policy.sees_truth().then(|| self.truth.window(i, first_slot, self.horizon)),
+                accuracy: st.accuracy,
+                retraining_due: st.retraining_due,
+                retraining_done_gpu_s: st.retraining_done_gpu_s,
+            }
+        });
+        let input = rounds.input(
             epoch,
-            now: SimTime::from_ms(now_ms.round() as u64),
-            config: tessera_planner::PlannerConfig { seed: scenario.seed, ..scenario.planner.clone() },
-            models: scenario.models.clone(),
-            gpus: self
-                .gpu_ids
-                .iter()
-                .map(|(i, id)| {
-                    let g = GpuInput {
-                        model: scenario.gpus[id],
-                        health: GpuHealth::Healthy,
-                        layout: exec.gpu_layout(*i),
-                        assignments: exec.gpu_assignments(*i),
-                        warm: warm.remove(id),
-                    };
-                    (id.clone(), g)
-                })
-                .collect(),
-            tenants: self
-                .tenant_ids
-                .iter()
-                .enumerate()
-                .map(|(i, id)| {
-                    let st = exec.tenant_state(self.exec_index[i]);
-                    let t = TenantInput {
-                        spec: scenario.tenants[i].clone(),
-                        forecast: forecasts[i].clone(),
-                        actual: policy.sees_truth().then(|| self.truth.window(i, first_slot, self.horizon)),
-                        accuracy: st.accuracy,
-                        retraining_due: st.retraining_due,
-                        retraining_done_gpu_s: st.retraining_done_gpu_s,
-                    };
-                    (id.clone(), t)
-                })
-                .collect(),
-            interference: None,
-        };
+            SimTime::from_ms(now_ms.round() as u64),
+            tessera_planner::PlannerConfig { seed: scenario.seed, ..scenario.planner.clone() },
+            scenario.models.clone(),
+            gpus,
+            tenants,
+            0.0,
+        );
         let at = |e: String| format!("round {epoch} at {:.0} s: {e}", now_ms / 1000.0);
         let plan_start = Instant::now();
         let outcome = policy.plan(&input).map_err(|e| ReplayError::Plan(at(e.to_string())))?;
         let ms = plan_start.elapsed().as_secs_f64() * 1000.0;
-        let mut round = Round { ms, infeasible: false, later: Vec::new(), forecasts };
+        rounds.planned(outcome.report());
+        let mut round = Round { ms, infeasible: false, later: Vec::new() };
         match outcome {
             PlanOutcome::Planned(report) => {
-                *warm = report.warm_starts();
                 let plan = &report.plan;
                 exec.apply(plan).map_err(|e| ReplayError::Sim(at(format!("applying the plan: {e}"))))?;
                 round.later = upcoming_within(plan.gpus.iter(), now_ms, t1);
