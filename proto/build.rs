@@ -10,7 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     tonic_prost_build::configure()
-        // Map fields become BTreeMaps: their order reaches logs and reports (STYLE.md 11).
+        // Map fields become BTreeMaps: their order reaches logs and reports.
         .btree_map(".")
         .compile_with_config(config, &protos, &["proto"])?;
     Ok(())

@@ -40,7 +40,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tessera_core::config::{ConfigError, FieldError, from_toml, parse_duration_ms, read_config};
 
-use crate::node::RaftSettings;
+use crate::replica::RaftSettings;
 
 /// How workload time advances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,12 +1,13 @@
 //! # tessera-coordinator
 //!
-//! The control plane's replicated brain (DESIGN.md section 5): a raft-rs `RawNode` driven by one task, with its log,
+//! The control plane's replicated brain: a raft-rs `RawNode` driven by one task, with its log,
 //! hard state and snapshots in sled; a state machine that applies `tessera_core::fleet::Command`s; tonic services
 //! for tenants, fleet, plans and cluster membership; the leader-only planning loop that runs a `tessera-planner`
 //! policy each window and pushes epoch-numbered targets to agents; OpenTelemetry traces of every decision.
 //!
 //! ## Modules
-//! - [`node`]: the Raft node (one thread owns `RawNode`; proposals, read index, snapshots, membership).
+//! - [`replica`]: this member of the Raft group (one thread owns `RawNode`; proposals, read index, snapshots,
+//!   membership). "Node" in Tessera means a GPU host; a coordinator process is a replica.
 //! - [`storage`]: the durable log behind a trait: [`storage::SledStore`] and [`storage::MemStore`].
 //! - [`state`]: the replicated state machine ([`state::CoordState`]) and its operations.
 //! - [`transport`]: Raft messages between coordinators over tonic, with a test-only partition switch.
@@ -18,10 +19,11 @@
 
 pub mod client;
 pub mod config;
+pub mod dev_cluster;
 pub mod logging;
 pub mod metrics;
-pub mod node;
 pub mod planning;
+pub mod replica;
 pub mod server;
 pub mod service;
 pub mod state;

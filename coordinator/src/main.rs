@@ -39,6 +39,10 @@ enum Cmd {
     /// Cluster membership (Raft configuration changes).
     #[command(subcommand)]
     Member(MemberCmd),
+    /// Start a development cluster (3 replicas in this process, virtual workload clock by default), print its
+    /// endpoints and serve until interrupted. `replay --mode cluster --coordinator ADDR` replays through it;
+    /// `sim-agent run --coordinator ADDR` adds simulated GPU nodes.
+    DevCluster(Box<tessera_coordinator::dev_cluster::DevClusterArgs>),
 }
 
 #[derive(Args)]
@@ -587,6 +591,21 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 .call(|mut x| async move { x.dump_planner_input(v1::ListRequest { stale: false }).await })
                 .await?;
             println!("{}", r.json);
+            Ok(())
+        }
+        Cmd::DevCluster(a) => {
+            let c = tessera_coordinator::dev_cluster::start(&a).await?;
+            for (i, e) in c.endpoints.iter().enumerate() {
+                println!("coordinator id={} addr={e}", i + 1);
+            }
+            println!(
+                "ready: replay --mode cluster --coordinator {} --plan-every {}{} (Ctrl-C stops the cluster)",
+                c.endpoints.join(","),
+                a.plan_every,
+                if a.replan_on_burst { " --replan-on-burst" } else { "" }
+            );
+            tokio::signal::ctrl_c().await?;
+            c.stop().await;
             Ok(())
         }
         Cmd::Member(cmd) => {

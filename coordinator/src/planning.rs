@@ -27,7 +27,7 @@ use tracing::{Instrument, field::Empty};
 
 use crate::config::ClockMode;
 use crate::metrics::Metrics;
-use crate::node::{Node, NodeError};
+use crate::replica::{Replica, ReplicaError};
 use crate::state::{CoordState, Op};
 
 /// Rate assumed for a tenant nobody has reported arrivals for and whose demand names no rate.
@@ -120,7 +120,7 @@ struct TenantObs {
 
 /// The planning loop's state on this node (only the leader plans).
 pub struct Planner {
-    node: Node,
+    node: Replica,
     policy: Box<dyn Policy>,
     settings: PlanningSettings,
     metrics: Arc<Metrics>,
@@ -140,7 +140,7 @@ fn wall_ms() -> u64 {
 
 impl Planner {
     /// A planner over `node` (the policy name is checked by the configuration).
-    pub fn new(node: Node, settings: PlanningSettings, metrics: Arc<Metrics>) -> Result<Arc<Planner>, String> {
+    pub fn new(node: Replica, settings: PlanningSettings, metrics: Arc<Metrics>) -> Result<Arc<Planner>, String> {
         let policy = tessera_planner::policies::by_name(&settings.policy)?;
         let rounds = Rounds::new(settings.forecaster.clone());
         Ok(Arc::new(Planner {
@@ -306,7 +306,7 @@ impl Planner {
     }
 
     /// Runs one planning round on the leader: plan, commit, push.
-    pub async fn round(self: &Arc<Self>, trigger: &'static str) -> Result<RoundResult, NodeError> {
+    pub async fn round(self: &Arc<Self>, trigger: &'static str) -> Result<RoundResult, ReplicaError> {
         let _one_at_a_time = self.round.lock().await;
         let started = Instant::now();
         if let Some(e) = self.node.not_leader() {
@@ -355,7 +355,7 @@ impl Planner {
         input: PlannerInput,
         old_targets: BTreeMap<GpuId, Option<GpuPlan>>,
         span: &tracing::Span,
-    ) -> Result<RoundResult, NodeError> {
+    ) -> Result<RoundResult, ReplicaError> {
         *self.last_input.lock().expect("input lock") =
             Some((input.epoch, serde_json::to_string_pretty(&input).expect("planner input serialises")));
         // Burst checks compare with this round's forecasts (kept by `Rounds::input`) until the next round; rates
@@ -374,8 +374,8 @@ impl Planner {
         let planned_input = Arc::clone(&input);
         let outcome = tokio::task::spawn_blocking(move || me.policy.plan(&planned_input))
             .await
-            .map_err(|e| NodeError::Raft(format!("the planner panicked: {e}")))?
-            .map_err(|e| NodeError::Raft(format!("planner: {e}")))?;
+            .map_err(|e| ReplicaError::Raft(format!("the planner panicked: {e}")))?
+            .map_err(|e| ReplicaError::Raft(format!("planner: {e}")))?;
         let solve_ms = started.elapsed().as_secs_f64() * 1000.0;
         span.record("solve_ms", solve_ms);
         let report = match outcome {

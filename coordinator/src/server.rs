@@ -9,8 +9,8 @@ use tokio::net::TcpListener;
 
 use crate::config::CoordinatorConfig;
 use crate::metrics::Metrics;
-use crate::node::Node;
 use crate::planning::{Planner, PlanningSettings};
+use crate::replica::Replica;
 use crate::service::{RaftService, Services};
 use crate::storage::SledStore;
 use crate::transport::{MAX_MESSAGE_BYTES, Transport};
@@ -26,7 +26,7 @@ pub async fn serve(config: CoordinatorConfig) -> anyhow::Result<()> {
 }
 
 /// Runs a coordinator node until `shutdown` completes; `ready` is called with the node id, the bound gRPC address
-/// and the bound metrics address once the node serves (several nodes may run in one process: `replay cluster-up`).
+/// and the bound metrics address once the node serves (several nodes may run in one process: `coordinator dev-cluster`).
 pub async fn serve_until(
     config: CoordinatorConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -46,7 +46,7 @@ pub async fn serve_until(
     let metrics = Arc::new(Metrics::new());
     let transport = Transport::new(config.raft.id, config.advertise.clone(), tokio::runtime::Handle::current());
     let node =
-        Node::start(config.raft.clone(), store, config.peers.clone(), config.join, transport, Arc::clone(&metrics))?;
+        Replica::start(config.raft.clone(), store, config.peers.clone(), config.join, transport, Arc::clone(&metrics))?;
     let planner = Planner::new(
         node.clone(),
         PlanningSettings {

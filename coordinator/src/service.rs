@@ -21,8 +21,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::config::ClockMode;
-use crate::node::{Node, NodeError};
 use crate::planning::Planner;
+use crate::replica::{Replica, ReplicaError};
 use crate::state::{CoordState, Op, Outcome};
 use crate::transport::Transport;
 
@@ -30,19 +30,21 @@ use crate::transport::Transport;
 pub const LEADER_KEY: &str = "tessera-leader";
 
 /// Maps every coordinator error to a gRPC status (the one place that does).
-pub fn status(e: NodeError) -> Status {
+pub fn status(e: ReplicaError) -> Status {
     match e {
-        NodeError::NoLeader => Status::unavailable(e.to_string()),
-        NodeError::NotLeader { ref address, .. } => {
+        ReplicaError::NoLeader => Status::unavailable(e.to_string()),
+        ReplicaError::NotLeader { ref address, .. } => {
             let mut s = Status::unavailable(e.to_string());
             if let Ok(v) = address.parse() {
                 s.metadata_mut().insert(LEADER_KEY, v);
             }
             s
         }
-        NodeError::Timeout(_) | NodeError::LeaderChanged | NodeError::Stopped => Status::unavailable(e.to_string()),
-        NodeError::Rejected(r) => rejected(r),
-        NodeError::Raft(_) | NodeError::Store(_) => Status::internal(e.to_string()),
+        ReplicaError::Timeout(_) | ReplicaError::LeaderChanged | ReplicaError::Stopped => {
+            Status::unavailable(e.to_string())
+        }
+        ReplicaError::Rejected(r) => rejected(r),
+        ReplicaError::Raft(_) | ReplicaError::Store(_) => Status::internal(e.to_string()),
     }
 }
 
@@ -73,14 +75,14 @@ fn health_name(h: GpuHealth) -> &'static str {
 /// Shared by the three services.
 #[derive(Clone)]
 pub struct Services {
-    node: Node,
+    node: Replica,
     planner: Arc<Planner>,
     leader_channels: Arc<Mutex<std::collections::HashMap<String, Channel>>>,
 }
 
 impl Services {
     /// Services over a node and its planner.
-    pub fn new(node: Node, planner: Arc<Planner>) -> Services {
+    pub fn new(node: Replica, planner: Arc<Planner>) -> Services {
         Services { node, planner, leader_channels: Arc::default() }
     }
 
@@ -96,7 +98,7 @@ impl Services {
     fn leader_channel(&self) -> Result<Option<Channel>, Status> {
         match self.node.not_leader() {
             None => Ok(None),
-            Some(NodeError::NotLeader { address, .. }) if !address.is_empty() => {
+            Some(ReplicaError::NotLeader { address, .. }) if !address.is_empty() => {
                 let mut channels = self.leader_channels.lock().expect("channels lock");
                 if let Some(c) = channels.get(&address) {
                     return Ok(Some(c.clone()));
@@ -550,14 +552,14 @@ fn reports(s: &CoordState, node: &NodeId, state: &v1::NodeState) -> Vec<Command>
 /// Between coordinators.
 #[derive(Clone)]
 pub struct RaftService {
-    node: Node,
+    node: Replica,
     transport: Transport,
     fault_injection: bool,
 }
 
 impl RaftService {
     /// The peer service of `node`.
-    pub fn new(node: Node, fault_injection: bool) -> RaftService {
+    pub fn new(node: Replica, fault_injection: bool) -> RaftService {
         let transport = node.transport().clone();
         RaftService { node, transport, fault_injection }
     }

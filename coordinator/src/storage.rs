@@ -1,4 +1,4 @@
-//! The Raft log's durable storage (DESIGN.md section 5).
+//! The Raft log's durable storage.
 //!
 //! [`RaftStore`] is what the Raft node needs from its storage: raft-rs's read side ([`raft::Storage`]) plus the
 //! writes a `Ready` asks for (entries, hard state, conf state, snapshots) and log compaction. Two implementations:

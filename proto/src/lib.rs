@@ -1,6 +1,6 @@
 //! # tessera-proto
 //!
-//! The wire contract between Tessera processes (DESIGN.md section 1): `.proto` files (`proto/tessera/v1/`), the
+//! The wire contract between Tessera processes: `.proto` files (`proto/tessera/v1/`), the
 //! tonic/prost code generated from them ([`v1`]), and conversions to and from `tessera-core` types ([`convert`], one
 //! file per type family). No logic: a conversion checks only what the target type itself requires (a known profile,
 //! a valid tenant id) and names the field it refuses.

@@ -2,7 +2,7 @@
 //!
 //! Feeds production traces (Azure Functions 2019/2021, Azure LLM 2023/2024, Alibaba GPU-sharing 2023, generic CSV)
 //! through the planner and a simulated fleet, in process or against a running cluster, and reports goodput, SLO
-//! attainment and accuracy per policy (DESIGN.md section 7). It never links the coordinator.
+//! attainment and accuracy per policy . It never links the coordinator.
 //!
 //! Built so far: the trace adapters ([`trace`]), the in-process replay of every policy with its reports and the
 //! capacity search ([`run`]), and `replay plan` ([`plan_cmd`]), the planner sizing tool. Cluster mode comes with the

@@ -37,10 +37,6 @@ enum Command {
     /// Write a synthetic Azure Functions 2019 day (invocations, durations and memory files, in the trace's exact
     /// schema: heavy-tailed popularity, a diurnal curve, periodic timers) into a folder, for `--trace`.
     SynthAzure2019(SynthArgs),
-    /// Start a local coordinator cluster (3 Raft nodes over gRPC, virtual workload clock) in this process, print
-    /// its endpoints and serve until interrupted; `replay --mode cluster --coordinator ADDR` then replays through
-    /// it. `--sim-nodes N` also hosts sim-agent nodes, for driving the cluster by hand.
-    ClusterUp(Box<tessera_replay::run::cluster::ClusterUpArgs>),
     /// List the policies `--policy` accepts, one per line with what each plans.
     Policies,
 }
@@ -62,28 +58,6 @@ struct SynthArgs {
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-}
-
-fn cluster_up(a: tessera_replay::run::cluster::ClusterUpArgs) -> anyhow::Result<String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async {
-        let c = tessera_replay::run::cluster::start_cluster(&a).await?;
-        for (i, e) in c.endpoints.iter().enumerate() {
-            println!("coordinator id={} addr={e}", i + 1);
-        }
-        for l in &c.sim_nodes {
-            println!("{l}");
-        }
-        println!(
-            "ready: replay --mode cluster --coordinator {} --plan-every {}{} (Ctrl-C stops the cluster)",
-            c.endpoints.join(","),
-            humantime::parse_duration(&a.plan_every).map_or(60, |d| d.as_secs()),
-            if a.replan_on_burst { " --replan-on-burst" } else { "" }
-        );
-        tokio::signal::ctrl_c().await?;
-        c.stop().await;
-        Ok(String::new())
-    })
 }
 
 fn synth(a: SynthArgs) -> anyhow::Result<String> {
@@ -216,7 +190,6 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Plan(a)) => plan(*a),
         Some(Command::SynthAzure2019(a)) => synth(a),
-        Some(Command::ClusterUp(a)) => cluster_up(*a),
         Some(Command::Policies) => Ok(format!("{}\n", tessera_planner::policies::help())),
         Some(Command::Capacity(a)) => return replay_cmd(|out| run_cli::capacity(&a, out).map(drop)),
         None => return replay_cmd(|out| run_cli::run(&cli.run, out).map(drop)),

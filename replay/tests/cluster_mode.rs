@@ -1,12 +1,13 @@
-//! `replay --mode cluster` through a real coordinator cluster started by `replay cluster-up` (3 Raft nodes over
-//! gRPC in a child process, virtual workload clock) gives the same numbers as `--mode in-process` for the same seed,
-//! with and without replans on bursts.
+//! `replay --mode cluster` through a real coordinator cluster (a development cluster of 3 Raft replicas over gRPC on
+//! loopback, virtual workload clock, started in the test process as `coordinator dev-cluster` starts it) gives the
+//! same numbers as `--mode in-process` for the same seed, with and without replans on bursts.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
+use clap::Parser;
 use serde_json::Value;
+use tessera_coordinator::dev_cluster::{self, DevCluster, DevClusterArgs};
 
 fn replay() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_replay"));
@@ -16,38 +17,38 @@ fn replay() -> Command {
 
 const SMALL: &[&str] = &["--gpus", "2", "--duration", "5m", "--horizon", "6", "--load", "0.1", "--json"];
 
-struct Up(std::process::Child);
+/// A running development cluster and the runtime that serves it; dropping it stops the cluster.
+struct Up {
+    runtime: Option<tokio::runtime::Runtime>,
+    cluster: Option<DevCluster>,
+}
 
 impl Drop for Up {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let (Some(rt), Some(c)) = (self.runtime.take(), self.cluster.take()) {
+            rt.block_on(c.stop());
+        }
     }
 }
 
-/// Starts `replay cluster-up` with `extra` arguments and waits for its three endpoints.
+/// The arguments of `coordinator dev-cluster` with `extra` flags, on free ports.
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: DevClusterArgs,
+}
+
+/// Starts a development cluster with `extra` arguments and returns its three endpoints.
 fn cluster_up(extra: &[&str]) -> (Up, Vec<String>) {
-    let mut child = replay()
-        .args(["cluster-up", "--listen-base", "127.0.0.1:0", "--plan-every", "60s"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let up = Up(child);
-    let mut endpoints = Vec::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        if let Some(addr) = line.split_whitespace().find_map(|w| w.strip_prefix("addr=")) {
-            endpoints.push(addr.to_string());
-        }
-        if line.starts_with("ready:") {
-            break;
-        }
-    }
-    assert_eq!(endpoints.len(), 3, "cluster-up printed {endpoints:?}");
-    (up, endpoints)
+    let mut argv = vec!["dev-cluster", "--listen-base", "127.0.0.1:0", "--plan-every", "60s"];
+    argv.extend_from_slice(extra);
+    let mut args = Cli::parse_from(argv).args;
+    args.models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let cluster = runtime.block_on(dev_cluster::start(&args)).unwrap();
+    let endpoints = cluster.endpoints.clone();
+    assert_eq!(endpoints.len(), 3, "the cluster has {endpoints:?}");
+    (Up { runtime: Some(runtime), cluster: Some(cluster) }, endpoints)
 }
 
 #[test]

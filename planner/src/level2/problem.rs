@@ -1,7 +1,7 @@
 //! The per-GPU planning problem (level 2), shared by every solver and policy.
 //!
 //! A GPU hosts a few tenants over a horizon of `slots` slots of `slot_s` seconds. In each slot every tenant may hold
-//! one **inference** instance and one **retraining** instance (seed-systems.md section 1: at most one placement per
+//! one **inference** instance and one **retraining** instance (as in MIGRator: at most one placement per
 //! task per slot). A tenant's inference instance of profile `p` serves up to `cap[p]` requests per second within its
 //! SLO; in a slot where the instance is new it loses the reconfiguration dead time first. A retraining, once started,
 //! keeps its instance until its work is done (non-preemptive) and from the next slot on the tenant's requests are

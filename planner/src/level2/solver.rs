@@ -51,7 +51,7 @@ pub struct SolverConfig {
     pub backend: Backend,
     /// Wall-clock limit per solve, seconds.
     pub time_limit_s: f64,
-    /// Relative optimality gap at which the solver may stop (default 1 %: the planner issue's tolerance).
+    /// Relative optimality gap at which the solver may stop (default 1 %).
     pub mip_rel_gap: f64,
     /// Branch-and-bound nodes per MILP solve: the budget that binds in practice. Unlike the time limit it does not
     /// depend on the machine's speed or load, so a budget-limited solve still gives the same plan every time.

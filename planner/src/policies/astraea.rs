@@ -1,7 +1,7 @@
 //! `astraea`: maximise the inference load served within the SLO, blind to accuracy; retraining gets what is left.
 //!
 //! **Original.** Two papers share the name; MIGRator's baselines are GPU-sharing techniques on one GPU, so the
-//! intended one is most likely Zhang et al., ASPLOS 2022 (`../shared/reference/seed-systems.md` section 4): MPS
+//! intended one is most likely Zhang et al., ASPLOS 2022: MPS
 //! spatial sharing of a GPU between latency-critical services, a predictor of each service's throughput and
 //! latency under a resource quota, and a deployment policy that maximises the peak load the services support
 //! while meeting their p99 latency QoS. It has no notion of retraining or accuracy.

@@ -1,6 +1,6 @@
 //! `ekya`: Ekya's thief scheduler, on MIG slices.
 //!
-//! **Original** (Bhardwaj et al., NSDI 2022; `../shared/reference/seed-systems.md` section 3). Per retraining
+//! **Original** (Bhardwaj et al., NSDI 2022). Per retraining
 //! window (200 s) and per video stream, Ekya chooses a retraining configuration (or none), an inference
 //! configuration and GPU shares for both, maximising the accuracy averaged over the window: the old model's
 //! accuracy while retraining runs, the new one's after it completes. The **thief scheduler** starts from a fair
@@ -9,7 +9,7 @@
 //! retraining job completes. Accuracy after retraining is estimated from micro-profiling with the Optimus curve
 //! `acc(x) = 1 - (1 / (b0 x + b1) + b2)`.
 //!
-//! **Adapted to MIG** (as seed-systems.md section 3 proposes):
+//! **Adapted to MIG**:
 //! - `delta` is one compute slice; a job's slices map to the largest profile with at most that many slices that
 //!   it can use, and when the set does not fit one GPU, the job whose downgrade costs least estimated accuracy
 //!   steps down to the next smaller profile until it does (the nearest valid layout).

@@ -1,5 +1,5 @@
-//! `migrator`: the MIGRator goodput ILP (arXiv 2407.13126) as written in `shared/reference/seed-systems.md`
-//! section 1, one GPU at a time, with the tenants-to-GPU assignment given ([`crate::assign::given`]).
+//! `migrator`: the MIGRator goodput ILP (arXiv 2407.13126) as its paper describes it
+//! (summarised in `docs/references.md`), one GPU at a time, with the tenants-to-GPU assignment given ([`crate::assign::given`]).
 //!
 //! Variables per slot: a binary per (task, placement) for each tenant's inference and retraining task; a binary
 //! "done" per tenant; served requests. Constraints: placements used in a slot do not overlap on any memory or

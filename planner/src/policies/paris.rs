@@ -1,6 +1,6 @@
 //! `paris`: PARIS heterogeneous partitioning, with ELSA dispatch of each request.
 //!
-//! **Original** (Kim, Choi, Rhu, DAC 2022, arXiv 2202.13481; `../shared/reference/seed-systems.md` section 2).
+//! **Original** (Kim, Choi, Rhu, DAC 2022, arXiv 2202.13481).
 //! PARIS profiles a model's latency `L(g, b)` on every partition size `g` and batch `b`, finds for each size the
 //! batch at which the partition saturates (the knee of throughput against batch), gives each size the batch range
 //! just above the previous size's knee, and from the expected batch-size distribution sizes the number of

@@ -1,7 +1,7 @@
 //! `static`: the balanced layout, set once and never reconfigured.
 //!
 //! **Original.** What most MIG fleets run today: an operator applies a fixed partitioning with NVIDIA's mig-parted
-//! (`all-balanced`: two 1g, one 2g and one 3g instance per GPU, `../shared/reference/mig.md` section 7) and
+//! (`all-balanced`: two 1g, one 2g and one 3g instance per GPU, NVIDIA mig-parted's example configuration) and
 //! the Kubernetes device plugin hands instances to pods. Nothing reacts to load, SLOs or accuracy.
 //!
 //! **On Tessera.** Every GPU gets the `all-balanced` layout of its model (1g.5gb x2, 2g.10gb, 3g.20gb on an

@@ -82,13 +82,13 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 12)]
     pub horizon: usize,
     /// Share of an instance's SLO throughput that plans may use, in (0, 1]: the rest is headroom for bursts inside
-    /// a slot (in cluster mode, give `replay cluster-up` the same value).
+    /// a slot (in cluster mode, give `coordinator dev-cluster` the same value).
     #[arg(long, default_value_t = PlannerConfig::default().target_utilization)]
     pub target_utilization: f64,
     /// Relative optimality gap at which the planning policies (tessera, migrator) stop a GPU's solve, in [0, 1):
     /// larger plans faster and worse (tessera on 100 GPUs of a synthetic Azure Functions 2019 day: 0.04 planned
     /// 1.8x as fast as 0.01 and lost 4.9 % of the day's goodput; see the README). The oracle always solves to
-    /// 1e-4. In cluster mode, give `replay cluster-up` the same value.
+    /// 1e-4. In cluster mode, give `coordinator dev-cluster` the same value.
     #[arg(long, default_value_t = PlannerConfig::default().solver.mip_rel_gap)]
     pub gap: f64,
     /// Forecaster of every tenant: last, ewma or seasonal (a day of slots).
@@ -129,7 +129,7 @@ pub struct RunArgs {
     /// Also plan inside a window, at the end of any slot whose arrivals leave the bands of the forecasts the current
     /// plan was made with (rates above twice the band's high edge, by at least 5 % of the fleet's forecast rate in
     /// all): the policy reacts to a burst within a slot instead of at the next window. The same for every policy but
-    /// the oracle (which sees bursts coming). In cluster mode, start the cluster with `replay cluster-up
+    /// the oracle (which sees bursts coming). In cluster mode, start the cluster with `coordinator dev-cluster
     /// --replan-on-burst` too.
     #[arg(long)]
     pub replan_on_burst: bool,
@@ -142,7 +142,8 @@ impl RunArgs {
             "in-process" => {}
             "cluster" if self.coordinator.is_none() => {
                 return Err(ReplayError::Usage(
-                    "--mode cluster needs --coordinator ADDR (start a local cluster with `replay cluster-up`)".into(),
+                    "--mode cluster needs --coordinator ADDR (start a local cluster with `coordinator dev-cluster`)"
+                        .into(),
                 ));
             }
             "cluster" => {}

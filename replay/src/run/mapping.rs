@@ -9,7 +9,7 @@
 //!   model. Its SLO is 4x the model's batch-1 latency on a 2g instance. With probability 0.7 (seeded) it retrains
 //!   every 200 s: 10-60 GPU-seconds of work at 5 epochs, an Optimus curve from a stale accuracy of 0.60-0.75 to
 //!   5-15 points more (at most 0.91), drifting 3 points per window without retraining (floor 0.5). These follow
-//!   the Ekya and MIGRator setups (reference seed-systems.md).
+//!   the Ekya and MIGRator setups (see `docs/references.md`).
 //! - **Demand**: a tenant's mean demand, in compute slices needed to serve it within its SLO at the model's best
 //!   rate per slice, is proportional to its stream's mean rate (divided among the tenants sharing the stream),
 //!   capped at [`MAX_TENANT_SLICES`] (the excess is shared among the others), and all demands add up to `--load`

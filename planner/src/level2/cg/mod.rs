@@ -52,8 +52,7 @@
 //! `columns` (columns and the master's rows), `pricing` (the pricing programme), `master` (the restricted master LP
 //! and its HiGHS fallback) and `state` (what the phases share).
 //!
-//! Measured figures are in the planner issue's closing note, the benchmark's output (`cargo bench -p
-//! tessera-planner`) and `docs/performance.md`.
+//! Measured figures are in the benchmark's output (`cargo bench -p tessera-planner`) and `docs/performance.md`.
 //!
 //! HiGHS (the per-slot relaxation, the master's fallback, the compact MILP) is called directly (not through good_lp)
 //! because column generation needs row duals and incremental columns, which good_lp does not expose.

@@ -1,9 +1,9 @@
-//! The Raft node: one OS thread owns the raft-rs `RawNode`, drives it with real ticks, persists every `Ready`
+//! This coordinator's replica of the Raft group: one OS thread owns the raft-rs `RawNode`, drives it with real ticks, persists every `Ready`
 //! before sending what must follow persistence, applies committed entries to the [`CoordState`], answers the
 //! clients waiting on them, serves read indexes, and snapshots the state every `snapshot_every` entries (then
 //! compacts the log, keeping a tail so a briefly lagging follower still catches up from entries).
 //!
-//! Clients talk to it through a cheap, cloneable [`Node`] handle. Proposals from a follower are forwarded to the
+//! Clients talk to it through a cheap, cloneable [`Replica`] handle. Proposals from a follower are forwarded to the
 //! leader by raft-rs itself; each entry names its origin node and request number, so the node that proposed it
 //! answers its client when it applies the entry, whoever the leader was.
 
@@ -58,7 +58,7 @@ impl Default for RaftSettings {
 
 /// Why a request to the node failed.
 #[derive(Debug, thiserror::Error)]
-pub enum NodeError {
+pub enum ReplicaError {
     /// No leader is known (an election is under way, or this node is cut off).
     #[error("no leader is known (election in progress or this node is partitioned); retry")]
     NoLeader,
@@ -121,7 +121,7 @@ impl NodeStatus {
     }
 }
 
-type Reply<T> = oneshot::Sender<Result<T, NodeError>>;
+type Reply<T> = oneshot::Sender<Result<T, ReplicaError>>;
 
 enum Request {
     Propose { op: Op, reply: Reply<(u64, Outcome)> },
@@ -141,7 +141,7 @@ struct Shared {
 
 /// A handle on the Raft node (cheap to clone).
 #[derive(Clone)]
-pub struct Node {
+pub struct Replica {
     id: u64,
     tx: std_mpsc::Sender<Request>,
     shared: Arc<Shared>,
@@ -149,7 +149,7 @@ pub struct Node {
     transport: Transport,
 }
 
-impl Node {
+impl Replica {
     /// Starts the node thread over `store`.
     ///
     /// `peers` are the initial cluster's members and addresses. On an empty store, a node listed in `peers`
@@ -162,13 +162,13 @@ impl Node {
         join: bool,
         transport: Transport,
         metrics: Arc<Metrics>,
-    ) -> Result<Node, NodeError> {
-        let raft_err = |e: raft::Error| NodeError::Raft(e.to_string());
+    ) -> Result<Replica, ReplicaError> {
+        let raft_err = |e: raft::Error| ReplicaError::Raft(e.to_string());
         let initial = raft::Storage::initial_state(&store).map_err(raft_err)?;
         let mut snapshot = store.latest_snapshot()?;
         if !initial.initialized() && snapshot.is_none() && !join {
             if !peers.contains_key(&settings.id) {
-                return Err(NodeError::Raft(format!(
+                return Err(ReplicaError::Raft(format!(
                     "node {} is not among the initial peers {:?}; start it with --join after `member add`",
                     settings.id,
                     peers.keys().collect::<Vec<_>>()
@@ -185,7 +185,7 @@ impl Node {
             snapshot = Some(snap);
         }
         let (state, applied) = match &snapshot {
-            Some(s) => (CoordState::from_snapshot(&s.data).map_err(NodeError::Raft)?, s.get_metadata().index),
+            Some(s) => (CoordState::from_snapshot(&s.data).map_err(ReplicaError::Raft)?, s.get_metadata().index),
             None => (CoordState::default(), 0),
         };
         let config = raft::Config {
@@ -248,8 +248,8 @@ impl Node {
         std::thread::Builder::new()
             .name(format!("raft-{}", settings.id))
             .spawn(move || driver.run(rx))
-            .map_err(|e| NodeError::Raft(format!("cannot start the raft thread: {e}")))?;
-        Ok(Node { id: settings.id, tx, shared, timeout: settings.request_timeout, transport })
+            .map_err(|e| ReplicaError::Raft(format!("cannot start the raft thread: {e}")))?;
+        Ok(Replica { id: settings.id, tx, shared, timeout: settings.request_timeout, transport })
     }
 
     /// This node's id.
@@ -258,24 +258,24 @@ impl Node {
     }
 
     /// Replicates `op`; answers once this node applied it, with its log index and outcome.
-    pub async fn propose(&self, op: Op) -> Result<(u64, Outcome), NodeError> {
+    pub async fn propose(&self, op: Op) -> Result<(u64, Outcome), ReplicaError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Request::Propose { op, reply }).map_err(|_| NodeError::Stopped)?;
+        self.tx.send(Request::Propose { op, reply }).map_err(|_| ReplicaError::Stopped)?;
         self.wait(rx).await
     }
 
     /// Confirms with the leader (read index) that this node's state is current and waits until it has applied
     /// that far; returns the index.
-    pub async fn read_index(&self) -> Result<u64, NodeError> {
+    pub async fn read_index(&self) -> Result<u64, ReplicaError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Request::ReadIndex { reply }).map_err(|_| NodeError::Stopped)?;
+        self.tx.send(Request::ReadIndex { reply }).map_err(|_| ReplicaError::Stopped)?;
         let index = self.wait(rx).await?;
         self.wait_applied(index).await?;
         Ok(index)
     }
 
-    /// A linearizable read: [`Node::read_index`], then `f` over the state.
-    pub async fn read_current<R>(&self, f: impl FnOnce(&CoordState) -> R) -> Result<R, NodeError> {
+    /// A linearizable read: [`Replica::read_index`], then `f` over the state.
+    pub async fn read_current<R>(&self, f: impl FnOnce(&CoordState) -> R) -> Result<R, ReplicaError> {
         self.read_index().await?;
         Ok(self.read(f))
     }
@@ -286,7 +286,7 @@ impl Node {
     }
 
     /// Adds a voting member at `address`; answers once the change is applied here.
-    pub async fn add_member(&self, id: u64, address: &str) -> Result<u64, NodeError> {
+    pub async fn add_member(&self, id: u64, address: &str) -> Result<u64, ReplicaError> {
         let mut change = ConfChange::default();
         change.set_change_type(ConfChangeType::AddNode);
         change.node_id = id;
@@ -295,22 +295,22 @@ impl Node {
     }
 
     /// Removes a member; answers once the change is applied here.
-    pub async fn remove_member(&self, id: u64) -> Result<u64, NodeError> {
+    pub async fn remove_member(&self, id: u64) -> Result<u64, ReplicaError> {
         let mut change = ConfChange::default();
         change.set_change_type(ConfChangeType::RemoveNode);
         change.node_id = id;
         self.conf_change(change).await
     }
 
-    async fn conf_change(&self, change: ConfChange) -> Result<u64, NodeError> {
+    async fn conf_change(&self, change: ConfChange) -> Result<u64, ReplicaError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Request::ConfChange { change, reply }).map_err(|_| NodeError::Stopped)?;
+        self.tx.send(Request::ConfChange { change, reply }).map_err(|_| ReplicaError::Stopped)?;
         self.wait(rx).await
     }
 
     /// Hands messages received from a peer to the node.
-    pub fn step(&self, messages: Vec<Message>) -> Result<(), NodeError> {
-        self.tx.send(Request::Step(messages)).map_err(|_| NodeError::Stopped)
+    pub fn step(&self, messages: Vec<Message>) -> Result<(), ReplicaError> {
+        self.tx.send(Request::Step(messages)).map_err(|_| ReplicaError::Stopped)
     }
 
     /// The current status.
@@ -351,11 +351,11 @@ impl Node {
     }
 
     /// The error to answer for a call that must run on the leader, or `None` when this node leads.
-    pub fn not_leader(&self) -> Option<NodeError> {
+    pub fn not_leader(&self) -> Option<ReplicaError> {
         match self.leader() {
             Some((id, _)) if id == self.id => None,
-            Some((id, address)) => Some(NodeError::NotLeader { id, address }),
-            None => Some(NodeError::NoLeader),
+            Some((id, address)) => Some(ReplicaError::NotLeader { id, address }),
+            None => Some(ReplicaError::NoLeader),
         }
     }
 
@@ -364,22 +364,22 @@ impl Node {
         &self.transport
     }
 
-    async fn wait<T>(&self, rx: oneshot::Receiver<Result<T, NodeError>>) -> Result<T, NodeError> {
+    async fn wait<T>(&self, rx: oneshot::Receiver<Result<T, ReplicaError>>) -> Result<T, ReplicaError> {
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(NodeError::Stopped),
-            Err(_) => Err(NodeError::Timeout(self.timeout)),
+            Ok(Err(_)) => Err(ReplicaError::Stopped),
+            Err(_) => Err(ReplicaError::Timeout(self.timeout)),
         }
     }
 
     /// Waits until this node has applied `index`.
-    pub async fn wait_applied(&self, index: u64) -> Result<(), NodeError> {
+    pub async fn wait_applied(&self, index: u64) -> Result<(), ReplicaError> {
         let mut rx = self.shared.applied.subscribe();
         let wait = rx.wait_for(|a| *a >= index);
         match tokio::time::timeout(self.timeout, wait).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err(NodeError::Stopped),
-            Err(_) => Err(NodeError::Timeout(self.timeout)),
+            Ok(Err(_)) => Err(ReplicaError::Stopped),
+            Err(_) => Err(ReplicaError::Timeout(self.timeout)),
         }
     }
 }
@@ -461,7 +461,7 @@ impl<S: RaftStore> Driver<S> {
         match req {
             Request::Propose { op, reply } => {
                 if self.raw.raft.leader_id == 0 {
-                    let _ = reply.send(Err(NodeError::NoLeader));
+                    let _ = reply.send(Err(ReplicaError::NoLeader));
                     return;
                 }
                 let request = self.request_id();
@@ -479,7 +479,7 @@ impl<S: RaftStore> Driver<S> {
             }
             Request::ReadIndex { reply } => {
                 if self.raw.raft.leader_id == 0 {
-                    let _ = reply.send(Err(NodeError::NoLeader));
+                    let _ = reply.send(Err(ReplicaError::NoLeader));
                     return;
                 }
                 let request = self.request_id();
@@ -514,19 +514,19 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    fn not_leader(&self) -> NodeError {
+    fn not_leader(&self) -> ReplicaError {
         let id = self.raw.raft.leader_id;
         if id == 0 {
-            return NodeError::NoLeader;
+            return ReplicaError::NoLeader;
         }
         let address = self.shared.members.read().expect("members lock").get(&id).cloned().unwrap_or_default();
-        NodeError::NotLeader { id, address }
+        ReplicaError::NotLeader { id, address }
     }
 
-    fn refusal(&self, e: raft::Error) -> NodeError {
+    fn refusal(&self, e: raft::Error) -> ReplicaError {
         match e {
             raft::Error::ProposalDropped => self.not_leader(),
-            other => NodeError::Raft(other.to_string()),
+            other => ReplicaError::Raft(other.to_string()),
         }
     }
 
@@ -539,7 +539,7 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    fn on_ready(&mut self) -> Result<(), NodeError> {
+    fn on_ready(&mut self) -> Result<(), ReplicaError> {
         let mut ready = self.raw.ready();
         if !ready.messages().is_empty() {
             let m = ready.take_messages();
@@ -591,9 +591,9 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    fn install(&mut self, snap: &Snapshot) -> Result<(), NodeError> {
+    fn install(&mut self, snap: &Snapshot) -> Result<(), ReplicaError> {
         let meta = snap.get_metadata();
-        let state = CoordState::from_snapshot(&snap.data).map_err(NodeError::Raft)?;
+        let state = CoordState::from_snapshot(&snap.data).map_err(ReplicaError::Raft)?;
         {
             let mut members = self.shared.members.write().expect("members lock");
             for (id, addr) in &state.members {
@@ -611,7 +611,7 @@ impl<S: RaftStore> Driver<S> {
         Ok(())
     }
 
-    fn apply(&mut self, entries: Vec<Entry>) -> Result<(), NodeError> {
+    fn apply(&mut self, entries: Vec<Entry>) -> Result<(), ReplicaError> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -640,8 +640,8 @@ impl<S: RaftStore> Driver<S> {
                     }
                     EntryType::EntryConfChange => {
                         let mut cc = ConfChange::default();
-                        cc.merge_from_bytes(&entry.data).map_err(|e| NodeError::Raft(e.to_string()))?;
-                        let cs = self.raw.apply_conf_change(&cc).map_err(|e| NodeError::Raft(e.to_string()))?;
+                        cc.merge_from_bytes(&entry.data).map_err(|e| ReplicaError::Raft(e.to_string()))?;
+                        let cs = self.raw.apply_conf_change(&cc).map_err(|e| ReplicaError::Raft(e.to_string()))?;
                         self.store.set_conf_state(&cs)?;
                         *self.shared.voters.write().expect("voters lock") = cs.voters.clone();
                         self.conf_state = cs;
@@ -681,7 +681,7 @@ impl<S: RaftStore> Driver<S> {
         self.shared.applied.send_replace(self.applied);
         for (request, result) in answers {
             if let Some(reply) = self.proposals.remove(&request) {
-                let _ = reply.send(result.map_err(NodeError::Rejected));
+                let _ = reply.send(result.map_err(ReplicaError::Rejected));
             }
         }
         let applied = self.applied;
@@ -693,7 +693,7 @@ impl<S: RaftStore> Driver<S> {
         Ok(())
     }
 
-    fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
+    fn maybe_snapshot(&mut self) -> Result<(), ReplicaError> {
         let due = self.applied >= self.last_snapshot + self.settings.snapshot_every;
         if !(due || self.force_snapshot && self.applied > self.last_snapshot) {
             return Ok(());
@@ -702,7 +702,7 @@ impl<S: RaftStore> Driver<S> {
         let data = self.shared.state.read().expect("state lock").to_snapshot();
         self.store.create_snapshot(self.applied, self.conf_state.clone(), data)?;
         self.last_snapshot = self.applied;
-        let first = raft::Storage::first_index(&self.store).map_err(|e| NodeError::Raft(e.to_string()))?;
+        let first = raft::Storage::first_index(&self.store).map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let compact_to = (self.applied + 1).saturating_sub(self.settings.keep_tail);
         if compact_to > first {
             self.store.compact(compact_to)?;
@@ -718,13 +718,13 @@ impl<S: RaftStore> Driver<S> {
             // clients retry against the new leader instead of waiting out their deadline.
             if self.last_leader != 0 {
                 for (_, r) in self.proposals.drain() {
-                    let _ = r.send(Err(NodeError::LeaderChanged));
+                    let _ = r.send(Err(ReplicaError::LeaderChanged));
                 }
                 for (_, r) in self.reads.drain() {
-                    let _ = r.send(Err(NodeError::LeaderChanged));
+                    let _ = r.send(Err(ReplicaError::LeaderChanged));
                 }
                 for (_, r) in self.conf_changes.drain() {
-                    let _ = r.send(Err(NodeError::LeaderChanged));
+                    let _ = r.send(Err(ReplicaError::LeaderChanged));
                 }
             }
             self.last_leader = leader;
