@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tessera_core::config::{ConfigError, FieldError, from_toml, parse_duration_ms, read_config};
+use tessera_planner::round::RoundSettings;
 
 use crate::replica::RaftSettings;
 
@@ -263,7 +264,9 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     };
     let data_dir = path(&over.data_dir, raw.data_dir).ok_or_else(|| field("data_dir", "is required"))?;
     let models_dir = path(&over.models_dir, raw.models_dir);
-    let policy = over.policy.clone().or(raw.policy).unwrap_or_else(|| "tessera".into());
+    // Every planning default is RoundSettings' (the same as replay's flags).
+    let planning = RoundSettings::default();
+    let policy = over.policy.clone().or(raw.policy).unwrap_or_else(|| planning.policy.clone());
     let planner = tessera_planner::policies::by_name(&policy).map_err(|m| field("policy", m))?;
     if planner.sees_truth() {
         return Err(field(
@@ -276,7 +279,9 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         "virtual" => ClockMode::Virtual,
         other => return Err(field("clock", format!("`{other}` is not wall or virtual"))),
     };
-    let plan_every = duration("plan_every", over.plan_every.as_deref().or(raw.plan_every.as_deref()), "60s")?;
+    let plan_every_default = format!("{}ms", (planning.plan_every_s * 1000.0).round() as u64);
+    let plan_every =
+        duration("plan_every", over.plan_every.as_deref().or(raw.plan_every.as_deref()), &plan_every_default)?;
     let metrics_listen = match over.metrics_listen.clone().or(raw.metrics_listen) {
         Some(m) => Some(m.parse().map_err(|e| field("metrics_listen", format!("`{m}` is not IP:PORT ({e})")))?),
         None => None,
@@ -304,24 +309,26 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     if raft.snapshot_every == 0 {
         return Err(field("raft.snapshot_every", "must be > 0"));
     }
-    let slot = duration("planner.slot", over.slot.as_deref().or(raw.planner.slot.as_deref()), "10s")?;
-    let horizon_slots = over.horizon_slots.or(raw.planner.horizon_slots).unwrap_or(12);
+    let slot_default = format!("{}ms", (planning.planner.slot_s * 1000.0).round() as u64);
+    let slot = duration("planner.slot", over.slot.as_deref().or(raw.planner.slot.as_deref()), &slot_default)?;
+    let horizon_slots = over.horizon_slots.or(raw.planner.horizon_slots).unwrap_or(planning.planner.horizon_slots);
     if horizon_slots == 0 || horizon_slots > 10_000 {
         return Err(field("planner.horizon_slots", "must be in 1..=10000"));
     }
-    let default_utilization = tessera_planner::PlannerConfig::default().target_utilization;
+    let default_utilization = planning.planner.target_utilization;
     let target_utilization = over.target_utilization.or(raw.planner.target_utilization).unwrap_or(default_utilization);
     if !(target_utilization > 0.0 && target_utilization <= 1.0) {
         return Err(field("planner.target_utilization", "must be in (0, 1]"));
     }
-    let gap = over.gap.or(raw.planner.gap).unwrap_or(tessera_planner::PlannerConfig::default().solver.mip_rel_gap);
+    let gap = over.gap.or(raw.planner.gap).unwrap_or(planning.planner.solver.mip_rel_gap);
     if !(0.0..1.0).contains(&gap) {
         return Err(field("planner.gap", "must be in [0, 1)"));
     }
-    let forecaster_name = over.forecaster.clone().or(raw.planner.forecaster).unwrap_or_else(|| "ewma".into());
+    let forecaster_name =
+        over.forecaster.clone().or(raw.planner.forecaster).unwrap_or_else(|| planning.forecaster.clone());
     let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
         .map_err(|m| field("planner.forecaster", m))?;
-    let replan_on_burst = over.replan_on_burst || raw.planner.replan_on_burst.unwrap_or(false);
+    let replan_on_burst = over.replan_on_burst || raw.planner.replan_on_burst.unwrap_or(planning.replan_on_burst);
     Ok(CoordinatorConfig {
         forecaster,
         replan_on_burst,

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use tessera_planner::round::RoundSettings;
 use tessera_proto::v1;
 use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 
@@ -24,26 +25,26 @@ pub struct DevClusterArgs {
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<std::path::PathBuf>,
     /// Planner policy of the cluster.
-    #[arg(long, default_value_t = tessera_planner::round::RoundSettings::default().policy)]
+    #[arg(long, default_value_t = RoundSettings::default().policy)]
     pub policy: String,
     /// Planning window (give `replay --mode cluster` the same --plan-every).
-    #[arg(long, default_value = "60s")]
+    #[arg(long, default_value_t = format!("{}s", RoundSettings::default().plan_every_s))]
     pub plan_every: String,
     /// Planner slot, seconds (give `replay --mode cluster` the same --slot).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = RoundSettings::default().planner.slot_s)]
     pub slot: f64,
     /// Slots in the planning horizon (give `replay --mode cluster` the same --horizon).
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = RoundSettings::default().planner.horizon_slots)]
     pub horizon: usize,
     /// Share of an instance's SLO throughput plans use (give `replay --mode cluster` the same
     /// --target-utilization).
-    #[arg(long, default_value_t = tessera_planner::round::RoundSettings::default().planner.target_utilization)]
+    #[arg(long, default_value_t = RoundSettings::default().planner.target_utilization)]
     pub target_utilization: f64,
     /// Relative optimality gap of each GPU's solve (give `replay --mode cluster` the same --gap).
-    #[arg(long, default_value_t = tessera_planner::round::RoundSettings::default().planner.solver.mip_rel_gap)]
+    #[arg(long, default_value_t = RoundSettings::default().planner.solver.mip_rel_gap)]
     pub gap: f64,
     /// Forecaster of every tenant: last, ewma or seasonal (give `replay --mode cluster` the same --forecaster).
-    #[arg(long, default_value = "ewma")]
+    #[arg(long, default_value_t = RoundSettings::default().forecaster)]
     pub forecaster: String,
     /// Also plan inside a window when a slot's arrivals leave the last plan's forecast band (give `replay --mode
     /// cluster` the same --replan-on-burst).

@@ -10,6 +10,7 @@ use tessera_core::GpuModel;
 use tessera_planner::PlannerConfig;
 use tessera_planner::forecast::ForecasterConfig;
 use tessera_planner::level2::solver::SolverConfig;
+use tessera_planner::round::RoundSettings;
 use tessera_sim::executor::LateRequests;
 
 use super::capacity::{self, CapacityResult};
@@ -73,26 +74,26 @@ pub struct RunArgs {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
     /// Planning interval, seconds (a whole number of slots).
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = RoundSettings::default().plan_every_s)]
     pub plan_every: f64,
     /// Planner slot length, seconds.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = RoundSettings::default().planner.slot_s)]
     pub slot: f64,
     /// Planner horizon, slots.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = RoundSettings::default().planner.horizon_slots)]
     pub horizon: usize,
     /// Share of an instance's SLO throughput that plans may use, in (0, 1]: the rest is headroom for bursts inside
     /// a slot (in cluster mode, give `coordinator dev-cluster` the same value).
-    #[arg(long, default_value_t = PlannerConfig::default().target_utilization)]
+    #[arg(long, default_value_t = RoundSettings::default().planner.target_utilization)]
     pub target_utilization: f64,
     /// Relative optimality gap at which the planning policies (tessera, migrator) stop a GPU's solve, in [0, 1):
     /// larger plans faster and worse (tessera on 100 GPUs of a synthetic Azure Functions 2019 day: 0.04 planned
-    /// 1.8x as fast as 0.01 and lost 4.9 % of the day's goodput; see the README). The oracle always solves to
+    /// 1.8x as fast as 0.01 and lost 4.9 % of the day's goodput; docs/results.md). The oracle always solves to
     /// 1e-4. In cluster mode, give `coordinator dev-cluster` the same value.
-    #[arg(long, default_value_t = PlannerConfig::default().solver.mip_rel_gap)]
+    #[arg(long, default_value_t = RoundSettings::default().planner.solver.mip_rel_gap)]
     pub gap: f64,
     /// Forecaster of every tenant: last, ewma or seasonal (a day of slots).
-    #[arg(long, default_value = "ewma")]
+    #[arg(long, default_value_t = RoundSettings::default().forecaster)]
     pub forecaster: String,
     /// Co-located tenants slow each other down through the L3 TLB model (baseline TLB).
     #[arg(long)]
