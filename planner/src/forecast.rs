@@ -115,9 +115,8 @@ pub const BURST_FLEET_SHARE: f64 = 0.05;
 /// Whether one slot's measured rates call a replan inside the window: the rates that leave their band
 /// ([`Forecast::left_band`]) exceed [`BURST_FACTOR`] times its high edge by, in all, at least [`BURST_FLEET_SHARE`]
 /// of the forecast mean of every tenant. `tenants` gives each tenant's forecast and its rate in slot `k` of it
-/// (`None`: nothing measured). One small tenant's jump does not replan a fleet; a burst the fleet must absorb does.
-/// Measured: on an hour of the 100-GPU Azure Functions 2019 day, bursts of single tenants left their bands 86 times
-/// in 60 windows, each at most 0.9 % of the fleet's rate; the Azure LLM code trace's bursts were 78 % to 270x.
+/// (`None`: nothing measured). One small tenant's jump does not replan a fleet; a burst the fleet must absorb does
+/// (measured: `docs/performance.md`, 2026-11-25, planning constants).
 pub fn burst_calls_replan<'a>(tenants: impl IntoIterator<Item = (&'a Forecast, Option<f64>)>, k: usize) -> bool {
     let (mut excess, mut fleet) = (0.0, 0.0);
     for (fc, rate) in tenants {

@@ -32,9 +32,7 @@ pub struct PlannerConfig {
     /// The share of an instance's SLO throughput that plans may use: capacity is planned at this fraction of the
     /// requests per second a profile serves within the SLO at full load, leaving the rest as headroom for bursts
     /// inside a slot that the planner's per-slot rates do not see (queueing there misses the SLO). Every policy
-    /// plans on the same capacities. Measured on the README's main job (replay, 2 GPUs, 5 minutes): at 1.0 the
-    /// optimising policies missed the SLO for 13 to 15 % of requests; 0.8 gave the best goodput of 0.7, 0.8,
-    /// 0.9 and 1.0.
+    /// plans on the same capacities (measured: `docs/performance.md`, 2026-11-25, planning constants).
     pub target_utilization: f64,
     /// MILP limits and backend.
     pub solver: SolverConfig,

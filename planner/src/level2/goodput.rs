@@ -109,13 +109,9 @@ fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Shifted {
     Shifted { schedule: schedule.feasible(pb).then_some(schedule), prices }
 }
 
-/// How long, in retraining windows, level 2 counts the accuracy a retraining buys beyond the horizon. The gain lasts
-/// until the tenant's next retraining completes (drift lowers the new and the old model alike), which is due a
-/// window later and may come soon after; half a window is the conservative middle. Measured on the README's main
-/// job and on 10 minutes of the default scenario, the Azure LLM 2023 code trace and the Azure Functions 2019 day:
-/// 0.5 was within 0.7 % of the best of 0, 0.25, 0.5 and 1 on each (the best on the code trace), and 0 (the horizon
-/// alone) lost up to 5.5 %. Larger tails also loosen level 2's LP bound (a fractional retraining earns that
-/// fraction of its tail), so its solves take more rounds.
+/// How long, in retraining windows, level 2 counts the accuracy a retraining buys beyond the horizon: the gain lasts
+/// until the next retraining, due a window later, so half a window is the conservative middle (measured:
+/// `docs/performance.md`, 2026-11-25, planning constants).
 pub const TAIL_WINDOWS: f64 = 0.5;
 
 /// Sets each due tenant's [`TenantTask::tail_value`](crate::level2::problem::TenantTask::tail_value): weight x accuracy
