@@ -123,11 +123,6 @@ impl Rounds {
         self.forecasters.get(tenant).map_or(0, |(_, n)| *n)
     }
 
-    /// Forgets a tenant's forecaster (it left the fleet).
-    pub fn forget(&mut self, tenant: &TenantId) {
-        self.forecasters.remove(tenant);
-    }
-
     /// Drops every warm start (a new leader plans its first round cold).
     pub fn forget_warm_starts(&mut self) {
         self.warm.clear();

@@ -23,8 +23,8 @@
 //! - *Sizes.* The classic profiles (1g, 2g, 3g, 4g, 7g; a double-memory 1g where a model does not fit the plain
 //!   1g). MIG profiles are PARIS's GPC partitions.
 //!
-//! **Parameters.** Knee at [`KNEE`] of a size's best throughput within SLO; batching window [`BATCH_WINDOW_OF_SLO`]
-//! of the SLO (both assumptions: the paper gives neither as a number). The layout is kept while the GPU serves the
+//! **Parameters.** Knee at [`KNEE`] of a size's best throughput within SLO; batching window
+//! [`BATCH_WINDOW_OF_SLO`] of the SLO (both assumptions: the paper gives neither as a number). The layout is kept while the GPU serves the
 //! same tenants ([`crate::level2::fixed::keep_current`]): static for the deployment.
 //!
 //! [`elsa_dispatch`] is the per-request rule, exposed for the simulated backend to call.
@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::model::ModelProfile;
-use tessera_core::serving::Dispatch;
+use tessera_core::serving::{BATCH_WINDOW_OF_SLO, Dispatch};
 use tessera_core::{GpuModel, Layout, Placement, Profile, migparted};
 
 use crate::assign;
@@ -47,8 +47,6 @@ use crate::policy::{GpuOutcome, PlanError, PlanOutcome, Policy, plan_fleet};
 /// The PARIS + ELSA policy.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Paris;
-
-pub use tessera_core::serving::BATCH_WINDOW_OF_SLO;
 
 /// A partition saturates at the smallest batch whose throughput reaches this share of its best within the SLO.
 pub const KNEE: f64 = 0.9;

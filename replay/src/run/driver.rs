@@ -373,8 +373,16 @@ pub fn run_policy(
         rounds.observe(id, truth.mean(i, 0, slots_per_window));
     }
 
-    let ctx =
-        RoundContext { scenario, tenant_ids: &tenant_ids, exec_index: &exec_index, gpu_ids: &gpu_ids, truth, horizon };
+    let index = tenant_ids.iter().enumerate().map(|(i, id)| (id.clone(), i)).collect();
+    let ctx = RoundContext {
+        scenario,
+        tenant_ids: &tenant_ids,
+        index,
+        exec_index: &exec_index,
+        gpu_ids: &gpu_ids,
+        truth,
+        horizon,
+    };
     let mut src = arrivals.open()?;
     let mut buf: Vec<Arrival> = Vec::new();
     let mut rows = Vec::with_capacity(windows);
@@ -491,7 +499,7 @@ pub fn run_policy(
 /// ([`Rounds::burst_calls_replan`]). `first` is the plan's first slot.
 fn burst_left_band(rounds: &Rounds, ctx: &RoundContext, slot: usize, first: usize) -> bool {
     rounds.burst_calls_replan(slot.saturating_sub(first), |t| {
-        ctx.tenant_ids.binary_search(t).ok().and_then(|i| ctx.truth.rates[i].get(slot).copied())
+        ctx.index.get(t).and_then(|i| ctx.truth.rates[*i].get(slot).copied())
     })
 }
 
@@ -508,6 +516,8 @@ fn observe(rounds: &mut Rounds, tenant_ids: &[TenantId], truth: &RateTable, slot
 struct RoundContext<'a> {
     scenario: &'a Scenario,
     tenant_ids: &'a [TenantId],
+    /// Each tenant's position in `tenant_ids` (and in the truth's rates).
+    index: std::collections::BTreeMap<TenantId, usize>,
     exec_index: &'a [TenantIndex],
     gpu_ids: &'a [(GpuIndex, GpuId)],
     truth: &'a RateTable,
