@@ -94,16 +94,20 @@ pub async fn start(args: &DevClusterArgs) -> anyhow::Result<DevCluster> {
             (Some(t), p)
         }
     };
+    // Every replica's listener is bound (and held) before any replica starts: a port chosen and released here could
+    // otherwise be taken by a replica's outgoing connection to a peer that is not listening yet.
     let mut addrs = BTreeMap::new();
+    let mut listeners = BTreeMap::new();
     for i in 0..args.coordinators {
         let mut a = args.listen_base;
-        if a.port() == 0 {
-            let l = std::net::TcpListener::bind(a).map_err(|e| anyhow::anyhow!("--listen-base {a}: {e}"))?;
-            a = l.local_addr()?;
-        } else {
+        if a.port() != 0 {
             a.set_port(a.port() + i as u16);
         }
-        addrs.insert(i + 1, a.to_string());
+        let l =
+            std::net::TcpListener::bind(a).map_err(|e| anyhow::anyhow!("--listen-base: cannot listen on {a}: {e}"))?;
+        l.set_nonblocking(true)?;
+        addrs.insert(i + 1, l.local_addr()?.to_string());
+        listeners.insert(i + 1, l);
     }
     let peers = addrs.iter().map(|(i, a)| format!("{i}={a}")).collect::<Vec<_>>().join(",");
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
@@ -128,13 +132,14 @@ pub async fn start(args: &DevClusterArgs) -> anyhow::Result<DevCluster> {
             ..Overrides::default()
         };
         let config = CoordinatorConfig::load(None, &over).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let listener = tokio::net::TcpListener::from_std(listeners.remove(id).expect("one listener per replica"))?;
         let mut stop = stop_rx.clone();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stop.wait_for(|s| *s).await;
             };
-            let r = crate::server::serve_until(config, shutdown, move |_, a, _| {
+            let r = crate::server::serve_on(config, listener, shutdown, move |_, a, _| {
                 let _ = ready_tx.send(a);
             })
             .await;

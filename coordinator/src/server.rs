@@ -32,6 +32,21 @@ pub async fn serve_until(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ready: impl FnOnce(u64, std::net::SocketAddr, Option<std::net::SocketAddr>),
 ) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    serve_on(config, listener, shutdown, ready).await
+}
+
+/// [`serve_until`] on a listener the caller has already bound (`config.listen` is then only what it reports).
+/// `coordinator dev-cluster` binds every replica's port before starting any, so that no port it chose can be taken
+/// in between, for example by a replica dialling a peer that is not up yet.
+pub async fn serve_on(
+    config: CoordinatorConfig,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(u64, std::net::SocketAddr, Option<std::net::SocketAddr>),
+) -> anyhow::Result<()> {
     let models = match &config.models_dir {
         Some(dir) => tessera_core::config::load_model_dir(dir).map_err(|e| anyhow::anyhow!("{e}"))?,
         None => Default::default(),
@@ -40,9 +55,6 @@ pub async fn serve_until(
         .map_err(|e| anyhow::anyhow!("cannot create data_dir {}: {e}", config.data_dir.display()))?;
     let store = SledStore::open(&config.data_dir.join("raft"))
         .map_err(|e| anyhow::anyhow!("cannot open the Raft store in {}: {e}", config.data_dir.display()))?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
     let metrics = Arc::new(Metrics::new());
     let transport = Transport::new(config.raft.id, config.advertise.clone(), tokio::runtime::Handle::current());
     let node =
