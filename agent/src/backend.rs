@@ -42,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::Profile;
 use tessera_core::catalog::GpuModel;
 use tessera_core::layout::{Layout, LayoutError, Placement};
+use tessera_core::plan::GpuPlan;
 
 /// A GPU instance id as NVML reports it (`nvmlGpuInstanceInfo_t::id`), unique among the live instances of one GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -128,6 +129,8 @@ pub enum Operation {
     Destroy,
     /// [`MigBackend::set_mig_mode`].
     SetMigMode,
+    /// [`MigBackend::apply_target`].
+    ApplyTarget,
 }
 
 impl fmt::Display for Operation {
@@ -138,6 +141,7 @@ impl fmt::Display for Operation {
             Operation::Create => "create an instance",
             Operation::Destroy => "destroy an instance",
             Operation::SetMigMode => "set the MIG mode",
+            Operation::ApplyTarget => "apply a target",
         })
     }
 }
@@ -348,6 +352,28 @@ pub trait MigBackend: Send + Sync {
     /// The instances of `gpu` as a [`Layout`].
     fn layout(&self, gpu: u32) -> Result<Layout, BackendError> {
         Ok(self.instances(gpu)?.into_iter().map(|i| i.placement).collect())
+    }
+
+    /// Whether this backend carries out a GPU's whole target itself ([`MigBackend::apply_target`]) instead of
+    /// taking single MIG calls. False (the default) for hardware: the reconciler steps through the diff, draining
+    /// and loading work around each call. True for the simulator's workload executor, which models a
+    /// reconfiguration as a whole (drains that take as long as the requests in flight, creates queued until their
+    /// slices are free, warm-ups, pre-initialised switch-overs) in virtual time, where no call can wait.
+    fn applies_whole_targets(&self) -> bool {
+        false
+    }
+
+    /// Takes GPU `gpu`'s whole target (layout and work) and carries it out from now on; returns once it is taken.
+    /// The reconciler hands each target over once; a backend must take a target it already holds as a no-op (a
+    /// restarted agent hands it again). Only called where [`MigBackend::applies_whole_targets`] is true; the
+    /// default refuses.
+    fn apply_target(&self, gpu: u32, plan: &GpuPlan) -> Result<(), BackendError> {
+        let _ = plan;
+        Err(BackendError::Driver {
+            gpu,
+            operation: Operation::ApplyTarget,
+            detail: "this backend takes single MIG calls, not whole targets".to_string(),
+        })
     }
 }
 

@@ -17,6 +17,13 @@
 //!    waiting, and the next pass continues. (A marked instance whose slices are not free yet is simply created when
 //!    they are, like any other.)
 //!
+//! ## Backends that take whole targets
+//! A backend whose [`MigBackend::applies_whole_targets`] is true (the simulator's workload executor, which times a
+//! reconfiguration's drains, creates and warm-ups in virtual time, where no call can wait for them) is handed each
+//! GPU's target once, whole, instead of steps 3-5; the GPU counts as converged once its backend has taken the
+//! target, and its observed instances and work show the transition as it happens. Epochs, validation, the state
+//! file and the status are the same for every backend.
+//!
 //! ## Crash safety
 //! A pass keeps nothing between steps that is not in the GPU, the workload or the state file: every pass
 //! recomputes the diff from what it reads. So a pass interrupted at any point (the agent killed, a call failing,
@@ -216,6 +223,8 @@ pub struct Reconciler {
     steps: AtomicU64,
     /// Serialises passes (the backend wants one caller per GPU).
     pass: Mutex<()>,
+    /// For a backend that takes whole targets: per GPU, the epoch of the target it was handed.
+    handed: Mutex<BTreeMap<u32, u64>>,
     observer: Option<StepObserver>,
 }
 
@@ -243,6 +252,7 @@ impl Reconciler {
             status: Mutex::new(status),
             steps: AtomicU64::new(0),
             pass: Mutex::new(()),
+            handed: Mutex::new(BTreeMap::new()),
             observer: None,
         })
     }
@@ -400,6 +410,9 @@ impl Reconciler {
                 return Err(ReconcileError::MigPending { gpu });
             }
         }
+        if self.backend.applies_whole_targets() {
+            return self.hand_over(&info, target);
+        }
         let plan = &target.plan;
         let observed = self.backend.instances(gpu)?;
         let live: Vec<Placement> = observed.iter().map(|i| i.placement).collect();
@@ -454,6 +467,27 @@ impl Reconciler {
             let observed: Layout = status.instances.iter().map(|i| i.instance.placement).collect();
             Err(ReconcileError::Diverged { gpu, observed, target: plan.layout.clone() })
         }
+    }
+
+    /// Hands GPU `info`'s target to a backend that takes whole targets, once per target epoch (see "Backends that
+    /// take whole targets" in the module doc), and publishes what the GPU shows.
+    fn hand_over(&self, info: &GpuInfo, target: &GpuTarget) -> Result<GpuOutcome, ReconcileError> {
+        let gpu = info.index;
+        let handed = lock(&self.handed).get(&gpu) == Some(&target.epoch);
+        if !handed {
+            self.backend.apply_target(gpu, &target.plan)?;
+            lock(&self.handed).insert(gpu, target.epoch);
+            self.steps.fetch_add(1, Ordering::SeqCst);
+        }
+        let mut status = self.observe(info, Some(target), None)?;
+        if !status.converged {
+            status.converged = true;
+            lock(&self.status).gpus.insert(gpu, status.clone());
+        }
+        if !handed && let Some(observer) = &self.observer {
+            observer(gpu, &status);
+        }
+        Ok(GpuOutcome::Converged)
     }
 
     /// The preinitialised instance (other than `placement`) that takes over work the step removes and is not warm

@@ -97,11 +97,10 @@ pub fn metrics_to_wire(m: &WorkloadMetrics) -> v1::WorkloadMetrics {
                 retraining_done_gpu_s: c.retraining_done_gpu_s,
                 serving_instances: c.serving_instances,
                 retraining_instances: c.retraining_instances,
-                // The agent's workload does not know the model's accuracy.
-                accuracy: 0.0,
-                model_version: 0,
-                retraining_due: None,
-                slot_rates: vec![],
+                accuracy: c.accuracy,
+                model_version: c.model_version,
+                retraining_due: c.retraining_due,
+                slot_rates: c.slot_rates.clone(),
             })
             .collect(),
     }

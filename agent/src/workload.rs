@@ -65,6 +65,16 @@ pub struct TenantCounters {
     pub serving_instances: u32,
     /// Retraining instances working for it now.
     pub retraining_instances: u32,
+    /// The accuracy of the model version serving it, where the workload knows it (0: unknown, the coordinator
+    /// keeps the last value it had).
+    pub accuracy: f64,
+    /// Retrainings completed (the serving model's version), where the workload knows it (0: unknown).
+    pub model_version: u64,
+    /// Whether a retraining is due, where the workload knows it.
+    pub retraining_due: Option<bool>,
+    /// Measured arrival rates (requests per second) of the planner slots completed since the last report, oldest
+    /// first, where the workload measures them.
+    pub slot_rates: Vec<f64>,
 }
 
 /// The node's workload metrics at one workload time.

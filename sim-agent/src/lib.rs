@@ -17,8 +17,11 @@
 //!   the device's latencies, batches and serves inference requests, advances retraining and accounts goodput.
 //! - [`node`]: simulated nodes for `sim-agent run`: each a real agent (`tessera-agent`'s reconcile loop, gRPC
 //!   service and coordinator client) over persisted simulated GPUs and a workload tracker.
+//! - [`shared_node`]: simulated nodes over one shared executor, each a real agent that hands whole targets to
+//!   the executor (replay's cluster mode).
 
 pub mod device;
 pub mod executor;
 pub mod node;
+pub mod shared_node;
 pub mod tlb;

@@ -1,222 +1,79 @@
 //! `--mode cluster`: the same scenario through a running coordinator cluster over gRPC.
 //!
-//! Replay hosts the simulated nodes itself: one gRPC `Agent` endpoint per node of the scenario's fleet, all backed
-//! by one shared [`Executor`] (the simulator's workload model: queues, batching, latency, retraining, accuracy
-//! drift), so the requests of the trace run on simulated GPUs exactly as in-process, but every layout comes from the
-//! coordinator: the nodes register and heartbeat (observed layouts, arrival counters, accuracy, retraining
-//! progress), the coordinator's leader plans with its own policy and forecasts, commits the plan through Raft and
-//! pushes epoch-numbered targets to the node endpoints, which apply them to the executor.
+//! Replay hosts the simulated nodes itself, each a real agent: `tessera-agent`'s gRPC `Agent` service and
+//! `Reconciler` (epoch rules, target validation, state file, status reports) over its GPUs in one shared
+//! [`Executor`] (the simulator's workload model: queues, batching, latency, retraining, accuracy drift;
+//! `tessera_sim::shared_node`). So the requests of the trace run on simulated GPUs exactly as in-process, but every
+//! layout comes from the coordinator: the nodes register and heartbeat (the agent's own reports: observed layouts
+//! and work, arrival counters, accuracy, retraining progress), the coordinator's leader plans with its own policy
+//! and forecasts, commits the plan through Raft and pushes epoch-numbered targets to the nodes' agent services; each
+//! node's reconcile pass hands the targets it accepted to the executor, which carries them out in virtual time.
 //!
-//! Window by window, in virtual workload time: heartbeat every node (the reports are replicated before the call
-//! returns), move the cluster's clock to the window start (`AdvanceClock`; the coordinator plans when a window
-//! boundary passes, and replay asks for a round with `TriggerPlan` when it did not), then feed the window's arrivals
-//! to the executor and advance it, applying the pushed targets' scheduled changes at their times.
+//! Window by window, in virtual workload time: run every node's reconcile pass and heartbeat its status (the
+//! reports are replicated before the call returns), move the cluster's clock to the window start
+//! (`AdvanceClock`; the coordinator plans when a window boundary passes, and replay asks for a round with
+//! `TriggerPlan` when it did not), run the passes again (the targets pushed in the round reach the executor), then
+//! feed the window's arrivals to the executor and advance it, applying the taken targets' scheduled changes at
+//! their times. Replay runs the passes itself, as an agent's reconcile loop does when woken, so that each target
+//! reaches the executor at the virtual time it was planned for.
 //!
 //! The nodes report what a real agent measures, and the coordinator plans from the replicated state only: observed
-//! layouts and assignments (in the executor's instance order), each tenant's accuracy, whether a retraining is due
-//! and its progress, and the measured arrival rate of every planner slot (before the first window, each tenant's
-//! first-window rate, the rate it declares when onboarded). With the same `--plan-every`, `--slot`, `--horizon`,
-//! `--target-utilization` and `--forecaster` on both sides, the leader's `PlannerInput` is the one in-process replay
-//! builds, so both modes give the same numbers for the same seed (a test checks it). The coordinator must run with
-//! `--clock virtual` (as `coordinator dev-cluster` starts it) and start with no nodes of its own.
+//! layouts and work (instances by placement, the executor's order), each tenant's accuracy, whether a retraining is
+//! due and its progress, and the measured arrival rate of every planner slot (before the first window, each
+//! tenant's first-window rate, the rate it declares when onboarded). With the same `--plan-every`, `--slot`,
+//! `--horizon`, `--target-utilization` and `--forecaster` on both sides, the leader's `PlannerInput` is the one
+//! in-process replay builds, so both modes give the same numbers for the same seed (a test checks it). The
+//! coordinator must run with `--clock virtual` (as `coordinator dev-cluster` starts it) and start with no nodes of
+//! its own.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tessera_core::GpuModel;
+use tessera_agent::coordinator::gpu_descriptors;
+use tessera_agent::reconcile::Reconciler;
+use tessera_agent::service::{AgentService, node_state_to_wire};
 use tessera_core::ids::{GpuId, NodeId};
 use tessera_core::plan::GpuPlan;
 use tessera_proto::v1;
 use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 use tessera_proto::v1::coordinator_client::CoordinatorClient;
-use tessera_sim::executor::{Arrival, Dispatch, Executor, GpuIndex};
+use tessera_sim::executor::{Arrival, Dispatch, GpuIndex};
+use tessera_sim::shared_node::{ExecutorNode, NodeGpu, SharedFleet, lock};
+use tonic::Status;
 use tonic::transport::Channel;
-use tonic::{Request, Response, Status};
 
 use super::arrivals::Arrivals;
 use super::driver::{LAYOUT_GPUS, PolicyRun, RateTable, Totals, WindowRow, executor_for, feed_window, upcoming_within};
 use super::{ReplayError, Scenario};
 
-/// The simulated fleet behind the node endpoints.
-struct Fleet {
-    exec: Executor,
-    /// Per node: the newest epoch and its targets.
-    epochs: BTreeMap<NodeId, (u64, BTreeMap<u32, GpuPlan>)>,
-    /// Targets accepted since the driver last looked (applied at once; their scheduled changes are queued).
-    pushed: Vec<(GpuId, GpuPlan)>,
-    reconfig_errors: Vec<String>,
-    /// Per tenant (executor order): measured rates of the slots completed since the last report.
-    slot_rates: Vec<Vec<f64>>,
+type Shared = Arc<Mutex<SharedFleet>>;
+
+/// One simulated node: a real agent over its GPUs in the shared executor.
+struct SimulatedNode {
+    reconciler: Arc<Reconciler>,
 }
 
-type Shared = Arc<Mutex<Fleet>>;
-
-fn lock(f: &Shared) -> std::sync::MutexGuard<'_, Fleet> {
-    f.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// One simulated node's `Agent` endpoint over the shared executor.
-#[derive(Clone)]
-struct NodeFacade {
-    node: NodeId,
-    gpus: Vec<(u32, GpuId, GpuIndex, GpuModel)>,
-    fleet: Shared,
-    /// Whether this node reports the fleet's per-tenant counters (one node does, so the coordinator does not
-    /// count them once per node).
-    reports_tenants: bool,
-}
-
-impl NodeFacade {
-    fn state(&self) -> v1::NodeState {
-        let mut f = lock(&self.fleet);
-        let slot_rates = if self.reports_tenants { std::mem::take(&mut f.slot_rates) } else { vec![] };
-        let (epoch, targets) = f.epochs.get(&self.node).cloned().unwrap_or_default();
-        let gpus = self
-            .gpus
-            .iter()
-            .map(|(idx, id, gi, model)| {
-                // Instances in the executor's order (the order the in-process planner input lists assignments in),
-                // then the idle ones.
-                let layout = f.exec.gpu_layout(*gi);
-                let assignments = f.exec.gpu_assignments(*gi);
-                let mut order: Vec<tessera_core::Placement> = Vec::new();
-                for p in assignments.iter().map(|a| a.placement).chain(layout.placements().iter().copied()) {
-                    if !order.contains(&p) {
-                        order.push(p);
-                    }
-                }
-                let instances = order
-                    .iter()
-                    .enumerate()
-                    .map(|(k, p)| v1::Instance {
-                        id: k as u32,
-                        placement: Some((*p).into()),
-                        work: assignments
-                            .iter()
-                            .filter(|a| a.placement == *p)
-                            .map(|a| v1::Work { tenant: a.tenant.to_string(), role: v1::Role::from(a.role).into() })
-                            .collect(),
-                        serving: true,
-                    })
-                    .collect();
-                v1::GpuState {
-                    index: *idx,
-                    name: id.to_string(),
-                    model: model.to_string(),
-                    mig: Some(v1::MigMode { current: true, pending: true }),
-                    instances,
-                    desired: targets.get(idx).map(Into::into),
-                    desired_epoch: epoch,
-                    converged: true,
-                    last_error: String::new(),
-                }
-            })
-            .collect();
-        let now_ms = f.exec.now_ms().round() as u64;
-        let tenants = if self.reports_tenants {
-            f.exec
-                .tenant_ids()
-                .map(|(i, id)| {
-                    let m = f.exec.tenant_metrics(i);
-                    let st = f.exec.tenant_state(i);
-                    v1::TenantMetrics {
-                        tenant: id.to_string(),
-                        arrivals: m.ledger.requests,
-                        served_within_slo: m.ledger.within_slo,
-                        dropped: m.ledger.dropped,
-                        queued: st.queued,
-                        retraining_done_gpu_s: st.retraining_done_gpu_s,
-                        serving_instances: st.serving_instances,
-                        retraining_instances: 0,
-                        accuracy: st.accuracy,
-                        model_version: m.retrainings_completed,
-                        retraining_due: Some(st.retraining_due),
-                        slot_rates: slot_rates.get(i.0 as usize).cloned().unwrap_or_default(),
-                    }
-                })
-                .collect()
-        } else {
-            vec![]
-        };
-        v1::NodeState {
-            node_id: self.node.to_string(),
-            epoch,
-            applied_epoch: epoch,
-            gpus,
-            metrics: Some(v1::WorkloadMetrics { now_ms, tenants }),
-            steps: 0,
-        }
-    }
-
-    fn register_request(&self, address: &str) -> v1::RegisterRequest {
-        let f = lock(&self.fleet);
-        v1::RegisterRequest {
-            node_id: self.node.to_string(),
-            address: address.to_string(),
-            gpus: self
-                .gpus
-                .iter()
-                .map(|(idx, _, gi, model)| v1::GpuDescriptor {
-                    index: *idx,
-                    model: model.to_string(),
-                    mig_enabled: true,
-                    layout: Some((&f.exec.gpu_layout(*gi)).into()),
-                })
-                .collect(),
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl v1::agent_server::Agent for NodeFacade {
-    async fn apply_layout(
-        &self,
-        request: Request<v1::ApplyLayoutRequest>,
-    ) -> Result<Response<v1::ApplyLayoutResponse>, Status> {
-        let req = request.into_inner();
-        let targets = tessera_agent::service::targets_from_wire(req.targets)?;
-        let mut f = lock(&self.fleet);
-        let current = f.epochs.get(&self.node).map_or(0, |e| e.0);
-        let status = if req.epoch < current {
-            v1::ApplyStatus::Stale
-        } else if req.epoch == current && f.epochs.get(&self.node).is_some_and(|e| e.1 == targets) {
-            v1::ApplyStatus::AlreadyAccepted
-        } else if req.epoch == current {
-            return Err(Status::failed_precondition(format!("epoch {current} was accepted with other targets")));
-        } else {
-            for (idx, plan) in &targets {
-                let Some((_, id, _, _)) = self.gpus.iter().find(|g| g.0 == *idx) else {
-                    return Err(Status::invalid_argument(format!("node {} has no GPU {idx}", self.node)));
-                };
-                if let Err(e) = f.exec.apply_plan(id, plan) {
-                    f.reconfig_errors.push(format!("{id}: {e}"));
-                    return Err(Status::failed_precondition(format!("{id}: {e}")));
-                }
-                f.pushed.push((id.clone(), plan.clone()));
+impl SimulatedNode {
+    /// One reconcile pass (the targets accepted since the last one reach the executor); a GPU whose target the
+    /// executor refused is an error.
+    fn pass(&self) -> Result<(), ReplayError> {
+        let report = self.reconciler.reconcile().map_err(|e| ReplayError::Sim(format!("{}: {e}", self.node())))?;
+        match report.errors.first() {
+            None => Ok(()),
+            Some((gpu, e)) => {
+                Err(ReplayError::Sim(format!("{}: GPU {gpu}: a pushed target did not apply: {e}", self.node())))
             }
-            f.epochs.insert(self.node.clone(), (req.epoch, targets));
-            v1::ApplyStatus::Accepted
-        };
-        let epoch = f.epochs.get(&self.node).map_or(0, |e| e.0);
-        Ok(Response::new(v1::ApplyLayoutResponse { status: status.into(), epoch }))
+        }
     }
 
-    async fn get_state(&self, _request: Request<v1::GetStateRequest>) -> Result<Response<v1::NodeState>, Status> {
-        Ok(Response::new(self.state()))
+    /// The agent's status report.
+    fn state(&self) -> v1::NodeState {
+        node_state_to_wire(&self.reconciler.status(), self.node().as_str())
     }
 
-    async fn advance_clock(
-        &self,
-        _request: Request<v1::AdvanceClockRequest>,
-    ) -> Result<Response<v1::AdvanceClockResponse>, Status> {
-        // Replay moves the shared executor itself, with the arrivals; the coordinator's clock only follows.
-        let now_ms = lock(&self.fleet).exec.now_ms().round() as u64;
-        Ok(Response::new(v1::AdvanceClockResponse { now_ms }))
-    }
-
-    async fn arrive(&self, _request: Request<v1::ArriveRequest>) -> Result<Response<v1::ArriveResponse>, Status> {
-        Err(Status::unimplemented("replay feeds its trace's requests to the simulated fleet itself"))
+    fn node(&self) -> &NodeId {
+        self.reconciler.node()
     }
 }
 
@@ -263,26 +120,28 @@ pub async fn run_cluster(
     // The coordinator's policy is not known here; its tenants are served by the default dispatch rule.
     let exec = executor_for(scenario, Dispatch::EarliestFinish)?;
     let gpu_ids: Vec<(GpuIndex, GpuId)> = exec.gpu_ids().map(|(i, g)| (i, g.clone())).collect();
-    let fleet: Shared = Arc::new(Mutex::new(Fleet {
-        exec,
-        epochs: BTreeMap::new(),
-        pushed: Vec::new(),
-        reconfig_errors: Vec::new(),
-        slot_rates: Vec::new(),
-    }));
-    let mut by_node: BTreeMap<NodeId, Vec<(u32, GpuId, GpuIndex, GpuModel)>> = BTreeMap::new();
+    let fleet: Shared = SharedFleet::new(exec);
+    let mut by_node: BTreeMap<NodeId, Vec<NodeGpu>> = BTreeMap::new();
     for (gi, id) in &gpu_ids {
-        by_node.entry(id.node.clone()).or_default().push((id.index, id.clone(), *gi, scenario.gpus[id]));
+        let gpu = NodeGpu { index: id.index, id: id.clone(), exec: *gi, model: scenario.gpus[id] };
+        by_node.entry(id.node.clone()).or_default().push(gpu);
     }
+    // Each agent keeps its accepted epoch and targets in a state file, as on a real node.
+    let state_dir = tempfile::tempdir().map_err(|e| ReplayError::Sim(format!("cannot make a state directory: {e}")))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut facades = Vec::new();
+    let mut nodes = Vec::new();
     for (k, (node, gpus)) in by_node.into_iter().enumerate() {
-        let facade = NodeFacade { node, gpus, fleet: Arc::clone(&fleet), reports_tenants: k == 0 };
+        let sim = Arc::new(ExecutorNode::new(node.clone(), gpus, Arc::clone(&fleet), k == 0));
+        let reconciler = Reconciler::new(node.clone(), sim.clone(), sim, &state_dir.path().join(node.as_str()))
+            .map_err(|e| ReplayError::Sim(format!("{node}: {e}")))?;
+        let reconciler = Arc::new(reconciler);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| ReplayError::Sim(format!("cannot listen for a simulated node: {e}")))?;
         let addr = listener.local_addr().map_err(|e| ReplayError::Sim(e.to_string()))?.to_string();
-        let server = v1::agent_server::AgentServer::new(facade.clone());
+        // The agent's own service; its reconcile loop is replay, which runs each node's pass (below) where an
+        // agent's loop would be woken.
+        let server = AgentService::new(Arc::clone(&reconciler), Arc::new(tokio::sync::Notify::new())).into_server();
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -293,8 +152,15 @@ pub async fn run_cluster(
                 })
                 .await;
         });
-        agents_api.register(facade.register_request(&addr)).await.map_err(|s| status_err("register a node", s))?;
-        facades.push(facade);
+        let gpus =
+            gpu_descriptors(reconciler.backend().as_ref()).map_err(|e| ReplayError::Sim(format!("{node}: {e}")))?;
+        let req = v1::RegisterRequest {
+            node_id: node.to_string(),
+            address: addr,
+            gpus: gpus.iter().map(Into::into).collect(),
+        };
+        agents_api.register(req).await.map_err(|s| status_err("register a node", s))?;
+        nodes.push(SimulatedNode { reconciler });
     }
     for t in &scenario.tenants {
         let req = v1::TenantRequest { spec: Some(t.into()) };
@@ -353,12 +219,14 @@ pub async fn run_cluster(
         let round = Instant::now();
         // The cluster plans by itself when the clock crosses one of its windows; otherwise (or when that round was
         // infeasible) replay asks for the round. A linearizable read tells which: the last committed plan's time.
-        let last = report_and_advance(&facades, &mut agents_api, &mut api, t0.round() as u64).await?;
+        let last = report_and_advance(&nodes, &mut agents_api, &mut api, t0.round() as u64).await?;
         if last.epoch == 0 || last.made_at_ms != t0.round() as u64 {
             let r = api.trigger_plan(v1::TriggerPlanRequest {}).await.map_err(|s| status_err("plan", s))?;
             if r.get_ref().outcome == "infeasible" {
                 infeasible += 1;
             }
+            // The round's targets were pushed before it answered: hand them to the executor now.
+            settle(&nodes)?;
         }
         let round_ms = round.elapsed().as_secs_f64() * 1000.0;
         plan_ms.push(round_ms);
@@ -366,7 +234,7 @@ pub async fn run_cluster(
         let mut round_ms = round_ms;
         let (mut later, active, layouts) = {
             let mut f = lock(&fleet);
-            let later = pushed_within(&mut f, w, t0, t1)?;
+            let later = taken_within(&mut f, t0, t1);
             let active = gpu_ids.iter().filter(|(i, _)| !f.exec.gpu_layout(*i).is_empty()).count() as u32;
             let layouts: Vec<String> = gpu_ids
                 .iter()
@@ -394,13 +262,13 @@ pub async fn run_cluster(
                 }
                 reported = slot + 1;
                 let round = Instant::now();
-                let last = report_and_advance(&facades, &mut agents_api, &mut api, until.round() as u64).await?;
+                let last = report_and_advance(&nodes, &mut agents_api, &mut api, until.round() as u64).await?;
                 if last.made_at_ms == until.round() as u64 {
                     let ms = round.elapsed().as_secs_f64() * 1000.0;
                     plan_ms.push(ms);
                     round_ms += ms;
                     replans += 1;
-                    later = pushed_within(&mut lock(&fleet), w, until, t1)?;
+                    later = taken_within(&mut lock(&fleet), until, t1);
                 }
             }
         } else {
@@ -420,18 +288,20 @@ pub async fn run_cluster(
     Ok(run)
 }
 
-/// Every simulated node reports (a heartbeat: layouts, accuracy, the slot rates queued for it), then the cluster's
-/// workload clock moves to `to_ms`; returns the last committed plan, read linearizably (its time tells whether the
-/// move planned).
+/// Every simulated node runs a reconcile pass and reports (a heartbeat: layouts, accuracy, the slot rates queued
+/// for it), then the cluster's workload clock moves to `to_ms` and the nodes run their passes again (a round the
+/// move started has pushed its targets by then); returns the last committed plan, read linearizably (its time tells
+/// whether the move planned).
 async fn report_and_advance(
-    facades: &[NodeFacade],
+    nodes: &[SimulatedNode],
     agents_api: &mut CoordinatorClient<Channel>,
     api: &mut CoordinatorApiClient<Channel>,
     to_ms: u64,
 ) -> Result<v1::PlanResponse, ReplayError> {
-    for f in facades {
+    for n in nodes {
+        n.pass()?;
         agents_api
-            .heartbeat(v1::HeartbeatRequest { state: Some(f.state()) })
+            .heartbeat(v1::HeartbeatRequest { state: Some(n.state()) })
             .await
             .map_err(|s| status_err("heartbeat", s))?;
     }
@@ -439,15 +309,18 @@ async fn report_and_advance(
         .await
         .map_err(|s| status_err("advance the clock (is the cluster on --clock virtual?)", s))?;
     let last = api.get_plan(v1::ListRequest { stale: false }).await.map_err(|s| status_err("plan", s))?;
+    settle(nodes)?;
     Ok(last.into_inner())
 }
 
-/// The targets pushed since the last call, as the changes they schedule inside `(t0, t1)`; a target a node could
-/// not apply is an error.
-fn pushed_within(f: &mut Fleet, w: usize, t0: f64, t1: f64) -> Result<Vec<(f64, GpuId, GpuPlan)>, ReplayError> {
-    if let Some(e) = f.reconfig_errors.first() {
-        return Err(ReplayError::Sim(format!("window {w}: a pushed target did not apply: {e}")));
-    }
-    let pushed = std::mem::take(&mut f.pushed);
-    Ok(upcoming_within(pushed.iter().map(|(g, p)| (g, p)), t0, t1))
+/// Every node runs a reconcile pass: the targets its agent accepted reach the executor now.
+fn settle(nodes: &[SimulatedNode]) -> Result<(), ReplayError> {
+    nodes.iter().try_for_each(SimulatedNode::pass)
+}
+
+/// The targets the nodes handed to the executor since the last call, as the changes they schedule inside
+/// `(t0, t1)`.
+fn taken_within(f: &mut SharedFleet, t0: f64, t1: f64) -> Vec<(f64, GpuId, GpuPlan)> {
+    let taken = std::mem::take(&mut f.taken);
+    upcoming_within(taken.iter().map(|(g, p)| (g, p)), t0, t1)
 }
