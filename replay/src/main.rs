@@ -183,7 +183,7 @@ fn plan(a: PlanArgs) -> anyhow::Result<String> {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = match tessera_agent::cli::parse_or_exit::<Cli>() {
+    let cli = match tessera_sim::agent::cli::parse_or_exit::<Cli>() {
         Ok(cli) => cli,
         Err(code) => return code,
     };

@@ -20,6 +20,10 @@
 //! - [`shared_node`]: simulated nodes over one shared executor, each a real agent that hands whole targets to
 //!   the executor (replay's cluster mode).
 
+/// The agent runtime the simulated nodes run (its reconciler, gRPC service and command-line conventions), for
+/// crates that host simulated nodes through this one (replay's cluster mode).
+pub use tessera_agent as agent;
+
 pub mod device;
 pub mod executor;
 pub mod node;

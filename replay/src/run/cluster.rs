@@ -30,14 +30,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tessera_agent::coordinator::gpu_descriptors;
-use tessera_agent::reconcile::Reconciler;
-use tessera_agent::service::{AgentService, node_state_to_wire};
 use tessera_core::ids::{GpuId, NodeId};
 use tessera_core::plan::GpuPlan;
 use tessera_proto::v1;
 use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 use tessera_proto::v1::coordinator_client::CoordinatorClient;
+use tessera_sim::agent::coordinator::gpu_descriptors;
+use tessera_sim::agent::reconcile::Reconciler;
+use tessera_sim::agent::service::{AgentService, node_state_to_wire};
 use tessera_sim::executor::{Arrival, Dispatch, GpuIndex};
 use tessera_sim::shared_node::{ExecutorNode, NodeGpu, SharedFleet, lock};
 use tonic::Status;
