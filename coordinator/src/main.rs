@@ -114,7 +114,8 @@ struct ServeArgs {
     /// Join an existing cluster (after `member add`) instead of bootstrapping.
     #[arg(long)]
     join: bool,
-    /// Accept the test-only partition RPC.
+    /// Accept the test-only partition RPC (only in builds with the `fault-injection` feature).
+    #[cfg(feature = "fault-injection")]
     #[arg(long, hide = true)]
     allow_fault_injection: bool,
 }
@@ -298,7 +299,10 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 gap: a.gap,
                 replan_on_burst: a.replan_on_burst,
                 join: a.join,
+                #[cfg(feature = "fault-injection")]
                 allow_fault_injection: a.allow_fault_injection,
+                #[cfg(not(feature = "fault-injection"))]
+                allow_fault_injection: false,
             };
             let config = CoordinatorConfig::load(a.config.as_deref(), &over).map_err(|e| anyhow::anyhow!("{e}"))?;
             let telemetry = tessera_coordinator::telemetry::init(

@@ -77,7 +77,8 @@ pub async fn serve_on(
     )
     .map_err(|e| anyhow::anyhow!(e))?;
     let services = Services::new(node.clone(), Arc::clone(&planner));
-    let raft = RaftService::new(node.clone(), config.allow_fault_injection);
+    // The partition RPC exists only in builds made for fault tests.
+    let raft = RaftService::new(node.clone(), cfg!(feature = "fault-injection") && config.allow_fault_injection);
 
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {

@@ -580,7 +580,10 @@ impl v1::raft_server::Raft for RaftService {
 
     async fn isolate(&self, req: Request<v1::IsolateRequest>) -> Result<Response<v1::RaftAck>, Status> {
         if !self.fault_injection {
-            return Err(Status::permission_denied("fault injection is off (start with --allow-fault-injection)"));
+            return Err(Status::permission_denied(
+                "fault injection is off (only test builds with the `fault-injection` feature accept it, when \
+                 started with --allow-fault-injection)",
+            ));
         }
         let peers: BTreeSet<u64> = req.into_inner().peers.into_iter().collect();
         tracing::warn!(?peers, "fault injection: dropping messages to and from these peers");

@@ -411,6 +411,10 @@ pub struct RunArgs {
     /// Address of the first node; port 0 gives every node a free port, port P gives node i port P + i.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen_base: SocketAddr,
+    /// The host name or address the coordinator reaches the nodes at (each node registers `HOST:PORT` with its
+    /// own port); default: the address each node listens on. Needed when listening on 0.0.0.0 (a container).
+    #[arg(long, value_name = "HOST")]
+    pub advertise_host: Option<String>,
     /// Workload time: the wall clock, or virtual time moved by the AdvanceClock RPC.
     #[arg(long, value_enum, default_value_t = ClockKind::Wall)]
     pub clock: ClockKind,
@@ -491,7 +495,10 @@ pub async fn run(
         let options = RuntimeOptions {
             coordinator: args.coordinator.as_ref().map(|c| ClientOptions {
                 endpoint: c.clone(),
-                advertise: local.to_string(),
+                advertise: match &args.advertise_host {
+                    Some(host) => format!("{host}:{}", local.port()),
+                    None => local.to_string(),
+                },
                 heartbeat_interval: std::time::Duration::from_millis(500),
                 backoff_initial: std::time::Duration::from_millis(100),
                 backoff_max: std::time::Duration::from_secs(5),

@@ -331,6 +331,7 @@ pub async fn start_sim(
         gpus_per_node: gpus,
         gpu_model: "A100-40GB".into(),
         listen_base: "127.0.0.1:0".parse().unwrap(),
+        advertise_host: None,
         clock,
         coordinator: Some(coordinator.to_string()),
         state_dir: Some(dir.path().to_path_buf()),

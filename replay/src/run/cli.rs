@@ -114,6 +114,14 @@ pub struct RunArgs {
     /// Coordinator endpoint for --mode cluster.
     #[arg(long, value_name = "ADDR")]
     pub coordinator: Option<String>,
+    /// --mode cluster: the IP address replay's simulated nodes listen on (each on a free port) for the
+    /// coordinator's pushes (0.0.0.0 where the coordinator runs on another host or container).
+    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+    pub node_listen: std::net::IpAddr,
+    /// --mode cluster: the host name or address the coordinator reaches the simulated nodes at (default: the
+    /// --node-listen address).
+    #[arg(long, value_name = "HOST")]
+    pub node_advertise: Option<String>,
     /// How requests are served: discrete (every request queued, batched and served: exact) or fluid (requests
     /// as expected counts per --tick, served by each tenant's pooled instances with a queueing correction:
     /// for fleet- and day-sized capacity studies, in process only; see the README for how far it agrees).
@@ -311,6 +319,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayErro
             prepared.arrivals.as_ref(),
             &truth,
             endpoint,
+            &super::cluster::NodeAddresses { listen: args.node_listen, advertise: args.node_advertise.clone() },
             &|done, _| pb.set_position(done as u64),
         ));
         pb.finish_and_clear();

@@ -92,6 +92,15 @@ async fn connect(endpoint: &str) -> Result<Channel, ReplayError> {
         .map_err(|e| ReplayError::Usage(format!("--coordinator {endpoint}: cannot connect: {e}")))
 }
 
+/// Where replay's simulated nodes listen, and the host the coordinator reaches them at.
+pub struct NodeAddresses {
+    /// The IP address every node listens on (each on a free port).
+    pub listen: std::net::IpAddr,
+    /// The host name or address nodes register with (`HOST:PORT`, with each node's port); `None`: the listen
+    /// address.
+    pub advertise: Option<String>,
+}
+
 /// Runs `scenario` through the coordinator at `endpoint` (see the module documentation). `policy` labels the run
 /// (the coordinator's own policy plans).
 pub async fn run_cluster(
@@ -99,6 +108,7 @@ pub async fn run_cluster(
     arrivals: &dyn Arrivals,
     truth: &RateTable,
     endpoint: &str,
+    addresses: &NodeAddresses,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<PolicyRun, ReplayError> {
     let started = Instant::now();
@@ -135,10 +145,14 @@ pub async fn run_cluster(
         let reconciler = Reconciler::new(node.clone(), sim.clone(), sim, &state_dir.path().join(node.as_str()))
             .map_err(|e| ReplayError::Sim(format!("{node}: {e}")))?;
         let reconciler = Arc::new(reconciler);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind((addresses.listen, 0))
             .await
-            .map_err(|e| ReplayError::Sim(format!("cannot listen for a simulated node: {e}")))?;
-        let addr = listener.local_addr().map_err(|e| ReplayError::Sim(e.to_string()))?.to_string();
+            .map_err(|e| ReplayError::Sim(format!("--node-listen {}: cannot listen: {e}", addresses.listen)))?;
+        let port = listener.local_addr().map_err(|e| ReplayError::Sim(e.to_string()))?.port();
+        let addr = match &addresses.advertise {
+            Some(host) => format!("{host}:{port}"),
+            None => std::net::SocketAddr::new(addresses.listen, port).to_string(),
+        };
         // The agent's own service; its reconcile loop is replay, which runs each node's pass (below) where an
         // agent's loop would be woken.
         let server = AgentService::new(Arc::clone(&reconciler), Arc::new(tokio::sync::Notify::new())).into_server();
