@@ -9,7 +9,9 @@
 # /usr/share/tessera, which holds the bundled traces and configs, so its defaults find them. The agent is built with
 # its NVML backend (libnvidia-ml is loaded at run time from the host, e.g. through the NVIDIA container toolkit).
 #
-# Usage: deploy/build-images.sh [--no-build]   (--no-build: package the release binaries already in target/release)
+# Usage: deploy/build-images.sh [--profile release|debug] [--no-build]
+#   --profile debug packages the debug build (quicker to build; CI's fault test uses it); --no-build packages the
+#   binaries already in target/<profile>.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,9 +27,23 @@ if [ -z "$version" ]; then
   exit 1
 fi
 
-if [ "${1:-}" != "--no-build" ]; then
-  scripts/cargo build --release --locked -p tessera-coordinator -p tessera-agent -p tessera-sim -p tessera-replay \
-    --features tessera-agent/nvml
+profile=release
+build=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --profile) profile=$2; shift 2 ;;
+    --no-build) build=0; shift ;;
+    *) echo "build-images: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+case "$profile" in
+  release) cargo_profile=(--release) ;;
+  debug) cargo_profile=() ;;
+  *) echo "build-images: --profile release or debug" >&2; exit 2 ;;
+esac
+if [ "$build" = 1 ]; then
+  scripts/cargo build "${cargo_profile[@]}" --locked -p tessera-coordinator -p tessera-agent -p tessera-sim \
+    -p tessera-replay --features tessera-agent/nvml
 fi
 
 work=$(mktemp -d)
@@ -37,9 +53,9 @@ trap 'rm -rf "$work"' EXIT
 image() {
   local name=$1
   shift
-  local bin="target/release/$name"
+  local bin="target/$profile/$name"
   if [ ! -x "$bin" ]; then
-    echo "build-images: $bin is missing (run without --no-build)" >&2
+    echo "build-images: $bin is missing (build it, or run without --no-build)" >&2
     exit 1
   fi
   local workdir=/data
@@ -76,7 +92,10 @@ ENTRYPOINT ["/usr/local/bin/$name"]
 LABEL org.opencontainers.image.title="tessera-$name" org.opencontainers.image.version="$version" \
       org.opencontainers.image.licenses="Apache-2.0"
 DOCKERFILE
-  docker build --quiet -t "tessera/$name:$version" -t "tessera/$name:latest" "$ctx" >/dev/null
+  if ! docker build --quiet -t "tessera/$name:$version" -t "tessera/$name:latest" "$ctx" >"$ctx/build.log" 2>&1; then
+    cat "$ctx/build.log" >&2
+    exit 1
+  fi
   local bytes
   bytes=$(docker image inspect --format '{{.Size}}' "tessera/$name:$version")
   printf 'tessera/%s:%s %s MB\n' "$name" "$version" "$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1e6 }')"

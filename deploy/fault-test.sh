@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Fault tests on the compose cluster (deploy/compose.yaml): three coordinators and two simulated GPU nodes, each in
+# its own container, under a concurrent client workload (fault-check) while this script kills, partitions and
+# restarts them for real:
+#   1. docker kill of the leader (restarted after 6 s)
+#   2. docker kill of a node agent (restarted after 3 s)
+#   3. the leader cut off: docker network disconnect, 8 s
+#   4. one follower cut off: docker network disconnect, 8 s
+#   5. the leader cut from the agents only: packets between it and the sim-nodes dropped inside its network
+#      namespace (iptables through nsenter; docker cannot cut one link), 8 s
+#   6. a rolling restart of all three coordinators, each back and caught up before the next
+#   7. a node agent restarted in the middle of a reconfiguration (right after a plan is triggered)
+# Then it waits for every node to report its committed layout and checks the history fault-check recorded for
+# linearizability (stateright's LinearizabilityTester) and lost acknowledged writes. The last line is
+#   ops=N faults=N lost=N linearizable=yes|no max_unavailable_s=X converged=yes|no
+# and it exits non-zero unless lost=0, linearizable=yes and converged=yes.
+#
+# Usage: deploy/fault-test.sh [--profile release|debug] [--no-build] [--duration 150s]
+#   --profile debug packages the debug binaries (faster to build; what CI uses); --no-build uses the images and
+#   binaries already there. Needs docker, docker-compose (or `docker compose`), iptables and nsenter, and root.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+profile=release
+build=1
+duration=150s
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --profile) profile=$2; shift 2 ;;
+    --no-build) build=0; shift ;;
+    --duration) duration=$2; shift 2 ;;
+    *) echo "fault-test: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+case "$profile" in
+  release) cargo_profile=(--release) ;;
+  debug) cargo_profile=() ;;
+  *) echo "fault-test: --profile release or debug" >&2; exit 2 ;;
+esac
+
+if docker compose version >/dev/null 2>&1; then
+  compose=(docker compose -p tessera-fault -f deploy/compose.yaml)
+else
+  compose=(docker-compose -p tessera-fault -f deploy/compose.yaml)
+fi
+out="$root/target/fault-test"
+mkdir -p "$out"
+
+if [ "$build" = 1 ]; then
+  scripts/cargo build "${cargo_profile[@]}" --locked -p tessera-fault-check -p tessera-coordinator
+  deploy/build-images.sh --profile "$profile"
+fi
+bin="$root/target/$profile"
+endpoints=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003
+ctl() { "$bin/coordinator" "$@" --endpoints "$endpoints"; }
+log() { printf '%s fault-test: %s\n' "$(date +%T)" "$*" >&2; }
+
+cleanup() {
+  "${compose[@]}" logs --no-color >"$out/compose.log" 2>&1 || true
+  "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+"${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+log "starting the cluster"
+"${compose[@]}" up -d >/dev/null 2>&1
+
+cid() { "${compose[@]}" ps -q "$1"; }
+network=$(docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}' "$(cid coordinator-1)")
+json_field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+
+# The leader's id, once one answers with a leader and every member is up (times out after 60 s).
+wait_leader() {
+  local deadline=$((SECONDS + 60)) s
+  while [ $SECONDS -lt $deadline ]; do
+    if s=$(ctl status --json 2>/dev/null) && [ "$(json_field "['leader_id']" <<<"$s")" != 0 ]; then
+      json_field "['leader_id']" <<<"$s"
+      return 0
+    fi
+    sleep 0.5
+  done
+  log "no leader within 60 s"
+  return 1
+}
+
+# Waits until every coordinator answers status itself (a restarted one has rejoined).
+wait_all_up() {
+  local deadline=$((SECONDS + 60)) n
+  while [ $SECONDS -lt $deadline ]; do
+    n=0
+    for p in 7001 7002 7003; do
+      if "$bin/coordinator" status --json --endpoints "127.0.0.1:$p" 2>/dev/null | grep -q '"leader_id": *[1-9]'; then
+        n=$((n + 1))
+      fi
+    done
+    [ "$n" = 3 ] && return 0
+    sleep 0.5
+  done
+  log "not every coordinator answered within 60 s"
+  return 1
+}
+
+wait_leader >/dev/null
+wait_all_up
+log "cluster up; starting the client workload for $duration"
+"$bin/fault-check" --endpoints "$endpoints" --duration "$duration" --history "$out/history.jsonl" \
+  >"$out/check.out" 2>"$out/check.err" &
+check_pid=$!
+sleep 10
+
+faults=0
+fault() { faults=$((faults + 1)); log "fault $faults: $*"; }
+
+leader=$(wait_leader)
+fault "docker kill coordinator-$leader (the leader)"
+docker kill "$(cid "coordinator-$leader")" >/dev/null
+sleep 6
+docker start "$(cid "coordinator-$leader")" >/dev/null
+wait_all_up
+
+fault "docker kill sim-node-a"
+docker kill "$(cid sim-node-a)" >/dev/null
+sleep 3
+docker start "$(cid sim-node-a)" >/dev/null
+
+leader=$(wait_leader)
+fault "coordinator-$leader (the leader) cut off the network"
+docker network disconnect "$network" "$(cid "coordinator-$leader")"
+sleep 8
+docker network connect --alias "coordinator-$leader" "$network" "$(cid "coordinator-$leader")"
+wait_all_up
+
+leader=$(wait_leader)
+follower=$(( leader % 3 + 1 ))
+fault "coordinator-$follower (a follower) cut off the network"
+docker network disconnect "$network" "$(cid "coordinator-$follower")"
+sleep 8
+docker network connect --alias "coordinator-$follower" "$network" "$(cid "coordinator-$follower")"
+wait_all_up
+
+leader=$(wait_leader)
+fault "coordinator-$leader (the leader) cut from the agents only"
+pid=$(docker inspect -f '{{.State.Pid}}' "$(cid "coordinator-$leader")")
+agent_ips=()
+for n in sim-node-a sim-node-b; do
+  agent_ips+=("$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" "$(cid $n)")")
+done
+for ip in "${agent_ips[@]}"; do
+  nsenter -t "$pid" -n iptables -I INPUT -s "$ip" -j DROP
+  nsenter -t "$pid" -n iptables -I OUTPUT -d "$ip" -j DROP
+done
+sleep 8
+for ip in "${agent_ips[@]}"; do
+  nsenter -t "$pid" -n iptables -D INPUT -s "$ip" -j DROP
+  nsenter -t "$pid" -n iptables -D OUTPUT -d "$ip" -j DROP
+done
+
+for id in 1 2 3; do
+  fault "rolling restart: coordinator-$id"
+  docker restart -t 5 "$(cid "coordinator-$id")" >/dev/null
+  wait_all_up
+done
+
+fault "sim-node-b restarted during a reconfiguration"
+ctl plan trigger >/dev/null 2>&1 &
+trigger_pid=$!
+sleep 0.2
+docker restart -t 0 "$(cid sim-node-b)" >/dev/null
+wait "$trigger_pid" || true
+
+log "faults done; waiting for the client workload"
+check_rc=0
+wait "$check_pid" || check_rc=$?
+cat "$out/check.err" >&2
+summary=$(tail -n 1 "$out/check.out")
+log "fault-check: $summary (exit $check_rc)"
+
+# Converged: every node reports its committed target as applied (same layout, same epoch) within 60 s.
+converged=no
+deadline=$((SECONDS + 60))
+while [ $SECONDS -lt $deadline ]; do
+  if ctl node list --json 2>/dev/null | python3 -c '
+import json, sys
+nodes = json.load(sys.stdin)
+gpus = [g for n in nodes for g in n["gpus"]]
+ok = len(nodes) == 2 and all(g["target_epoch"] == 0 or (g["applied_epoch"] == g["target_epoch"] and g["applied"] == g["target"]) for g in gpus)
+sys.exit(0 if ok else 1)'; then
+    converged=yes
+    break
+  fi
+  sleep 1
+done
+
+field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$summary"; }
+ops=$(field ops)
+lost=$(field lost)
+linearizable=$(field linearizable)
+max_unavailable=$(field max_unavailable_s)
+echo "ops=${ops:-0} faults=$faults lost=${lost:-?} linearizable=${linearizable:-no} max_unavailable_s=${max_unavailable:-?} converged=$converged"
+[ "${lost:-1}" = 0 ] && [ "${linearizable:-no}" = yes ] && [ "$converged" = yes ]
