@@ -10,8 +10,9 @@
 #      namespace (iptables through nsenter; docker cannot cut one link), 8 s
 #   6. a rolling restart of all three coordinators, each back and caught up before the next
 #   7. a node agent restarted in the middle of a reconfiguration (right after a plan is triggered)
-# Then it waits for every node to report its committed layout and checks the history fault-check recorded for
-# linearizability (stateright's LinearizabilityTester) and lost acknowledged writes. The last line is
+# Then it waits for every node to report its committed layout, checks from each node's MIG change log that no
+# instance its target kept was ever destroyed, and checks the history fault-check recorded for linearizability
+# (stateright's LinearizabilityTester) and lost acknowledged writes. The last line is
 #   ops=N faults=N lost=N linearizable=yes|no max_unavailable_s=X converged=yes|no
 # and it exits non-zero unless lost=0, linearizable=yes and converged=yes.
 #
@@ -191,6 +192,27 @@ sys.exit(0 if ok else 1)'; then
   fi
   sleep 1
 done
+
+# Unchanged instances were never touched: each sim-node's agent logs every instance a reconcile step created or
+# destroyed with the target it worked towards; a destroyed instance that its target keeps is a violation.
+touched=0
+changes=0
+for n in a b; do
+  if docker cp "$(cid "sim-node-$n"):/data/node-$n-0/mig-changes.jsonl" "$out/mig-changes-$n.jsonl" 2>/dev/null; then
+    read -r c t < <(python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(sum(len(l["created"]) + len(l["destroyed"]) for l in lines), sum(len(l["kept_destroyed"]) for l in lines))' \
+      "$out/mig-changes-$n.jsonl")
+    changes=$((changes + c))
+    touched=$((touched + t))
+  else
+    log "no MIG change log from sim-node-$n"
+    touched=$((touched + 1))
+  fi
+done
+log "MIG changes on the nodes: $changes; instances destroyed although their target kept them: $touched"
+[ "$touched" = 0 ] || converged=no
 
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$summary"; }
 ops=$(field ops)

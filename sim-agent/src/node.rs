@@ -52,6 +52,62 @@ use crate::device::{Clock, SimBackend, SimGpu, VirtualClock, WallClock};
 /// The file a node's simulated hardware is kept in.
 pub const SIM_STATE_FILE: &str = "sim-gpus.json";
 
+/// The file a node appends its MIG changes to, one JSON object a line (see [`MigChangeLog`]).
+pub const MIG_CHANGES_FILE: &str = "mig-changes.jsonl";
+
+/// An append-only record of the instances each reconcile step created and destroyed, with the target the agent
+/// worked towards, so that a fault test can check from outside that the agent never touched an instance its target
+/// keeps: `{"gpu", "epoch", "created": [...], "destroyed": [...], "kept_destroyed": [...]}`, where `kept_destroyed`
+/// lists destroyed placements that the target has (there should never be any). Read in the node's directory; it
+/// survives restarts, like the simulated hardware.
+pub struct MigChangeLog {
+    file: Mutex<std::fs::File>,
+    /// Per GPU, the placements seen after the last step.
+    seen: Mutex<BTreeMap<u32, Vec<Placement>>>,
+}
+
+impl MigChangeLog {
+    /// Opens (appending) the log at `path`, starting from the instances `sim` has now.
+    pub fn open(path: &Path, sim: &SimBackend) -> Result<MigChangeLog, NodeError> {
+        let io = |e: std::io::Error| NodeError::Io { path: path.to_path_buf(), message: format!("cannot open: {e}") };
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+        let mut seen = BTreeMap::new();
+        for g in sim.gpus().unwrap_or_default() {
+            let placements =
+                sim.instances(g.index).map(|v| v.iter().map(|i| i.placement).collect()).unwrap_or_default();
+            seen.insert(g.index, placements);
+        }
+        Ok(MigChangeLog { file: Mutex::new(file), seen: Mutex::new(seen) })
+    }
+
+    /// The step observer: records what changed on `gpu` since its last step, if anything did.
+    pub fn observe(&self, gpu: u32, status: &tessera_agent::reconcile::GpuStatus) {
+        let now: Vec<Placement> = status.instances.iter().map(|i| i.instance.placement).collect();
+        let before = lock(&self.seen).insert(gpu, now.clone()).unwrap_or_default();
+        let created: Vec<String> = now.iter().filter(|p| !before.contains(p)).map(ToString::to_string).collect();
+        let destroyed: Vec<Placement> = before.iter().filter(|p| !now.contains(p)).copied().collect();
+        if created.is_empty() && destroyed.is_empty() {
+            return;
+        }
+        let target = status.target.as_ref();
+        let kept: Vec<String> = destroyed
+            .iter()
+            .filter(|p| target.is_some_and(|t| t.plan.layout.placements().contains(p)))
+            .map(ToString::to_string)
+            .collect();
+        let line = serde_json::json!({
+            "gpu": gpu,
+            "epoch": target.map_or(0, |t| t.epoch),
+            "created": created,
+            "destroyed": destroyed.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "kept_destroyed": kept,
+        });
+        if let Err(e) = writeln!(lock(&self.file), "{line}") {
+            tracing::warn!(error = %e, "cannot append to {MIG_CHANGES_FILE}");
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -449,8 +505,10 @@ impl SimNode {
         let backend = Arc::new(PersistentSim::open(gpus, model, clock.as_clock(), Some(dir))?);
         let sim = backend.sim().clone();
         let workload = Arc::new(SimWorkload::new(sim.clone(), clock));
-        let reconciler = Arc::new(Reconciler::new(id.clone(), backend, workload, dir)?);
-        Ok(SimNode { id, reconciler, sim })
+        let log = MigChangeLog::open(&dir.join(MIG_CHANGES_FILE), &sim)?;
+        let reconciler = Reconciler::new(id.clone(), backend, workload, dir)?
+            .with_observer(Box::new(move |gpu, status| log.observe(gpu, status)));
+        Ok(SimNode { id, reconciler: Arc::new(reconciler), sim })
     }
 }
 
@@ -582,6 +640,22 @@ mod tests {
         node.reconciler.accept(2, BTreeMap::from([(1, second)])).unwrap();
         assert!(node.reconciler.reconcile().unwrap().converged);
         assert!((w.metrics().tenants[&b].retraining_done_gpu_s - done).abs() < 1e-9);
+        // Every MIG change is in the node's change log, with the epoch it worked towards; none destroyed an
+        // instance its target keeps.
+        let log = std::fs::read_to_string(dir.join(MIG_CHANGES_FILE)).unwrap();
+        let lines: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let list = |l: &serde_json::Value, k: &str| -> Vec<String> {
+            l[k].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+        };
+        let created: Vec<String> = lines.iter().flat_map(|l| list(l, "created")).collect();
+        let mut destroyed: Vec<String> = lines.iter().flat_map(|l| list(l, "destroyed")).collect();
+        destroyed.sort();
+        assert_eq!(created, ["3g@0", "3g@4", "7g@0"], "{log}");
+        assert_eq!(destroyed, ["3g@0", "3g@4"], "{log}");
+        assert!(lines.iter().all(|l| list(l, "kept_destroyed").is_empty()), "{log}");
+        let epochs: Vec<u64> = lines.iter().map(|l| l["epoch"].as_u64().unwrap()).collect();
+        assert_eq!(epochs.first(), Some(&1));
+        assert_eq!(epochs.last(), Some(&2));
         drop(node);
         // A new process over the same directory finds the GPUs and the target as they were.
         let again = SimNode::open(NodeId::new("n0").unwrap(), 2, GpuModel::A100_40GB, clock, &dir).unwrap();
