@@ -125,20 +125,22 @@ docker kill "$(cid sim-node-a)" >/dev/null
 sleep 3
 docker start "$(cid sim-node-a)" >/dev/null
 
+# Cuts coordinator $1 off the network for 8 s, then reconnects it under its service name and waits for it.
+cut_off() {
+  docker network disconnect "$network" "$(cid "coordinator-$1")"
+  sleep 8
+  docker network connect --alias "coordinator-$1" "$network" "$(cid "coordinator-$1")"
+  wait_all_up
+}
+
 leader=$(wait_leader)
 fault "coordinator-$leader (the leader) cut off the network"
-docker network disconnect "$network" "$(cid "coordinator-$leader")"
-sleep 8
-docker network connect --alias "coordinator-$leader" "$network" "$(cid "coordinator-$leader")"
-wait_all_up
+cut_off "$leader"
 
 leader=$(wait_leader)
 follower=$(( leader % 3 + 1 ))
 fault "coordinator-$follower (a follower) cut off the network"
-docker network disconnect "$network" "$(cid "coordinator-$follower")"
-sleep 8
-docker network connect --alias "coordinator-$follower" "$network" "$(cid "coordinator-$follower")"
-wait_all_up
+cut_off "$follower"
 
 leader=$(wait_leader)
 fault "coordinator-$leader (the leader) cut from the agents only"

@@ -156,36 +156,34 @@ fn key_id(k: u32) -> String {
     format!("lin-{k}")
 }
 
-/// Creates the register tenants (value 0), retrying while the cluster elects a leader or loads its models.
+/// Sets register `k` to 0: updates its tenant, or creates it where it does not exist yet.
+async fn reset(client: &Client, k: u32) -> Result<(), tonic::Status> {
+    let req = v1::TenantRequest { spec: Some(spec(&key_id(k), slo_of(0))) };
+    let update = client
+        .call(|mut x| {
+            let req = req.clone();
+            async move { x.update_tenant(req).await }
+        })
+        .await;
+    match update {
+        Err(s) if s.code() == Code::NotFound => client
+            .call(|mut x| {
+                let req = req.clone();
+                async move { x.create_tenant(req).await }
+            })
+            .await
+            .map(|_| ()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Sets every register to 0, retrying while the cluster elects a leader or loads its models.
 async fn setup(client: &Client, keys: u32) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     for k in 0..keys {
-        loop {
-            let req = v1::TenantRequest { spec: Some(spec(&key_id(k), slo_of(0))) };
-            match client
-                .call(|mut x| {
-                    let req = req.clone();
-                    async move { x.update_tenant(req).await }
-                })
-                .await
-            {
-                Ok(_) => break,
-                Err(s) if s.code() == Code::NotFound => {
-                    match client
-                        .call(|mut x| {
-                            let req = req.clone();
-                            async move { x.create_tenant(req).await }
-                        })
-                        .await
-                    {
-                        Ok(_) => break,
-                        Err(s) if Instant::now() > deadline => anyhow::bail!("cannot create {}: {s}", key_id(k)),
-                        Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-                    }
-                }
-                Err(s) if Instant::now() > deadline => anyhow::bail!("cannot set {}: {s}", key_id(k)),
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-            }
+        while let Err(s) = reset(client, k).await {
+            anyhow::ensure!(Instant::now() < deadline, "cannot set {}: {s}", key_id(k));
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
     Ok(())
