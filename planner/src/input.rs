@@ -36,6 +36,8 @@ pub struct PlannerConfig {
     pub target_utilization: f64,
     /// MILP limits and backend.
     pub solver: SolverConfig,
+    /// Level 1 of every policy but `static` ([`crate::assign::Placement`]).
+    pub placement: crate::assign::Placement,
     /// Seed for any randomised choice (ties are broken deterministically without it).
     pub seed: u64,
 }
@@ -49,6 +51,7 @@ impl Default for PlannerConfig {
             dead_preinit_s: tessera_core::serving::DEAD_PREINIT_S,
             target_utilization: 0.8,
             solver: SolverConfig::default(),
+            placement: crate::assign::Placement::Fleet,
             seed: 0,
         }
     }
@@ -164,7 +167,7 @@ pub struct TenantInput {
     pub spec: TenantSpec,
     /// Forecast arrival rate per slot of the horizon, with its band.
     pub forecast: Forecast,
-    /// The true future arrival rate per slot: only the clairvoyant `oracle` reads it.
+    /// The true future arrival rate per slot: only the `perfect-forecast` reference reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actual: Option<Vec<f64>>,
     /// Accuracy of the model serving now.

@@ -15,6 +15,7 @@
 //! carried out (that is the coordinator's and the agents' job).
 
 pub mod assign;
+pub mod bound;
 pub mod forecast;
 pub mod input;
 pub mod level2;

@@ -75,7 +75,7 @@ pub struct GpuStats {
     /// How the solve ended.
     pub status: SolveStatus,
     /// The placed plan's planning value: its expected goodput, plus what the retrainings it completes earn beyond
-    /// the horizon where the policy counts that ([`crate::level2::evaluate::goodput_and_tail`]; tessera and oracle).
+    /// the horizon where the policy counts that ([`crate::level2::evaluate::goodput_and_tail`]; tessera and perfect-forecast).
     pub objective: f64,
     /// Proven upper bound on the planning value of any plan for these tenants on this GPU.
     pub bound: f64,

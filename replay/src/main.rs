@@ -10,6 +10,7 @@ use tessera_planner::synthetic::SyntheticSpec;
 use tessera_replay::plan_cmd;
 use tessera_replay::run::ReplayError;
 use tessera_replay::run::cli::{self as run_cli, CapacityArgs, RunArgs};
+use tessera_replay::run::study as run_study;
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +38,9 @@ enum Command {
     /// Write a synthetic Azure Functions 2019 day (invocations, durations and memory files, in the trace's exact
     /// schema: heavy-tailed popularity, a diurnal curve, periodic timers) into a folder, for `--trace`.
     SynthAzure2019(SynthArgs),
+    /// Run study files (scenarios x policies x seeds; `configs/studies/*.toml`) and write tables with 95 %
+    /// confidence intervals, CSV and plots (see docs/evaluation.md).
+    Study(run_study::StudyArgs),
     /// List the policies `--policy` accepts, one per line with what each plans.
     Policies,
 }
@@ -191,6 +195,12 @@ fn main() -> ExitCode {
         Some(Command::Plan(a)) => plan(*a),
         Some(Command::SynthAzure2019(a)) => synth(a),
         Some(Command::Policies) => Ok(format!("{}\n", tessera_planner::policies::help())),
+        Some(Command::Study(a)) => {
+            return replay_cmd(|out| {
+                let md = run_study::run(&a)?;
+                out.write_all(md.as_bytes()).map_err(|source| ReplayError::Io { path: "stdout".into(), source })
+            });
+        }
         Some(Command::Capacity(a)) => return replay_cmd(|out| run_cli::capacity(&a, out).map(drop)),
         None => return replay_cmd(|out| run_cli::run(&cli.run, out).map(drop)),
     };

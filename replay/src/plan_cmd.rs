@@ -41,7 +41,7 @@ pub struct PlanRun {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warm_slots: Option<usize>,
     /// Planning value of the plan: expected goodput over the horizon (requests within SLO x accuracy), plus what
-    /// the retrainings it completes earn beyond it where the policy counts that (tessera, oracle).
+    /// the retrainings it completes earn beyond it where the policy counts that (tessera, perfect-forecast).
     pub objective: f64,
     /// Sum of the per-GPU upper bounds.
     pub bound: f64,

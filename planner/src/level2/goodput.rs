@@ -15,6 +15,22 @@ use crate::level2::solver::{SolveError, SolverConfig};
 use crate::level2::thief;
 use crate::policy::GpuOutcome;
 
+/// Which of tessera's level-2 ideas a solve uses: the ablations and MIGRator switch them off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// Credit completed retrainings with the goodput they earn beyond the horizon ([`tail_values`]).
+    pub tail: bool,
+    /// Start from the previous round's plan and prices ([`WarmStart`]), and leave this round's for the next.
+    pub warm: bool,
+}
+
+impl Features {
+    /// Everything tessera does.
+    pub const ALL: Features = Features { tail: true, warm: true };
+    /// The problem as MIGRator states it: the horizon's goodput alone, every round solved cold.
+    pub const NONE: Features = Features { tail: false, warm: false };
+}
+
 /// The goodput plan of one GPU: build the problem from `arrivals`, credit retraining beyond the horizon, solve by
 /// column generation from the thief-scheduler start and the GPU's warm start, place, describe, and leave the next
 /// round's warm start.
@@ -25,20 +41,37 @@ pub fn solve(
     arrivals: Arrivals,
     solver: &SolverConfig,
 ) -> Result<Option<GpuOutcome>, SolveError> {
+    solve_with(input, gpu, tenants, arrivals, solver, Features::ALL)
+}
+
+/// [`solve`] with only the ideas `features` names.
+pub fn solve_with(
+    input: &PlannerInput,
+    gpu: &GpuId,
+    tenants: &[TenantId],
+    arrivals: Arrivals,
+    solver: &SolverConfig,
+    features: Features,
+) -> Result<Option<GpuOutcome>, SolveError> {
     if tenants.is_empty() {
         return Ok(None);
     }
     let mut problem = gpu_problem(input, gpu, tenants, arrivals);
-    tail_values(input, &mut problem);
+    if features.tail {
+        tail_values(input, &mut problem);
+    }
     let mut seeds = vec![thief_seed(input, &problem)];
-    let shifted = input.gpus[gpu].warm.as_ref().map(|w| shift(w, input, &problem)).unwrap_or_default();
+    let shifted = match (&input.gpus[gpu].warm, features.warm) {
+        (Some(w), true) => shift(w, input, &problem),
+        _ => Shifted::default(),
+    };
     seeds.extend(shifted.schedule);
     let cg::WarmSolved { solved, prices, .. } = cg::solve_warm(&problem, solver, &seeds, shifted.prices.as_deref())?;
     let placed = realize(&problem, &solved.schedule);
     let note = describe_retraining(&problem, &solved.schedule);
-    let warm = warm_start(input, &problem, &solved.schedule, prices);
+    let warm = features.warm.then(|| warm_start(input, &problem, &solved.schedule, prices));
     let mut outcome = GpuOutcome::new(problem, placed, solved.bound, solved.status, note);
-    outcome.warm = Some(warm);
+    outcome.warm = warm;
     Ok(Some(outcome))
 }
 

@@ -42,7 +42,7 @@ impl Policy for Astraea {
     }
 
     fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError> {
-        let l1 = assign::spread(input, 7);
+        let l1 = assign::place(input);
         plan_fleet(self.name(), input, l1, |gpu, tenants| level2(input, gpu, tenants))
     }
 }

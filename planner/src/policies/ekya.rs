@@ -65,7 +65,7 @@ impl Policy for Ekya {
     }
 
     fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError> {
-        let l1 = assign::spread(input, 7);
+        let l1 = assign::place(input);
         plan_fleet(self.name(), input, l1, |gpu, tenants| self.level2(input, gpu, tenants))
     }
 }

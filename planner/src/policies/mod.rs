@@ -10,8 +10,8 @@
 pub mod astraea;
 pub mod ekya;
 pub mod migrator;
-pub mod oracle;
 pub mod paris;
+pub mod perfect_forecast;
 pub mod static_layout;
 pub mod tessera;
 
@@ -33,7 +33,7 @@ pub const REGISTRY: &[Entry] = &[
     Entry {
         name: "tessera",
         about: "ours: fleet-wide level 1, goodput column generation over the forecast band, warm starts",
-        make: || Box::new(tessera::Tessera),
+        make: || Box::new(tessera::Tessera::default()),
     },
     Entry { name: "migrator", about: "MIGRator's per-GPU goodput ILP", make: || Box::new(migrator::Migrator) },
     Entry {
@@ -57,9 +57,39 @@ pub const REGISTRY: &[Entry] = &[
         make: || Box::new(static_layout::StaticLayout),
     },
     Entry {
-        name: "oracle",
-        about: "perfect-forecast reference: tessera planning with the true future rates (not a bound)",
-        make: || Box::new(oracle::Oracle),
+        name: "perfect-forecast",
+        about: "reference: tessera planning with the true future rates (not a bound; see replay's upper bound)",
+        make: || Box::new(perfect_forecast::PerfectForecast),
+    },
+];
+
+/// Tessera with one idea switched off at a time, for ablation studies: by name like any policy, but not among the
+/// defaults of a run.
+pub const ABLATIONS: &[Entry] = &[
+    Entry {
+        name: "tessera-spread",
+        about: "ablation: tessera with level 1 spreading tenants by demand instead of the fleet placement",
+        make: || Box::new(tessera::Tessera::without(tessera::Ablation::Spread)),
+    },
+    Entry {
+        name: "tessera-point",
+        about: "ablation: tessera planning for the forecast mean instead of its band",
+        make: || Box::new(tessera::Tessera::without(tessera::Ablation::PointForecast)),
+    },
+    Entry {
+        name: "tessera-no-tail",
+        about: "ablation: tessera without crediting retraining beyond the horizon",
+        make: || Box::new(tessera::Tessera::without(tessera::Ablation::NoTail)),
+    },
+    Entry {
+        name: "tessera-cold",
+        about: "ablation: tessera without warm starts",
+        make: || Box::new(tessera::Tessera::without(tessera::Ablation::ColdStart)),
+    },
+    Entry {
+        name: "tessera-no-burst",
+        about: "ablation: tessera without replanning on bursts (where the run replans on bursts)",
+        make: || Box::new(tessera::Tessera::without(tessera::Ablation::NoBurstReplans)),
     },
 ];
 
@@ -68,18 +98,24 @@ pub fn names() -> Vec<&'static str> {
     REGISTRY.iter().map(|e| e.name).collect()
 }
 
-/// The policy called `name`.
+/// The names of every policy and ablation.
+pub fn all_names() -> Vec<&'static str> {
+    REGISTRY.iter().chain(ABLATIONS).map(|e| e.name).collect()
+}
+
+/// The policy (or ablation) called `name`.
 pub fn by_name(name: &str) -> Result<Box<dyn Policy>, String> {
     REGISTRY
         .iter()
+        .chain(ABLATIONS)
         .find(|e| e.name == name)
         .map(|e| (e.make)())
-        .ok_or_else(|| format!("unknown policy {name:?} (known: {})", names().join(", ")))
+        .ok_or_else(|| format!("unknown policy {name:?} (known: {})", all_names().join(", ")))
 }
 
 /// One line per policy, `name: about`, for help texts.
 pub fn help() -> String {
-    REGISTRY.iter().map(|e| format!("{}: {}", e.name, e.about)).collect::<Vec<_>>().join("\n")
+    REGISTRY.iter().chain(ABLATIONS).map(|e| format!("{}: {}", e.name, e.about)).collect::<Vec<_>>().join("\n")
 }
 
 #[cfg(test)]
@@ -88,13 +124,13 @@ mod tests {
 
     #[test]
     fn every_entry_makes_the_policy_it_names() {
-        for e in REGISTRY {
+        for e in REGISTRY.iter().chain(ABLATIONS) {
             assert_eq!((e.make)().name(), e.name);
         }
-        let mut names = names();
+        let mut names = all_names();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), REGISTRY.len(), "policy names are unique");
+        assert_eq!(names.len(), REGISTRY.len() + ABLATIONS.len(), "policy names are unique");
         assert!(by_name("nonsense").err().is_some_and(|e| e.contains("known: tessera")));
     }
 }

@@ -1,7 +1,7 @@
 //! `tessera`: Tessera's policy.
 //!
 //! It starts from the MIGRator goodput MILP and adds what MIGRator lacks:
-//! - **Fleet-wide level 1** ([`crate::assign::balanced`]): sticky, memory-aware, demand-balanced, and spreading
+//! - **Fleet-wide level 1** ([`crate::assign::balanced`], the default `--placement` of every policy): sticky, memory-aware, demand-balanced, and spreading
 //!   tenants that slow each other down when an interference table is given.
 //! - **A formulation that solves in milliseconds** ([`crate::level2::ilp`]): profile counts against maximal count vectors
 //!   instead of per-slice overlap rows, retraining as enumerated non-preemptive options instead of big-M progress.
@@ -24,22 +24,63 @@
 use crate::assign;
 use crate::input::PlannerInput;
 use crate::level2::build::Arrivals;
-use crate::level2::goodput;
+use crate::level2::goodput::{self, Features};
 use crate::policy::{PlanError, PlanOutcome, Policy, plan_fleet};
 
-/// Tessera's policy.
+/// One of tessera's ideas switched off, for ablation studies (`tessera-*` policies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ablation {
+    /// Nothing switched off: tessera itself.
+    #[default]
+    None,
+    /// Level 1 spreads tenants by demand ([`assign::spread`]) instead of the fleet placement.
+    Spread,
+    /// Level 2 plans for the forecast mean instead of the band.
+    PointForecast,
+    /// No accuracy credited beyond the horizon.
+    NoTail,
+    /// No warm start: every round solved cold.
+    ColdStart,
+    /// No replanning inside a window on bursts, even when the run asks for it.
+    NoBurstReplans,
+}
+
+/// Tessera's policy, or one of its ablations.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Tessera;
+pub struct Tessera {
+    /// What is switched off.
+    pub ablation: Ablation,
+}
+
+impl Tessera {
+    /// The ablation that switches `ablation` off.
+    pub const fn without(ablation: Ablation) -> Tessera {
+        Tessera { ablation }
+    }
+}
 
 impl Policy for Tessera {
     fn name(&self) -> &'static str {
-        "tessera"
+        match self.ablation {
+            Ablation::None => "tessera",
+            Ablation::Spread => "tessera-spread",
+            Ablation::PointForecast => "tessera-point",
+            Ablation::NoTail => "tessera-no-tail",
+            Ablation::ColdStart => "tessera-cold",
+            Ablation::NoBurstReplans => "tessera-no-burst",
+        }
+    }
+
+    fn replans_on_bursts(&self) -> bool {
+        self.ablation != Ablation::NoBurstReplans
     }
 
     fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError> {
-        let l1 = assign::balanced(input);
+        let l1 = if self.ablation == Ablation::Spread { assign::spread(input, 7) } else { assign::place(input) };
+        let arrivals = if self.ablation == Ablation::PointForecast { Arrivals::Point } else { Arrivals::Band };
+        let features = Features { tail: self.ablation != Ablation::NoTail, warm: self.ablation != Ablation::ColdStart };
         plan_fleet(self.name(), input, l1, |gpu, tenants| {
-            goodput::solve(input, gpu, tenants, Arrivals::Band, &input.config.solver)
+            goodput::solve_with(input, gpu, tenants, arrivals, &input.config.solver, features)
         })
     }
 }

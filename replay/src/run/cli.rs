@@ -16,7 +16,7 @@ use tessera_sim::executor::LateRequests;
 use super::capacity::{self, CapacityResult};
 use super::driver::{RateTable, run_policy};
 use super::report::Comparison;
-use super::{Prepared, ReplayError, RunSpec, prepare};
+use super::{Prepared, ReplayError, RunSpec, Scenario, prepare};
 use crate::trace::TraceArgs;
 
 /// The trace replay runs when none is given: the Azure LLM 2023 conversation trace (one hour, shipped in
@@ -38,8 +38,8 @@ pub struct RunArgs {
     /// How the trace is read, windowed and sampled.
     #[command(flatten)]
     pub trace_args: TraceArgs,
-    /// Policies to compare, separated by commas (`replay policies` lists them). With the perfect-forecast
-    /// reference (oracle) among them, every goodput is also divided by its goodput.
+    /// Policies to compare, separated by commas (`replay policies` lists them, ablations included). Every goodput
+    /// is also divided by the run's upper bound (docs/evaluation.md).
     #[arg(long, default_value_t = default_policies())]
     pub policy: String,
     /// GPUs of the fleet (nodes of 8), unless --fleet is given.
@@ -88,10 +88,15 @@ pub struct RunArgs {
     pub target_utilization: f64,
     /// Relative optimality gap at which the planning policies (tessera, migrator) stop a GPU's solve, in [0, 1):
     /// larger plans faster and worse (tessera on 100 GPUs of a synthetic Azure Functions 2019 day: 0.04 planned
-    /// 1.8x as fast as 0.01 and lost 4.9 % of the day's goodput; docs/results.md). The oracle always solves to
-    /// 1e-4. In cluster mode, give `coordinator dev-cluster` the same value.
+    /// 1.8x as fast as 0.01 and lost 4.9 % of the day's goodput; docs/results.md). The perfect-forecast reference
+    /// always solves to 1e-4. In cluster mode, give `coordinator dev-cluster` the same value.
     #[arg(long, default_value_t = RoundSettings::default().planner.solver.mip_rel_gap)]
     pub gap: f64,
+    /// Level 1 of every policy but static: fleet (tessera's placement: sticky, memory-aware, demand-balanced), spread
+    /// (by demand onto the least-loaded GPU) or round-robin (demand-blind). The same for every policy, so that the
+    /// comparison is between the per-GPU policies; vary it to study placement.
+    #[arg(long, default_value = "fleet", value_name = "RULE")]
+    pub placement: String,
     /// Forecaster of every tenant: last, ewma or seasonal (a day of slots).
     #[arg(long, default_value_t = RoundSettings::default().forecaster)]
     pub forecaster: String,
@@ -138,7 +143,7 @@ pub struct RunArgs {
     /// Also plan inside a window, at the end of any slot whose arrivals leave the bands of the forecasts the current
     /// plan was made with (rates above twice the band's high edge, by at least 5 % of the fleet's forecast rate in
     /// all): the policy reacts to a burst within a slot instead of at the next window. The same for every policy but
-    /// the oracle (which sees bursts coming). In cluster mode, start the cluster with `coordinator dev-cluster
+    /// the perfect-forecast reference (which sees bursts coming). In cluster mode, start the cluster with `coordinator dev-cluster
     /// --replan-on-burst` too.
     #[arg(long)]
     pub replan_on_burst: bool,
@@ -222,6 +227,7 @@ impl RunArgs {
                 horizon_slots: self.horizon,
                 target_utilization: self.target_utilization,
                 solver: SolverConfig { mip_rel_gap: self.gap, ..defaults.solver },
+                placement: self.placement.parse().map_err(|e| ReplayError::Usage(format!("--placement: {e}")))?,
                 ..defaults
             },
             forecaster,
@@ -293,11 +299,15 @@ fn describe(p: &Prepared) -> String {
     )
 }
 
-/// `replay [--trace FILE] ...`: runs every policy, prints the table (or JSON), writes `--out`.
-pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayError> {
+/// Runs every policy of `args` (and the upper bound) and returns the comparison with the scenario it ran; `quiet`
+/// prints nothing on stderr (studies run many at once).
+pub fn compare(args: &RunArgs, quiet: bool) -> Result<(Comparison, Scenario), ReplayError> {
     let spec = args.spec()?;
     let prepared = prepare(&spec)?;
-    eprintln!("{}", describe(&prepared));
+    if !quiet {
+        eprintln!("{}", describe(&prepared));
+    }
+    let bar = |len: u64, prefix: String| if quiet { ProgressBar::hidden() } else { bar(len, prefix) };
     let scenario = &prepared.scenario;
     let truth = RateTable::measure(
         prepared.arrivals.as_ref(),
@@ -332,7 +342,15 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayErro
         pb.finish_and_clear();
         runs.push(r?);
     }
-    let cmp = Comparison { trace: scenario.name.clone(), seed: spec.seed, runs };
+    let upper_bound = Some(super::driver::upper_bound(scenario, prepared.arrivals.as_ref())?);
+    let cmp = Comparison { trace: scenario.name.clone(), seed: spec.seed, runs, upper_bound };
+    Ok((cmp, prepared.scenario))
+}
+
+/// `replay [--trace FILE] ...`: runs every policy, prints the table (or JSON), writes `--out`.
+pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayError> {
+    let (cmp, scenario) = compare(args, false)?;
+    let scenario = &scenario;
     let text = if args.json {
         format!("{}\n", serde_json::to_string_pretty(&cmp.summary(scenario)).expect("JSON values serialise"))
     } else {

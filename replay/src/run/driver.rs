@@ -42,7 +42,7 @@ use super::arrivals::{ArrivalSource, Arrivals, TickCounts};
 use super::{ReplayError, Scenario};
 
 /// Per-tenant arrival rates per slot over the whole run (requests per second), measured from the arrivals
-/// themselves: the truth the oracle plans with and the forecasters observe.
+/// themselves: the truth the perfect-forecast reference plans with and the forecasters observe.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RateTable {
     /// Slot length, ms.
@@ -107,6 +107,68 @@ impl RateTable {
         let per_slot = self.slot_ms / 1000.0;
         self.rates.iter().flatten().map(|r| r * per_slot).sum()
     }
+}
+
+/// The arrivals of a run as the upper bound reads them ([`tessera_planner::bound::Demand`]): per tenant and slot,
+/// the requests that arrived and those of them within the tenant's SLO (`slo_ms`) of the slot's end. With
+/// `fluid_tick_ms`, the source's expected counts per tick (what a fluid run serves), a tick counted in the tail
+/// when it ends within the SLO of the slot's end.
+pub fn bound_demand(
+    arrivals: &dyn Arrivals,
+    slo_ms: &[f64],
+    slot_ms: f64,
+    duration_ms: f64,
+    fluid_tick_ms: Option<f64>,
+) -> Result<tessera_planner::bound::Demand, ReplayError> {
+    let tenants = slo_ms.len();
+    let slots = (duration_ms / slot_ms).ceil() as usize;
+    let mut counts = vec![vec![0.0f64; slots]; tenants];
+    let mut tail = vec![vec![0.0f64; slots]; tenants];
+    let mut src = arrivals.open()?;
+    let mut buf = Vec::new();
+    let mut ticks = TickCounts::default();
+    for s in 0..slots {
+        let (from, to) = (s as f64 * slot_ms, ((s + 1) as f64 * slot_ms).min(duration_ms));
+        let end = (s + 1) as f64 * slot_ms;
+        if let Some(tick_ms) = fluid_tick_ms {
+            ticks.reset(from, to, tick_ms, tenants);
+            src.count_until(to, &mut ticks)?;
+            for k in 0..ticks.ticks() {
+                let tick_end = from + (k + 1) as f64 * tick_ms;
+                for (t, n) in ticks.tick(k).iter().enumerate() {
+                    counts[t][s] += n;
+                    if tick_end > end - slo_ms[t] {
+                        tail[t][s] += n;
+                    }
+                }
+            }
+            continue;
+        }
+        buf.clear();
+        src.next_until(to, &mut buf)?;
+        for a in &buf {
+            let t = a.tenant.0 as usize;
+            let s = ((a.at_ms / slot_ms) as usize).min(slots.saturating_sub(1));
+            counts[t][s] += 1.0;
+            if a.at_ms >= (s + 1) as f64 * slot_ms - slo_ms[t] {
+                tail[t][s] += 1.0;
+            }
+        }
+    }
+    Ok(tessera_planner::bound::Demand { slot_ms, duration_ms, arrivals: counts, tail })
+}
+
+/// The upper bound on any policy's goodput over `scenario` with `arrivals` ([`tessera_planner::bound`]), at the
+/// planner's slot length.
+pub fn upper_bound(
+    scenario: &Scenario,
+    arrivals: &dyn Arrivals,
+) -> Result<tessera_planner::bound::UpperBound, ReplayError> {
+    let slo: Vec<f64> = scenario.tenants.iter().map(|t| t.slo_ms).collect();
+    let demand =
+        bound_demand(arrivals, &slo, scenario.planner.slot_s * 1000.0, scenario.duration_ms, scenario.fluid_tick_ms)?;
+    tessera_planner::bound::upper_bound(&scenario.tenants, &scenario.models, &scenario.gpus, &demand)
+        .map_err(|e| ReplayError::Plan(format!("upper bound: {e}")))
 }
 
 /// One planning window of one policy's run.

@@ -7,6 +7,7 @@
 //! - [`report`]: the terminal table, `summary.json`, `timeseries.csv` and `report.html`.
 //! - [`capacity`]: the fewest GPUs meeting an SLO-attainment target, per policy.
 //! - [`cli`]: the command-line arguments and commands.
+//! - [`study`]: `replay study`, scenarios x policies x seeds with confidence intervals.
 //!
 //! Determinism: every random choice (trace arrival conventions, scaling, tenant specs, Poisson streams) is drawn
 //! from `--seed`; the executor draws nothing and the planner is deterministic, so the same inputs and seed give
@@ -19,6 +20,7 @@ pub mod cluster;
 pub mod driver;
 pub mod mapping;
 pub mod report;
+pub mod study;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -8,6 +8,8 @@ use plotters::prelude::*;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use tessera_planner::bound::UpperBound;
+
 use super::driver::{LAYOUT_GPUS, PolicyRun};
 use super::{ReplayError, Scenario};
 
@@ -20,18 +22,14 @@ pub struct Comparison {
     pub seed: u64,
     /// Per policy, in the order run.
     pub runs: Vec<PolicyRun>,
+    /// The upper bound on any policy's goodput over the run ([`tessera_planner::bound`]).
+    pub upper_bound: Option<UpperBound>,
 }
 
 impl Comparison {
-    /// Goodput of the run of the policy that sees the truth (the perfect-forecast reference), if there was one.
-    pub fn oracle_goodput(&self) -> Option<f64> {
-        let sees_truth = |name: &str| tessera_planner::policies::by_name(name).is_ok_and(|p| p.sees_truth());
-        self.runs.iter().find(|r| sees_truth(&r.policy)).map(|r| r.total.goodput)
-    }
-
-    /// `goodput / oracle goodput` for `run` (`None` without an oracle run).
-    pub fn vs_oracle(&self, run: &PolicyRun) -> Option<f64> {
-        self.oracle_goodput().map(|o| if o > 0.0 { run.total.goodput / o } else { 0.0 })
+    /// `goodput / upper bound` for `run` (`None` without a bound; 1 when the bound is 0).
+    pub fn over_bound(&self, run: &PolicyRun) -> Option<f64> {
+        self.upper_bound.as_ref().map(|b| if b.goodput > 0.0 { run.total.goodput / b.goodput } else { 1.0 })
     }
 
     /// The terminal table.
@@ -39,10 +37,10 @@ impl Comparison {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{:<9} {:>14} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7}",
+            "{:<16} {:>14} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7}",
             "policy",
             "goodput",
-            "vs_oracle",
+            "/bound",
             "slo_att",
             "mean_acc",
             "retrains",
@@ -55,10 +53,10 @@ impl Comparison {
         for r in &self.runs {
             let _ = writeln!(
                 s,
-                "{:<9} {:>14.1} {:>9} {:>8.4} {:>8.4} {:>8} {:>8} {:>8.2} {:>9} {:>8.1} {:>7.2}",
+                "{:<16} {:>14.1} {:>9} {:>8.4} {:>8.4} {:>8} {:>8} {:>8.2} {:>9} {:>8.1} {:>7.2}",
                 r.policy,
                 r.total.goodput,
-                self.vs_oracle(r).map_or("-".to_string(), |v| format!("{v:.4}")),
+                self.over_bound(r).map_or("-".to_string(), |v| format!("{v:.4}")),
                 r.total.slo_attainment(),
                 r.total.mean_accuracy(),
                 r.retrainings_completed,
@@ -67,6 +65,13 @@ impl Comparison {
                 r.total.requests,
                 r.plan_ms_median,
                 r.wall_s,
+            );
+        }
+        if let Some(b) = &self.upper_bound {
+            let _ = writeln!(
+                s,
+                "{:<16} {:>14.1} {:>9}  (no policy can exceed it: docs/evaluation.md)",
+                "upper-bound", b.goodput, "1.0000"
             );
         }
         s
@@ -80,7 +85,7 @@ impl Comparison {
                 r.policy.clone(),
                 json!({
                     "goodput": r.total.goodput,
-                    "goodput_vs_oracle": self.vs_oracle(r),
+                    "goodput_over_bound": self.over_bound(r),
                     "slo_attainment": r.total.slo_attainment(),
                     "mean_accuracy": r.total.mean_accuracy(),
                     "reconfigurations": r.reconfigurations,
@@ -101,6 +106,12 @@ impl Comparison {
         json!({
             "trace": self.trace,
             "seed": self.seed,
+            "upper_bound": self.upper_bound.as_ref().map(|b| json!({
+                "goodput": b.goodput,
+                "method": b.method,
+                "within_slo_at_optimum": b.within_slo,
+                "accuracy": b.accuracy,
+            })),
             "scenario": {
                 "gpus": scenario.gpus.len(),
                 "tenants": scenario.tenants.len(),

@@ -1,0 +1,582 @@
+//! `replay study FILE...`: scenarios x policies x seeds from a study file, with means and 95 % confidence intervals.
+//!
+//! A study file (TOML) names its seeds, its policies, the options every scenario shares and its scenarios; each
+//! scenario is a set of `replay` options (the flags without `--`: `trace`, `gpus`, `load`, `duration`,
+//! `executor`, ...) and the set it belongs to (`tuning` or `evaluation`, see `docs/evaluation.md`). Every
+//! (scenario, seed) runs every policy through the same simulator with the same arrivals, as `replay` does, and
+//! divides each goodput by the run's upper bound. Writes, per study, `results.md`, `runs.csv` (one row per scenario,
+//! seed and policy), `summary.csv` (mean and interval per scenario and policy) and `goodput_over_bound.svg`.
+//!
+//! Intervals are Student-t 95 % intervals over seeds. Ratios between policies are paired: the ratio is taken per
+//! seed, on the same arrivals, then averaged. A set's figure is, per seed, the mean over its scenarios; the interval
+//! is over seeds.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::{Args, Parser};
+use plotters::prelude::*;
+use rayon::prelude::*;
+use serde::Deserialize;
+
+use super::ReplayError;
+use super::cli::{RunArgs, compare};
+
+/// Arguments of `replay study`.
+#[derive(Debug, Clone, Args)]
+pub struct StudyArgs {
+    /// Study files (TOML; `configs/studies/*.toml`).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Write each study's results into DIR/<study name>/.
+    #[arg(long, default_value = "study-out", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Also write every study's tables into one Markdown file (how `docs/results.md` is made).
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// Run only the first N seeds of each study (a quick look; the intervals widen).
+    #[arg(long, value_name = "N")]
+    pub seeds: Option<usize>,
+}
+
+/// A study file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyFile {
+    /// Its name (the output folder).
+    pub name: String,
+    /// What it asks, in a paragraph.
+    #[serde(default)]
+    pub description: String,
+    /// Seeds (at least 2 for an interval; 5 or more to report).
+    pub seeds: Vec<u64>,
+    /// Policies, as `--policy` takes them.
+    pub policies: Vec<String>,
+    /// The policy every other is compared with (ratios `baseline / other`); default `tessera`.
+    #[serde(default = "default_baseline")]
+    pub baseline: String,
+    /// Options every scenario shares (a scenario's own win).
+    #[serde(default)]
+    pub options: toml::Table,
+    /// Goals the results are checked against.
+    #[serde(default)]
+    pub goals: Goals,
+    /// The scenarios.
+    pub scenario: Vec<toml::Table>,
+}
+
+fn default_baseline() -> String {
+    "tessera".into()
+}
+
+/// Goals: where the baseline must reach.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Goals {
+    /// Baseline goodput over the upper bound, at least.
+    pub over_bound: Option<f64>,
+    /// Baseline goodput over each named policy's, at least.
+    #[serde(default)]
+    pub ratio: BTreeMap<String, f64>,
+}
+
+/// One policy's figures on one (scenario, seed).
+#[derive(Debug, Clone)]
+struct Row {
+    scenario: usize,
+    seed: u64,
+    policy: String,
+    goodput: f64,
+    bound: f64,
+    slo_attainment: f64,
+    mean_accuracy: f64,
+    reconfigurations: u64,
+    plan_ms: f64,
+}
+
+/// A mean and the half-width of its 95 % interval (NaN with fewer than two samples).
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    mean: f64,
+    half: f64,
+    n: usize,
+}
+
+impl Estimate {
+    fn of(xs: &[f64]) -> Estimate {
+        let n = xs.len();
+        if n == 0 {
+            return Estimate { mean: f64::NAN, half: f64::NAN, n };
+        }
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        if n < 2 {
+            return Estimate { mean, half: f64::NAN, n };
+        }
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        Estimate { mean, half: t975(n - 1) * (var / n as f64).sqrt(), n }
+    }
+
+    fn show(&self, digits: usize) -> String {
+        if self.half.is_nan() {
+            format!("{:.*}", digits, self.mean)
+        } else {
+            format!("{:.*} ± {:.*}", digits, self.mean, digits, self.half)
+        }
+    }
+}
+
+/// The 97.5 % quantile of Student's t with `df` degrees of freedom (two-sided 95 %).
+fn t975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    T.get(df.max(1) - 1).copied().unwrap_or(1.96)
+}
+
+/// A scenario read from a study file.
+#[derive(Debug, Clone)]
+struct Scenario {
+    name: String,
+    set: String,
+    /// The replay flags it stands for (without `--seed` and `--policy`).
+    flags: Vec<String>,
+    args: RunArgs,
+}
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Reads and checks a study file.
+pub fn load(path: &Path) -> Result<StudyFile, ReplayError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ReplayError::Usage(format!("{}: cannot read: {e}", path.display())))?;
+    let study: StudyFile = toml::from_str(&text).map_err(|e| ReplayError::Usage(format!("{}: {e}", path.display())))?;
+    let bad = |what: String| ReplayError::Usage(format!("{}: {what}", path.display()));
+    if study.seeds.is_empty() {
+        return Err(bad("seeds: give at least one seed".into()));
+    }
+    if study.policies.is_empty() {
+        return Err(bad("policies: give at least one policy".into()));
+    }
+    for p in study.policies.iter().chain([&study.baseline]).chain(study.goals.ratio.keys()) {
+        tessera_planner::policies::by_name(p).map_err(|e| bad(format!("policies: {e}")))?;
+    }
+    if !study.policies.contains(&study.baseline) {
+        return Err(bad(format!("baseline {:?} is not among the policies", study.baseline)));
+    }
+    if study.scenario.is_empty() {
+        return Err(bad("no [[scenario]]".into()));
+    }
+    Ok(study)
+}
+
+/// The flags of a TOML table of options.
+fn flags_of(table: &toml::Table, path: &Path, what: &str) -> Result<Vec<String>, ReplayError> {
+    let mut out = Vec::new();
+    for (k, v) in table {
+        if ["seed", "policy", "out", "json", "mode", "coordinator"].contains(&k.as_str()) {
+            return Err(ReplayError::Usage(format!(
+                "{}: {what}: {k:?} is set by the study, not by a scenario",
+                path.display()
+            )));
+        }
+        match v {
+            toml::Value::Boolean(true) => out.push(format!("--{k}")),
+            toml::Value::Boolean(false) => {}
+            toml::Value::String(s) => out.extend([format!("--{k}"), s.clone()]),
+            toml::Value::Integer(i) => out.extend([format!("--{k}"), i.to_string()]),
+            toml::Value::Float(f) => out.extend([format!("--{k}"), f.to_string()]),
+            other => {
+                return Err(ReplayError::Usage(format!(
+                    "{}: {what}: {k:?} must be a string, number or boolean (got {})",
+                    path.display(),
+                    other.type_str()
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn scenarios(study: &StudyFile, path: &Path) -> Result<Vec<Scenario>, ReplayError> {
+    let mut out = Vec::new();
+    for (i, table) in study.scenario.iter().enumerate() {
+        let mut table = table.clone();
+        let take = |t: &mut toml::Table, key: &str| -> Result<String, ReplayError> {
+            match t.remove(key) {
+                Some(toml::Value::String(s)) => Ok(s),
+                _ => Err(ReplayError::Usage(format!(
+                    "{}: scenario {}: {key} (a string) is required",
+                    path.display(),
+                    i + 1
+                ))),
+            }
+        };
+        let name = take(&mut table, "name")?;
+        let set = take(&mut table, "set")?;
+        if set != "tuning" && set != "evaluation" {
+            return Err(ReplayError::Usage(format!(
+                "{}: scenario {name}: set must be tuning or evaluation (got {set:?})",
+                path.display()
+            )));
+        }
+        let what = format!("scenario {name}");
+        let mut merged = study.options.clone();
+        merged.extend(table);
+        let flags = flags_of(&merged, path, &what)?;
+        let argv = std::iter::once("replay".to_string()).chain(flags.iter().cloned());
+        let args = Flags::try_parse_from(argv)
+            .map_err(|e| ReplayError::Usage(format!("{}: {what}: {}", path.display(), e.to_string().trim())))?
+            .run;
+        args.spec().map_err(|e| ReplayError::Usage(format!("{}: {what}: {e}", path.display())))?;
+        out.push(Scenario { name, set, flags, args });
+    }
+    Ok(out)
+}
+
+/// `replay study`: runs every study file, writes its results, and returns the Markdown of all of them.
+pub fn run(args: &StudyArgs) -> Result<String, ReplayError> {
+    let mut loaded = Vec::new();
+    for f in &args.files {
+        let study = load(f)?;
+        let sc = scenarios(&study, f)?;
+        loaded.push((f.clone(), study, sc));
+    }
+    let mut markdown = String::new();
+    for (path, mut study, sc) in loaded {
+        if let Some(n) = args.seeds {
+            study.seeds.truncate(n.max(1));
+        }
+        let started = Instant::now();
+        let rows = run_study(&study, &sc)?;
+        let wall = started.elapsed().as_secs_f64();
+        let dir = args.out.join(&study.name);
+        std::fs::create_dir_all(&dir).map_err(|source| ReplayError::Io { path: dir.clone(), source })?;
+        let md = render(&study, &sc, &rows, &path, args, wall);
+        write(&dir.join("results.md"), &md)?;
+        write(&dir.join("runs.csv"), &runs_csv(&sc, &rows))?;
+        write(&dir.join("summary.csv"), &summary_csv(&study, &sc, &rows))?;
+        write(&dir.join("goodput_over_bound.svg"), &plot(&study, &sc, &rows)?)?;
+        eprintln!("study {}: {} runs in {wall:.0} s; wrote {}", study.name, rows.len(), dir.display());
+        markdown.push_str(&md);
+        markdown.push('\n');
+    }
+    if let Some(f) = &args.markdown {
+        write(f, &markdown)?;
+    }
+    Ok(markdown)
+}
+
+fn write(path: &Path, text: &str) -> Result<(), ReplayError> {
+    std::fs::write(path, text).map_err(|source| ReplayError::Io { path: path.to_path_buf(), source })
+}
+
+/// Every (scenario, seed), two at a time.
+fn run_study(study: &StudyFile, sc: &[Scenario]) -> Result<Vec<Row>, ReplayError> {
+    let jobs: Vec<(usize, u64)> = (0..sc.len()).flat_map(|i| study.seeds.iter().map(move |s| (i, *s))).collect();
+    let total = jobs.len();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let started = Instant::now();
+    let results: Vec<Result<Vec<Row>, ReplayError>> = jobs
+        .par_iter()
+        .map(|&(i, seed)| {
+            let mut args = sc[i].args.clone();
+            args.seed = seed;
+            args.policy = study.policies.join(",");
+            args.out = None;
+            let (cmp, _) = compare(&args, true).map_err(|e| {
+                ReplayError::Usage(format!("study {}: scenario {} seed {seed}: {e}", study.name, sc[i].name))
+            })?;
+            let k = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            eprintln!(
+                "study {}: {} seed {seed} done ({k}/{total}, {:.0} s)",
+                study.name,
+                sc[i].name,
+                started.elapsed().as_secs_f64()
+            );
+            let bound = cmp.upper_bound.as_ref().map_or(f64::NAN, |b| b.goodput);
+            Ok(cmp
+                .runs
+                .iter()
+                .map(|r| Row {
+                    scenario: i,
+                    seed,
+                    policy: r.policy.clone(),
+                    goodput: r.total.goodput,
+                    bound,
+                    slo_attainment: r.total.slo_attainment(),
+                    mean_accuracy: r.total.mean_accuracy(),
+                    reconfigurations: r.reconfigurations,
+                    plan_ms: r.plan_ms_median,
+                })
+                .collect())
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for r in results {
+        rows.extend(r?);
+    }
+    Ok(rows)
+}
+
+fn over_bound(r: &Row) -> f64 {
+    if r.bound > 0.0 { r.goodput / r.bound } else { 1.0 }
+}
+
+/// `f` of `policy`'s rows on scenario `i`, by seed.
+fn by_seed(rows: &[Row], i: usize, policy: &str, f: impl Fn(&Row) -> f64) -> BTreeMap<u64, f64> {
+    rows.iter().filter(|r| r.scenario == i && r.policy == policy).map(|r| (r.seed, f(r))).collect()
+}
+
+/// Per seed, `baseline / policy` goodput on scenario `i`.
+fn ratios(rows: &[Row], i: usize, baseline: &str, policy: &str) -> BTreeMap<u64, f64> {
+    let base = by_seed(rows, i, baseline, |r| r.goodput);
+    let other = by_seed(rows, i, policy, |r| r.goodput);
+    base.iter().filter_map(|(s, b)| other.get(s).filter(|o| **o > 0.0).map(|o| (*s, b / o))).collect()
+}
+
+/// Per seed, the mean over `scenarios` of `per(i)` (seeds missing in any scenario are left out).
+fn set_mean(scenarios: &[usize], per: impl Fn(usize) -> BTreeMap<u64, f64>) -> Vec<f64> {
+    let maps: Vec<BTreeMap<u64, f64>> = scenarios.iter().map(|&i| per(i)).collect();
+    let Some(first) = maps.first() else { return Vec::new() };
+    first
+        .keys()
+        .filter(|s| maps.iter().all(|m| m.contains_key(s)))
+        .map(|s| maps.iter().map(|m| m[s]).sum::<f64>() / maps.len() as f64)
+        .collect()
+}
+
+fn render(study: &StudyFile, sc: &[Scenario], rows: &[Row], path: &Path, args: &StudyArgs, wall: f64) -> String {
+    let mut md = String::new();
+    let seeds = study.seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+    let _ = writeln!(md, "## Study: {}\n", study.name);
+    if !study.description.is_empty() {
+        let _ = writeln!(md, "{}\n", study.description.trim());
+    }
+    let _ = writeln!(
+        md,
+        "Made by `replay study {}`{} ({} scenario(s) x {} seed(s) [{seeds}] x {} policies, {wall:.0} s on this machine). \
+         Means over seeds with 95 % Student-t intervals; goodput is divided by each run's upper bound \
+         (`docs/evaluation.md`); ratios are paired per seed.\n",
+        path.display(),
+        args.seeds.map_or(String::new(), |n| format!(" --seeds {n}")),
+        sc.len(),
+        study.seeds.len(),
+        study.policies.len(),
+    );
+    for set in ["evaluation", "tuning"] {
+        let members: Vec<usize> = (0..sc.len()).filter(|&i| sc[i].set == set).collect();
+        if members.is_empty() {
+            continue;
+        }
+        let _ = writeln!(md, "### {} set: mean over its {} scenario(s)\n", capitalise(set), members.len());
+        let _ = writeln!(md, "| policy | goodput / bound | {} / policy |", study.baseline);
+        let _ = writeln!(md, "|---|---|---|");
+        for p in &study.policies {
+            let ob = Estimate::of(&set_mean(&members, |i| by_seed(rows, i, p, over_bound)));
+            let ratio = if *p == study.baseline {
+                "-".to_string()
+            } else {
+                Estimate::of(&set_mean(&members, |i| ratios(rows, i, &study.baseline, p))).show(3)
+            };
+            let _ = writeln!(md, "| {p} | {} | {ratio} |", ob.show(3));
+        }
+        md.push('\n');
+        if set == "evaluation" && (study.goals.over_bound.is_some() || !study.goals.ratio.is_empty()) {
+            let _ = writeln!(md, "Goals on the evaluation set:\n");
+            let _ = writeln!(md, "| goal | target | measured | met |");
+            let _ = writeln!(md, "|---|---|---|---|");
+            if let Some(g) = study.goals.over_bound {
+                let e = Estimate::of(&set_mean(&members, |i| by_seed(rows, i, &study.baseline, over_bound)));
+                let _ = writeln!(
+                    md,
+                    "| {} / upper bound | >= {g:.2} | {} | {} |",
+                    study.baseline,
+                    e.show(3),
+                    met(e.mean, g)
+                );
+            }
+            for (p, g) in &study.goals.ratio {
+                if !study.policies.contains(p) {
+                    continue;
+                }
+                let e = Estimate::of(&set_mean(&members, |i| ratios(rows, i, &study.baseline, p)));
+                let _ = writeln!(md, "| {} / {p} | >= {g:.2} | {} | {} |", study.baseline, e.show(3), met(e.mean, *g));
+            }
+            md.push('\n');
+        }
+    }
+    for (i, s) in sc.iter().enumerate() {
+        let _ = writeln!(md, "### {} ({} set)\n", s.name, s.set);
+        let _ = writeln!(md, "`replay {}` (seeds as above)\n", s.flags.join(" "));
+        let _ = writeln!(
+            md,
+            "| policy | goodput / bound | {} / policy | SLO attainment | mean accuracy | reconfigurations |",
+            study.baseline
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        for p in &study.policies {
+            let col = |f: fn(&Row) -> f64| Estimate::of(&by_seed(rows, i, p, f).into_values().collect::<Vec<_>>());
+            let ratio = if *p == study.baseline {
+                "-".to_string()
+            } else {
+                Estimate::of(&ratios(rows, i, &study.baseline, p).into_values().collect::<Vec<_>>()).show(3)
+            };
+            let _ = writeln!(
+                md,
+                "| {p} | {} | {ratio} | {} | {} | {} |",
+                col(over_bound).show(3),
+                col(|r| r.slo_attainment).show(3),
+                col(|r| r.mean_accuracy).show(3),
+                col(|r| r.reconfigurations as f64).show(0),
+            );
+        }
+        let bound = Estimate::of(&by_seed(rows, i, &study.baseline, |r| r.bound).into_values().collect::<Vec<_>>());
+        let _ = writeln!(md, "\nUpper bound: {} (goodput units).\n", bound.show(0));
+    }
+    md
+}
+
+fn met(value: f64, goal: f64) -> String {
+    if value >= goal { "yes".into() } else { format!("no: short by {:.3}", goal - value) }
+}
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map_or(String::new(), |f| f.to_uppercase().collect::<String>() + c.as_str())
+}
+
+fn runs_csv(sc: &[Scenario], rows: &[Row]) -> String {
+    let mut s = String::from(
+        "scenario,set,seed,policy,goodput,upper_bound,goodput_over_bound,slo_attainment,mean_accuracy,reconfigurations,plan_ms_median\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{:.3},{:.3},{:.6},{:.6},{:.6},{},{:.2}",
+            sc[r.scenario].name,
+            sc[r.scenario].set,
+            r.seed,
+            r.policy,
+            r.goodput,
+            r.bound,
+            over_bound(r),
+            r.slo_attainment,
+            r.mean_accuracy,
+            r.reconfigurations,
+            r.plan_ms
+        );
+    }
+    s
+}
+
+fn summary_csv(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> String {
+    let mut s = String::from("scenario,set,policy,seeds,goodput_over_bound,ci95,baseline_over_policy,ci95\n");
+    for (i, scen) in sc.iter().enumerate() {
+        for p in &study.policies {
+            let ob = Estimate::of(&by_seed(rows, i, p, over_bound).into_values().collect::<Vec<_>>());
+            let ratio = Estimate::of(&ratios(rows, i, &study.baseline, p).into_values().collect::<Vec<_>>());
+            let _ = writeln!(
+                s,
+                "{},{},{p},{},{:.6},{:.6},{:.6},{:.6}",
+                scen.name, scen.set, ob.n, ob.mean, ob.half, ratio.mean, ratio.half
+            );
+        }
+    }
+    s
+}
+
+/// Goodput over the bound per scenario and policy, with the interval as an error bar.
+fn plot(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> Result<String, ReplayError> {
+    const PALETTE: [RGBColor; 8] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+    ];
+    let mut out = String::new();
+    let draw = |e: String| ReplayError::Usage(format!("plot of study {}: {e}", study.name));
+    {
+        let n = study.policies.len().max(1) as f64;
+        let root = SVGBackend::with_string(&mut out, (1000, 420)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| draw(e.to_string()))?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .caption(format!("{}: goodput / upper bound (mean, 95 % interval)", study.name), ("sans-serif", 18))
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..sc.len() as f64, 0.0..1.05)
+            .map_err(|e| draw(e.to_string()))?;
+        let names: Vec<String> = sc.iter().map(|s| s.name.clone()).collect();
+        chart
+            .configure_mesh()
+            .x_labels(sc.len().max(1))
+            .x_label_formatter(&|x| names.get(x.floor() as usize).cloned().unwrap_or_default())
+            .y_desc("goodput / upper bound")
+            .draw()
+            .map_err(|e| draw(e.to_string()))?;
+        for (k, p) in study.policies.iter().enumerate() {
+            let color = PALETTE[k % PALETTE.len()];
+            let mut bars = Vec::new();
+            let mut whiskers = Vec::new();
+            for i in 0..sc.len() {
+                let e = Estimate::of(&by_seed(rows, i, p, over_bound).into_values().collect::<Vec<_>>());
+                let x0 = i as f64 + 0.1 + 0.8 * k as f64 / n;
+                let x1 = x0 + 0.8 / n * 0.9;
+                bars.push(Rectangle::new([(x0, 0.0), (x1, e.mean.max(0.0))], color.filled()));
+                if e.half.is_finite() {
+                    let xm = (x0 + x1) / 2.0;
+                    whiskers.push(PathElement::new(vec![(xm, e.mean - e.half), (xm, e.mean + e.half)], BLACK));
+                }
+            }
+            chart
+                .draw_series(bars)
+                .map_err(|e| draw(e.to_string()))?
+                .label(p.clone())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+            chart.draw_series(whiskers).map_err(|e| draw(e.to_string()))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(|e| draw(e.to_string()))?;
+        root.present().map_err(|e| draw(e.to_string()))?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_follow_student_t() {
+        let e = Estimate::of(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert!((e.mean - 3.0).abs() < 1e-12);
+        // s = sqrt(2.5), t(4) = 2.776: half-width 2.776 * sqrt(2.5 / 5).
+        assert!((e.half - 2.776 * (0.5f64).sqrt()).abs() < 1e-9);
+        assert!(Estimate::of(&[1.0]).half.is_nan());
+        assert_eq!(t975(1000), 1.96);
+    }
+
+    #[test]
+    fn a_set_mean_pairs_seeds_across_scenarios() {
+        let a = BTreeMap::from([(1, 1.0), (2, 3.0)]);
+        let b = BTreeMap::from([(1, 3.0), (3, 5.0)]);
+        let v = set_mean(&[0, 1], |i| if i == 0 { a.clone() } else { b.clone() });
+        assert_eq!(v, vec![2.0]);
+    }
+}
