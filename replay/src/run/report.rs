@@ -109,6 +109,8 @@ impl Comparison {
             "upper_bound": self.upper_bound.as_ref().map(|b| json!({
                 "goodput": b.goodput,
                 "method": b.method,
+                "lp": b.lp,
+                "lagrangian": b.lagrangian,
                 "within_slo_at_optimum": b.within_slo,
                 "accuracy": b.accuracy,
             })),

@@ -20,6 +20,11 @@
 //!
 //! The result is a linear programme per block of slots (blocks are independent: each starts with its previous
 //! block's tail as carry-in), solved with HiGHS.
+//!
+//! A second bound charges retraining for the slices it takes ([`lagrangian`]): a Lagrangian relaxation of the
+//! fleet's compute slices whose value, at any prices, is a bound. The reported bound is the smaller of the two.
+
+mod lagrangian;
 
 use std::collections::BTreeMap;
 
@@ -53,8 +58,12 @@ pub struct Demand {
 /// The bound and how it was computed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpperBound {
-    /// The bound on goodput.
+    /// The bound on goodput: the smaller of the two below.
     pub goodput: f64,
+    /// The LP bound (best reachable accuracy, retraining free).
+    pub lp: f64,
+    /// The retraining-aware Lagrangian bound, where it applies.
+    pub lagrangian: Option<f64>,
     /// Within-SLO completions in the bound's optimum (not itself a bound on SLO attainment).
     pub within_slo: f64,
     /// What the bound relaxes, in a line.
@@ -64,9 +73,11 @@ pub struct UpperBound {
 }
 
 /// The method line of [`UpperBound::method`].
-pub const METHOD: &str = "fluid LP relaxation per slot: fractional instances on the fleet's compute and memory \
-                          slices, zero reconfiguration cost, capacity at 100% of what an instance serves within SLO, \
-                          every request at the best accuracy the fleet could retrain to in a window";
+pub const METHOD: &str = "min of two relaxations: (1) fluid LP relaxation per slot: fractional instances on the \
+                          fleet's compute and memory slices, zero reconfiguration cost, capacity at 100% of what an \
+                          instance serves within SLO, every request at the best accuracy the fleet could retrain to \
+                          in a window; (2) its Lagrangian relaxation over compute slices with retraining charged its \
+                          slices, each tenant solved exactly by dynamic programming over its retraining windows";
 
 /// One tenant's serving options on one GPU model.
 #[derive(Debug, Clone)]
@@ -164,13 +175,24 @@ pub fn upper_bound(
             block(&accuracy, &opts, &counts, demand, (from, to, slots), overrun_ms)
         })
         .collect();
-    let (mut goodput, mut within_slo) = (0.0, 0.0);
+    let (mut lp, mut within_slo) = (0.0, 0.0);
     for s in solved {
         let (g, w) = s?;
-        goodput += g;
+        lp += g;
         within_slo += w;
     }
-    Ok(UpperBound { goodput, within_slo, method: METHOD.to_string(), accuracy })
+    let dt: Vec<f64> = (0..slots)
+        .map(|s| {
+            let start = s as f64 * demand.slot_ms;
+            let end = ((s + 1) as f64 * demand.slot_ms).min(demand.duration_ms.max(start));
+            (end - start + if s + 1 == slots { overrun_ms } else { 0.0 }) / 1000.0
+        })
+        .collect();
+    let model_profiles: Vec<&ModelProfile> = tenants.iter().map(|t| &profiles[&t.model]).collect();
+    let fleet = lagrangian::Fleet { models: &models, counts: &counts, dt: &dt };
+    let lagrangian = lagrangian::bound(tenants, &model_profiles, &fleet, demand, &opts, &accuracy);
+    let goodput = lagrangian.map_or(lp, |l| l.min(lp));
+    Ok(UpperBound { goodput, lp, lagrangian, within_slo, method: METHOD.to_string(), accuracy })
 }
 
 /// Solves slots `from..to`; returns the block's goodput bound and within-SLO completions.
