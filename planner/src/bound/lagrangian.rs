@@ -214,10 +214,8 @@ fn initial_prices(data: &[Tenant], supply: &[f64], slots: usize, accuracy: &[f64
 /// served there and how many it can serve. At accuracy `a`, the tenant serves on every model whose price is below
 /// `a`, earning `a - price` a request.
 fn offers(t: &Tenant, price: &[f64], s: usize, supply: &[f64]) -> Vec<(f64, f64, usize)> {
-    let mut order: Vec<(f64, usize)> = (0..supply.len())
-        .filter(|&m| t.per_slice[s][m] > 0.0)
-        .map(|m| (price[m] / t.per_slice[s][m], m))
-        .collect();
+    let mut order: Vec<(f64, usize)> =
+        (0..supply.len()).filter(|&m| t.per_slice[s][m] > 0.0).map(|m| (price[m] / t.per_slice[s][m], m)).collect();
     order.sort_by(|x, y| x.0.total_cmp(&y.0));
     let mut left = t.demand[s];
     let mut out = Vec::with_capacity(order.len());
@@ -343,10 +341,8 @@ fn tenant_value(t: &Tenant, price: &[Vec<f64>], dt: &[f64], supply: &[f64]) -> U
         (0..epochs.len()).map(|j| if j == 0 { 0.0 } else { spec.work_for_epochs(epochs[j - 1]) }).collect();
     let window_offers: Vec<Vec<(f64, f64, usize, usize)>> =
         (0..windows).map(|k| work_offers(t, price, dt, supply, range(k))).collect();
-    let cost: Vec<Vec<f64>> = window_offers
-        .iter()
-        .map(|o| charged.iter().map(|w| retrain_cost(t, dt, o, *w, None)).collect())
-        .collect();
+    let cost: Vec<Vec<f64>> =
+        window_offers.iter().map(|o| charged.iter().map(|w| retrain_cost(t, dt, o, *w, None)).collect()).collect();
     // Backwards: best[k][n] is the value from window k on, starting it at state n.
     let mut best = vec![vec![0.0; states]; windows + 1];
     let mut choice = vec![vec![None; states]; windows];

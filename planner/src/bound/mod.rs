@@ -150,7 +150,7 @@ pub fn upper_bound(
     if demand.arrivals.len() != tenants.len() || demand.tail.len() != tenants.len() {
         return Err(format!("demand has {} tenants, expected {}", demand.arrivals.len(), tenants.len()));
     }
-    if !(demand.slot_ms > 0.0) {
+    if !(demand.slot_ms.is_finite() && demand.slot_ms > 0.0) {
         return Err(format!("demand.slot_ms must be > 0 (got {})", demand.slot_ms));
     }
     let mut models: Vec<GpuModel> = gpus.values().copied().collect();

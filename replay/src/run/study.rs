@@ -8,8 +8,8 @@
 //! seed and policy), `summary.csv` (mean and interval per scenario and policy) and `goodput_over_bound.svg`.
 //!
 //! Intervals are Student-t 95 % intervals over seeds. Ratios between policies are paired: the ratio is taken per
-//! seed, on the same arrivals, then averaged. A set's figure is, per seed, the mean over its scenarios; the interval
-//! is over seeds.
+//! seed, on the same arrivals, then averaged. A set's figure is, per seed, the mean over its scenarios (the geometric
+//! mean for ratios, so that one scenario with a large ratio does not stand for the set); the interval is over seeds.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -268,7 +268,14 @@ pub fn run(args: &StudyArgs) -> Result<String, ReplayError> {
         markdown.push('\n');
     }
     if let Some(f) = &args.markdown {
-        write(f, &markdown)?;
+        let files: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
+        let header = format!(
+            "# Results\n\nMade by `replay study {}{}` on the release build (2 shared cores); do not edit by hand. The \
+             protocol, the upper bound and how to read these tables: [evaluation.md](evaluation.md).\n\n",
+            files.join(" "),
+            args.seeds.map_or(String::new(), |n| format!(" --seeds {n}")),
+        );
+        write(f, &(header + &markdown))?;
     }
     Ok(markdown)
 }
@@ -352,6 +359,12 @@ fn set_mean(scenarios: &[usize], per: impl Fn(usize) -> BTreeMap<u64, f64>) -> V
         .collect()
 }
 
+/// Per seed, the geometric mean over `scenarios` of the ratios `per(i)`.
+fn set_geomean(scenarios: &[usize], per: impl Fn(usize) -> BTreeMap<u64, f64>) -> Vec<f64> {
+    let logs = |i: usize| per(i).into_iter().filter(|(_, r)| *r > 0.0).map(|(s, r)| (s, r.ln())).collect();
+    set_mean(scenarios, logs).into_iter().map(f64::exp).collect()
+}
+
 fn render(study: &StudyFile, sc: &[Scenario], rows: &[Row], path: &Path, args: &StudyArgs, wall: f64) -> String {
     let mut md = String::new();
     let seeds = study.seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
@@ -375,7 +388,13 @@ fn render(study: &StudyFile, sc: &[Scenario], rows: &[Row], path: &Path, args: &
         if members.is_empty() {
             continue;
         }
-        let _ = writeln!(md, "### {} set: mean over its {} scenario(s)\n", capitalise(set), members.len());
+        let _ = writeln!(
+            md,
+            "### {} set: over its {} scenario(s)\n\nGoodput / bound is the mean over the scenarios, the ratio their \
+             geometric mean (per seed, then over seeds).\n",
+            capitalise(set),
+            members.len()
+        );
         let _ = writeln!(md, "| policy | goodput / bound | {} / policy |", study.baseline);
         let _ = writeln!(md, "|---|---|---|");
         for p in &study.policies {
@@ -383,7 +402,7 @@ fn render(study: &StudyFile, sc: &[Scenario], rows: &[Row], path: &Path, args: &
             let ratio = if *p == study.baseline {
                 "-".to_string()
             } else {
-                Estimate::of(&set_mean(&members, |i| ratios(rows, i, &study.baseline, p))).show(3)
+                Estimate::of(&set_geomean(&members, |i| ratios(rows, i, &study.baseline, p))).show(3)
             };
             let _ = writeln!(md, "| {p} | {} | {ratio} |", ob.show(3));
         }
@@ -406,7 +425,7 @@ fn render(study: &StudyFile, sc: &[Scenario], rows: &[Row], path: &Path, args: &
                 if !study.policies.contains(p) {
                     continue;
                 }
-                let e = Estimate::of(&set_mean(&members, |i| ratios(rows, i, &study.baseline, p)));
+                let e = Estimate::of(&set_geomean(&members, |i| ratios(rows, i, &study.baseline, p)));
                 let _ = writeln!(md, "| {} / {p} | >= {g:.2} | {} | {} |", study.baseline, e.show(3), met(e.mean, *g));
             }
             md.push('\n');
@@ -578,5 +597,7 @@ mod tests {
         let b = BTreeMap::from([(1, 3.0), (3, 5.0)]);
         let v = set_mean(&[0, 1], |i| if i == 0 { a.clone() } else { b.clone() });
         assert_eq!(v, vec![2.0]);
+        let g = set_geomean(&[0, 1], |i| BTreeMap::from([(1, if i == 0 { 1.0 } else { 4.0 })]));
+        assert!((g[0] - 2.0).abs() < 1e-12);
     }
 }
