@@ -14,8 +14,8 @@
 //! uses). Retraining gets the slices left: pending jobs, in tenant order, take the largest profile that fits
 //! beside the inference instances as soon as one does, and keep it until done. A job already running keeps its
 //! instance when inference loses no served load by leaving it alone; otherwise inference takes its slices.
-//! Level 1 spreads tenants by demand ([`crate::assign::spread`]). Re-planned every round from the latest
-//! forecast.
+//! Level 1 is the fleet placement every per-GPU policy gets ([`crate::assign::place`], `--placement`). Re-planned
+//! every round from the latest forecast.
 //!
 //! **Parameters.** None beyond the SLO and the forecast.
 

@@ -20,7 +20,8 @@
 //!   Optimus curve and work (the micro-profiling result Ekya would fit); the chosen epochs travel in the plan
 //!   (`GpuPlan::retraining_epochs`). A job already under way keeps its configuration and its instance (MIG
 //!   retraining does not migrate without a restart).
-//! - Level 1 spreads tenants by demand ([`crate::assign::spread`]); each GPU runs its own thief scheduler.
+//! - Level 1 is the fleet placement every per-GPU policy gets ([`crate::assign::place`], `--placement`); each GPU
+//!   runs its own thief scheduler.
 //! - Re-planned only at window boundaries and when a job completes: between those, a round keeps the GPU's
 //!   current instances when they still serve every tenant.
 //!

@@ -13,8 +13,8 @@
 //!   batches. The batch-size distribution is that of dynamic batching: a batch holds its first request plus those
 //!   arriving within the batching window ([`BATCH_WINDOW_OF_SLO`] of the SLO), Poisson at the tenant's mean
 //!   forecast rate, capped at the largest batch that meets the SLO.
-//! - *Several tenants per GPU.* PARIS partitions a GPU for one model. Here each GPU's tenants (spread by demand,
-//!   [`crate::assign::spread`]) share its GPC budget in proportion to their GPC-time demand, and each tenant's
+//! - *Several tenants per GPU.* PARIS partitions a GPU for one model. Here each GPU's tenants (placed by the fleet
+//!   level 1 every per-GPU policy gets, [`crate::assign::place`]) share its GPC budget in proportion to their GPC-time demand, and each tenant's
 //!   share is split across sizes by PARIS's rule. The union is made MIG-valid by removing the partitions with the
 //!   least demand per slice, then topped up with the partitions whose demand is least covered while they fit.
 //! - *Retraining.* PARIS serves inference only. When a GPU's tenants retrain, the smallest instance that fits

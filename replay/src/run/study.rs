@@ -254,7 +254,7 @@ pub fn run(args: &StudyArgs) -> Result<String, ReplayError> {
             study.seeds.truncate(n.max(1));
         }
         let started = Instant::now();
-        let rows = run_study(&study, &sc)?;
+        let rows = run_study(&study, &sc, &path)?;
         let wall = started.elapsed().as_secs_f64();
         let dir = args.out.join(&study.name);
         std::fs::create_dir_all(&dir).map_err(|source| ReplayError::Io { path: dir.clone(), source })?;
@@ -285,7 +285,7 @@ fn write(path: &Path, text: &str) -> Result<(), ReplayError> {
 }
 
 /// Every (scenario, seed), two at a time.
-fn run_study(study: &StudyFile, sc: &[Scenario]) -> Result<Vec<Row>, ReplayError> {
+fn run_study(study: &StudyFile, sc: &[Scenario], path: &Path) -> Result<Vec<Row>, ReplayError> {
     let jobs: Vec<(usize, u64)> = (0..sc.len()).flat_map(|i| study.seeds.iter().map(move |s| (i, *s))).collect();
     let total = jobs.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
@@ -298,7 +298,7 @@ fn run_study(study: &StudyFile, sc: &[Scenario]) -> Result<Vec<Row>, ReplayError
             args.policy = study.policies.join(",");
             args.out = None;
             let (cmp, _) = compare(&args, true).map_err(|e| {
-                ReplayError::Usage(format!("study {}: scenario {} seed {seed}: {e}", study.name, sc[i].name))
+                ReplayError::Usage(format!("{}: scenario {} seed {seed}: {e}", path.display(), sc[i].name))
             })?;
             let k = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             eprintln!(

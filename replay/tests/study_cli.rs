@@ -1,0 +1,119 @@
+//! `replay study`: a small study writes its tables, CSV and plot with intervals over seeds; bad study files are
+//! refused with the file and the field or scenario named.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn replay() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_replay"));
+    c.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    c
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("study_cli").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const STUDY: &str = r#"
+name = "small"
+description = "Two policies on two minutes of the conversation trace."
+seeds = [1, 2, 3]
+policies = ["tessera", "static"]
+
+[options]
+executor = "fluid"
+duration = "2m"
+horizon = 6
+
+[goals]
+over_bound = 0.5
+ratio = { static = 1.0 }
+
+[[scenario]]
+name = "conv"
+set = "evaluation"
+trace = "traces/azure-llm-2023-conv.csv"
+gpus = 1
+load = 0.5
+
+[[scenario]]
+name = "conv-tuning"
+set = "tuning"
+trace = "traces/azure-llm-2023-conv.csv"
+gpus = 1
+load = 0.9
+"#;
+
+#[test]
+fn a_study_writes_tables_with_intervals_csv_and_a_plot() {
+    let dir = scratch("small");
+    let file = dir.join("small.toml");
+    std::fs::write(&file, STUDY).unwrap();
+    let out = replay().arg("study").arg(&file).arg("--out").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let md = std::fs::read_to_string(dir.join("small/results.md")).unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{md}\n"));
+    for needle in [
+        "## Study: small",
+        "### Evaluation set",
+        "### Tuning set",
+        "| tessera / upper bound | >= 0.50 |",
+        "| tessera / static | >= 1.00 |",
+        "### conv (evaluation set)",
+        "`replay --duration 2m --executor fluid --gpus 1 --horizon 6 --load 0.5",
+        " ± ",
+    ] {
+        assert!(md.contains(needle), "{needle:?} missing:\n{md}");
+    }
+    let runs = std::fs::read_to_string(dir.join("small/runs.csv")).unwrap();
+    assert!(runs.starts_with("scenario,set,seed,policy,goodput,upper_bound,goodput_over_bound,"));
+    assert_eq!(runs.lines().count(), 1 + 2 * 3 * 2, "scenarios x seeds x policies");
+    for row in runs.lines().skip(1) {
+        let f: Vec<&str> = row.split(',').collect();
+        let (g, b): (f64, f64) = (f[4].parse().unwrap(), f[5].parse().unwrap());
+        assert!(g <= b + 1e-6, "above the bound: {row}");
+    }
+    let summary = std::fs::read_to_string(dir.join("small/summary.csv")).unwrap();
+    assert_eq!(summary.lines().count(), 1 + 2 * 2);
+    assert!(std::fs::read_to_string(dir.join("small/goodput_over_bound.svg")).unwrap().starts_with("<svg"));
+    // The same study gives the same rows (planning times aside).
+    let again = replay().arg("study").arg(&file).arg("--out").arg(dir.join("again")).output().unwrap();
+    assert!(again.status.success());
+    let figures = |csv: &str| -> Vec<String> {
+        csv.lines().map(|l| l.rsplit_once(',').map_or(l, |(head, _)| head).to_string()).collect()
+    };
+    assert_eq!(figures(&runs), figures(&std::fs::read_to_string(dir.join("again/small/runs.csv")).unwrap()));
+}
+
+#[test]
+fn bad_study_files_name_the_file_and_what_is_wrong() {
+    let dir = scratch("bad");
+    let cases = [
+        (STUDY.replace("seeds = [1, 2, 3]", "seeds = [1, 2, 3]\ncolour = 1"), "unknown field `colour`"),
+        (
+            STUDY.replace("policies = [\"tessera\", \"static\"]", "policies = [\"tessera\", \"nope\"]"),
+            "unknown policy \"nope\"",
+        ),
+        (
+            STUDY.replace("set = \"tuning\"", "set = \"holdout\""),
+            "scenario conv-tuning: set must be tuning or evaluation",
+        ),
+        (STUDY.replace("load = 0.5", "load = 0.5\nflux = 3"), "scenario conv:"),
+        (STUDY.replace("load = 0.5", "load = 0.5\nseed = 3"), "\"seed\" is set by the study"),
+        (
+            STUDY.replace("gpus = 1\nload = 0.5", "gpus = 0\nload = 0.5"),
+            "scenario conv seed 1: --gpus must be at least 1",
+        ),
+    ];
+    for (i, (text, expected)) in cases.iter().enumerate() {
+        let file = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let out = replay().arg("study").arg(&file).arg("--out").arg(&dir).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "case {i}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(&format!("bad{i}.toml")) && err.contains(expected), "case {i}: {err}");
+    }
+}
