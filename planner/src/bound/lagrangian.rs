@@ -30,8 +30,13 @@ use super::{Demand, ServeOption};
 pub const STEP: f64 = 0.0025;
 /// Epoch grid points per tenant.
 const EPOCH_POINTS: usize = 32;
-/// Subgradient iterations.
+/// Subgradient iterations, at most.
 const ITERATIONS: usize = 300;
+/// Elementary steps (tenant-slots and dynamic-programme cells) all iterations together may take: fleet- and
+/// day-sized runs get fewer iterations, and none below [`MIN_ITERATIONS`] (the LP bound then stands alone).
+const WORK_BUDGET: f64 = 3e9;
+/// Fewer iterations than this are not worth running.
+const MIN_ITERATIONS: usize = 5;
 
 /// One tenant's data.
 struct Tenant {
@@ -69,7 +74,7 @@ pub struct Fleet<'a> {
     pub dt: &'a [f64],
 }
 
-/// The bound (`None` without slots).
+/// The bound (`None` without slots, or where a run is too large for enough iterations within [`WORK_BUDGET`]).
 pub fn bound(
     tenants: &[TenantSpec],
     profiles: &[&ModelProfile],
@@ -138,11 +143,28 @@ pub fn bound(
         .collect();
     let supply: Vec<f64> = fleet.counts.iter().map(|n| 7.0 * n).collect();
     let models = supply.len();
+    let states = (grid(1.0) + 1) as f64;
+    let per_iteration: f64 = data
+        .iter()
+        .map(|t| {
+            let dp = match &t.plan {
+                Accuracy::Windows { slots: per, epochs, .. } => {
+                    slots.div_ceil(*per) as f64 * states * epochs.len() as f64
+                }
+                Accuracy::Fixed(_) => 0.0,
+            };
+            (slots * models) as f64 + dp
+        })
+        .sum();
+    let iterations = ((WORK_BUDGET / per_iteration.max(1.0)) as usize).min(ITERATIONS);
+    if iterations < MIN_ITERATIONS {
+        return None;
+    }
     let mut price = initial_prices(&data, &supply, slots, best_accuracy);
     let mut best = f64::INFINITY;
     let mut theta = 1.0;
     let mut since = 0;
-    for _ in 0..ITERATIONS {
+    for _ in 0..iterations {
         let mut value: f64 = price.iter().map(|row| row.iter().zip(&supply).map(|(p, n)| p * n).sum::<f64>()).sum();
         let mut used = vec![vec![0.0; models]; slots];
         for t in &data {

@@ -88,7 +88,7 @@ pub struct RunArgs {
     pub target_utilization: f64,
     /// Relative optimality gap at which the planning policies (tessera, migrator) stop a GPU's solve, in [0, 1):
     /// larger plans faster and worse (tessera on 100 GPUs of a synthetic Azure Functions 2019 day: 0.04 planned
-    /// 1.8x as fast as 0.01 and lost 4.9 % of the day's goodput; docs/results.md). The perfect-forecast reference
+    /// 1.8x as fast as 0.01 and lost 4.9 % of the day's goodput; docs/performance.md). The perfect-forecast reference
     /// always solves to 1e-4. In cluster mode, give `coordinator dev-cluster` the same value.
     #[arg(long, default_value_t = RoundSettings::default().planner.solver.mip_rel_gap)]
     pub gap: f64,
@@ -112,6 +112,9 @@ pub struct RunArgs {
     /// Print summary.json on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Skip the upper bound (docs/evaluation.md): on a fleet-sized day its linear programmes take minutes.
+    #[arg(long)]
+    pub no_bound: bool,
     /// in-process (planner and simulated fleet in this process, virtual time) or cluster (through a running
     /// coordinator cluster and sim-agents; needs --coordinator).
     #[arg(long, default_value = "in-process")]
@@ -342,7 +345,10 @@ pub fn compare(args: &RunArgs, quiet: bool) -> Result<(Comparison, Scenario), Re
         pb.finish_and_clear();
         runs.push(r?);
     }
-    let upper_bound = Some(super::driver::upper_bound(scenario, prepared.arrivals.as_ref())?);
+    let upper_bound = match args.no_bound {
+        true => None,
+        false => Some(super::driver::upper_bound(scenario, prepared.arrivals.as_ref())?),
+    };
     let cmp = Comparison { trace: scenario.name.clone(), seed: spec.seed, runs, upper_bound };
     Ok((cmp, prepared.scenario))
 }

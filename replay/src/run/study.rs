@@ -180,7 +180,7 @@ pub fn load(path: &Path) -> Result<StudyFile, ReplayError> {
 fn flags_of(table: &toml::Table, path: &Path, what: &str) -> Result<Vec<String>, ReplayError> {
     let mut out = Vec::new();
     for (k, v) in table {
-        if ["seed", "policy", "out", "json", "mode", "coordinator"].contains(&k.as_str()) {
+        if ["seed", "policy", "out", "json", "mode", "coordinator", "no-bound"].contains(&k.as_str()) {
             return Err(ReplayError::Usage(format!(
                 "{}: {what}: {k:?} is set by the study, not by a scenario",
                 path.display()
