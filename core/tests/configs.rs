@@ -66,6 +66,9 @@ fn every_config_file_parses() {
             // `config::tests::the_shipped_config_is_valid`, tessera-coordinator: `config::tests::the_shipped_config_is_valid`),
             // which core cannot depend on.
             ("agent.toml" | "coordinator.toml", Some("toml")) => {}
+            // Study files: loaded, with every scenario's flags parsed, by tessera-replay
+            // (`run::study::tests::every_shipped_study_loads`).
+            ("studies", Some("toml")) => {}
             _ => panic!("configs/{rel}: no parser for this file; add one to core/tests/configs.rs"),
         }
         parsed += 1;

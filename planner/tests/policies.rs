@@ -215,23 +215,26 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// MIGRator's level 2 solves its model in the count-level reformulation: on problems the placement-level ILP
-    /// solves exactly, the reformulation's optimum is never below the ILP's (the ILP charges dead time on every
-    /// placement change, the count level only where a tenant's instance changes, so the ILP's plan is feasible there
-    /// and worth at least as much).
+    /// MIGRator's level 2 solves its model in the count-level reformulation, which charges reconfiguration as the
+    /// simulator does (pre-initialised where the new instance's slices were free, cold otherwise) where the paper's
+    /// placement-level ILP charges every change the pre-initialised dead time. The count-level model never charges
+    /// a plan more than the exact evaluation does, so its optimum is at least the placement ILP's plan evaluated as the
+    /// simulator charges it: solving the reformulation loses nothing the paper's formulation would have found.
     #[test]
-    fn migrator_reformulation_reaches_the_placement_ilp_optimum(
+    fn migrator_reformulation_is_at_least_the_placement_ilp_plan(
         tenants in 1usize..=2, slots in 2usize..=4, seed in 0u64..1000, retraining in 0usize..=1,
     ) {
         let input = tiny(tenants, slots, seed, retraining);
         let pb = problem(&input, Arrivals::Point);
         let ilp = migrator::solve(&pb, &exact()).unwrap();
+        let (ilp_exact, _) = tessera_planner::level2::evaluate::goodput_and_tail(&pb, &ilp.placed);
         let cg = cg::solve(&pb, &exact()).unwrap();
         prop_assert!(
-            cg.objective >= ilp.objective * (1.0 - 1e-6) - 1e-6,
-            "reformulation {} below the placement ILP {}", cg.objective, ilp.objective
+            cg.objective >= ilp_exact * (1.0 - 1e-6) - 1e-6,
+            "reformulation {} below the placement ILP's plan {} (its own objective {})", cg.objective, ilp_exact,
+            ilp.objective
         );
     }
 }

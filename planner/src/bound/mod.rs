@@ -13,10 +13,11 @@
 //!   interference, no warm-up; only the fleet's compute and memory slices (7 and 8 per GPU, per GPU model) are
 //!   shared. An instance of profile `p` completes at most `r dt + b` requests within SLO in a slot of `dt` seconds,
 //!   where `r = max_b b / L(b)` over batches whose latency `L(b)` alone meets the SLO (100 % of what it can serve
-//!   within SLO, with no queueing) and `b` the largest such batch (one batch straddling the slot's start).
-//! - **Demand**: requests are counted in the slot where they complete. A request completed within SLO in slot `s`
-//!   arrived in slot `s` or within its SLO before the slot began (the tail `T` of slot `s - 1`), and the requests
-//!   completed by the end of any slot never exceed those that had arrived.
+//!   within SLO, with no queueing) and `b` the largest such batch (one batch straddling the slot's end).
+//! - **Demand**: requests are counted in the slot where the batch that served them started (and credited with the
+//!   accuracy of that moment, as the simulator credits them). A request served within SLO by a batch started in slot
+//!   `s` arrived in slot `s` or within its SLO before the slot began (the tail `T` of slot `s - 1`), and the requests
+//!   served by batches started by the end of any slot never exceed those that had arrived.
 //!
 //! The result is a linear programme per block of slots (blocks are independent: each starts with its previous
 //! block's tail as carry-in), solved with HiGHS.

@@ -17,8 +17,11 @@
 //! same model in tessera's exact reformulation ([`crate::level2::ilp`], [`crate::level2::cg`]): profile counts
 //! against maximal count vectors instead of per-slice overlap rows (every count vector inside a maximal one has a
 //! placement, [`crate::level2::realize`]), retraining as enumerated non-preemptive options instead of big-M
-//! progress. Column generation proves its gap, deterministically; tests check that both formulations reach the same
-//! optimum on small problems. What MIGRator does not have stays off: no forecast band, no accuracy credited beyond
+//! progress, and reconfiguration charged closer to what the simulator charges (a changed tenant pays the
+//! pre-initialised dead time where free slices leave room to pre-initialise its new instance; the ILP charges every
+//! placement change the pre-initialised dead time). Column generation proves its gap, deterministically; a property
+//! test checks on small problems that the reformulation's optimum is at least the ILP's plan evaluated as the
+//! simulator charges it. What MIGRator does not have stays off: no forecast band, no accuracy credited beyond
 //! the horizon, no warm start ([`Features::NONE`]).
 //!
 //! **Level 1.** MIGRator plans one GPU with its tenants given. Like every per-GPU policy it gets the fleet's level 1

@@ -582,6 +582,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_shipped_study_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/studies");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let study = load(&path).unwrap_or_else(|e| panic!("{e}"));
+            let sc = scenarios(&study, &path).unwrap_or_else(|e| panic!("{e}"));
+            assert!(study.seeds.len() >= 5, "{}: report over at least 5 seeds", path.display());
+            assert!(!sc.is_empty());
+            n += 1;
+        }
+        assert!(n >= 3, "the evaluation, tuning and ablation studies");
+    }
+
+    #[test]
     fn intervals_follow_student_t() {
         let e = Estimate::of(&[1.0, 2.0, 3.0, 4.0, 5.0]);
         assert!((e.mean - 3.0).abs() < 1e-12);
