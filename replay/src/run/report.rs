@@ -301,7 +301,7 @@ impl Comparison {
 }
 
 /// Line colours, one per policy in the order run: distinct on white and from one another (the Tableau 10 set).
-const PALETTE: [RGBColor; 10] = [
+pub(super) const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),

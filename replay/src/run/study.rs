@@ -23,6 +23,7 @@ use serde::Deserialize;
 
 use super::ReplayError;
 use super::cli::{RunArgs, compare};
+use super::report::PALETTE;
 
 /// Arguments of `replay study`.
 #[derive(Debug, Clone, Args)]
@@ -513,16 +514,6 @@ fn summary_csv(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> String {
 
 /// Goodput over the bound per scenario and policy, with the interval as an error bar.
 fn plot(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> Result<String, ReplayError> {
-    const PALETTE: [RGBColor; 8] = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-        RGBColor(227, 119, 194),
-        RGBColor(127, 127, 127),
-    ];
     let mut out = String::new();
     let draw = |e: String| ReplayError::Usage(format!("plot of study {}: {e}", study.name));
     {
