@@ -269,6 +269,13 @@ fn the_fluid_executor_agrees_with_the_discrete_one() {
     let out =
         replay().args(["--executor", "fluid", "--mode", "cluster", "--coordinator", "127.0.0.1:1"]).output().unwrap();
     assert!(failed(&out).contains("in process only"));
+    let out = replay()
+        .args(["--placement", "round-robin", "--mode", "cluster", "--coordinator", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(failed(&out).contains("in process only"));
+    let out = replay().args(["--placement", "nearest"]).output().unwrap();
+    assert!(failed(&out).contains("unknown placement \"nearest\""));
     let out = replay().args(["--executor", "liquid"]).output().unwrap();
     assert!(failed(&out).contains("expected discrete or fluid"));
 }

@@ -163,6 +163,14 @@ impl RunArgs {
                         .into(),
                 ));
             }
+            // The coordinator's planning loop runs the fleet placement; another would make the modes differ.
+            "cluster" if self.placement != "fleet" => {
+                return Err(ReplayError::Usage(
+                    "--placement: a coordinator cluster plans with the fleet placement; other placements run in \
+                     process only"
+                        .into(),
+                ));
+            }
             "cluster" => {}
             other => return Err(ReplayError::Usage(format!("--mode: expected in-process or cluster, got {other:?}"))),
         }
