@@ -24,7 +24,7 @@ use tessera_core::GpuModel;
 use tessera_core::model::ModelProfile;
 use tessera_core::tenant::{RetrainingSpec, TenantSpec};
 
-use super::{Demand, ServeOption};
+use super::{Demand, ServeOption, train_per_slice};
 
 /// Accuracy grid of the dynamic programme.
 pub const STEP: f64 = 0.0025;
@@ -108,18 +108,7 @@ pub fn bound(
                         .collect()
                 })
                 .collect();
-            let train: Vec<f64> = fleet
-                .models
-                .iter()
-                .map(|g| {
-                    g.spec()
-                        .profiles
-                        .iter()
-                        .filter(|p| profiles[i].fits_training(p))
-                        .map(|p| profiles[i].training_speed_on(*g, p.profile) / f64::from(p.profile.compute_slices()))
-                        .fold(0.0, f64::max)
-                })
-                .collect();
+            let train: Vec<f64> = fleet.models.iter().map(|g| train_per_slice(profiles[i], *g)).collect();
             let plan = match &t.retraining {
                 Some(r) if r.work_gpu_s > 0.0 && r.epochs > 0.0 => {
                     let ratio = r.window_ms as f64 / demand.slot_ms;

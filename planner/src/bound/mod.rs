@@ -93,20 +93,21 @@ struct ServeOption {
     batch: f64,
 }
 
+/// The most retraining work (7g GPU-seconds) one compute slice of a `gpu` does per second for `model`, over the
+/// profiles its retraining fits (0 where none does).
+fn train_per_slice(model: &ModelProfile, gpu: GpuModel) -> f64 {
+    gpu.spec()
+        .profiles
+        .iter()
+        .filter(|p| model.fits_training(p))
+        .map(|p| model.training_speed_on(gpu, p.profile) / f64::from(p.profile.compute_slices().max(1)))
+        .fold(0.0, f64::max)
+}
+
 /// The best accuracy `tenant` can reach on `gpus` (see the module doc).
 pub fn best_accuracy(tenant: &TenantSpec, model: &ModelProfile, gpus: &BTreeMap<GpuId, GpuModel>) -> f64 {
     let Some(r) = &tenant.retraining else { return tenant.initial_accuracy() };
-    let fleet_speed: f64 = gpus
-        .values()
-        .map(|g| {
-            g.spec()
-                .profiles
-                .iter()
-                .filter(|p| model.fits_training(p))
-                .map(|p| 7.0 * model.training_speed_on(*g, p.profile) / f64::from(p.profile.compute_slices().max(1)))
-                .fold(0.0, f64::max)
-        })
-        .sum();
+    let fleet_speed: f64 = gpus.values().map(|g| 7.0 * train_per_slice(model, *g)).sum();
     let per_epoch = r.work_for_epochs(1.0);
     let epochs = if per_epoch > 0.0 { r.window_ms as f64 / 1000.0 * fleet_speed / per_epoch } else { f64::INFINITY };
     let reachable = if epochs.is_finite() { r.accuracy_after(epochs) } else { r.curve.asymptote() };
@@ -166,22 +167,9 @@ pub fn upper_bound(
         opts.push(options(t, model, &models));
     }
     let slots = demand.arrivals.iter().map(Vec::len).max().unwrap_or(0);
-    // Requests still in flight at the end may complete after it, within their SLO: the last slot gets that time.
+    // Slot lengths, seconds. Requests still in flight at the end may complete after it, within their SLO: the last
+    // slot gets that time.
     let overrun_ms = tenants.iter().map(|t| t.slo_ms).fold(0.0, f64::max);
-    let blocks: Vec<usize> = (0..slots).step_by(BLOCK_SLOTS).collect();
-    let solved: Vec<Result<(f64, f64), String>> = blocks
-        .par_iter()
-        .map(|&from| {
-            let to = (from + BLOCK_SLOTS).min(slots);
-            block(&accuracy, &opts, &counts, demand, (from, to, slots), overrun_ms)
-        })
-        .collect();
-    let (mut lp, mut within_slo) = (0.0, 0.0);
-    for s in solved {
-        let (g, w) = s?;
-        lp += g;
-        within_slo += w;
-    }
     let dt: Vec<f64> = (0..slots)
         .map(|s| {
             let start = s as f64 * demand.slot_ms;
@@ -189,6 +177,17 @@ pub fn upper_bound(
             (end - start + if s + 1 == slots { overrun_ms } else { 0.0 }) / 1000.0
         })
         .collect();
+    let blocks: Vec<usize> = (0..slots).step_by(BLOCK_SLOTS).collect();
+    let solved: Vec<Result<(f64, f64), String>> = blocks
+        .par_iter()
+        .map(|&from| block(&accuracy, &opts, &counts, demand, &dt, from..(from + BLOCK_SLOTS).min(slots)))
+        .collect();
+    let (mut lp, mut within_slo) = (0.0, 0.0);
+    for s in solved {
+        let (g, w) = s?;
+        lp += g;
+        within_slo += w;
+    }
     let model_profiles: Vec<&ModelProfile> = tenants.iter().map(|t| &profiles[&t.model]).collect();
     let fleet = lagrangian::Fleet { models: &models, counts: &counts, dt: &dt };
     let lagrangian = lagrangian::bound(tenants, &model_profiles, &fleet, demand, &opts, &accuracy);
@@ -196,14 +195,14 @@ pub fn upper_bound(
     Ok(UpperBound { goodput, lp, lagrangian, within_slo, method: METHOD.to_string(), accuracy })
 }
 
-/// Solves slots `from..to`; returns the block's goodput bound and within-SLO completions.
+/// Solves slots `from..to` (of lengths `dt`, seconds); returns the block's goodput bound and within-SLO completions.
 fn block(
     accuracy: &[f64],
     opts: &[Vec<ServeOption>],
     counts: &[f64],
     demand: &Demand,
-    (from, to, slots): (usize, usize, usize),
-    overrun_ms: f64,
+    dt: &[f64],
+    std::ops::Range { start: from, end: to }: std::ops::Range<usize>,
 ) -> Result<(f64, f64), String> {
     let at = |v: &Vec<f64>, s: usize| v.get(s).copied().unwrap_or(0.0).max(0.0);
     let mut vars = ProblemVariables::new();
@@ -225,12 +224,7 @@ fn block(
             if available <= 0.0 || tenant_opts.is_empty() {
                 continue;
             }
-            let start_ms = s as f64 * demand.slot_ms;
-            let mut dt = ((s + 1) as f64 * demand.slot_ms).min(demand.duration_ms.max(start_ms)) - start_ms;
-            if s + 1 == slots {
-                dt += overrun_ms;
-            }
-            let dt_s = dt / 1000.0;
+            let dt_s = dt[s];
             let sv = vars.add(variable().min(0.0).max(available));
             served.push(sv);
             let mut capacity = Expression::from(0.0);
