@@ -47,7 +47,7 @@ async fn commits(updates: usize, inflight: usize) {
                 async move {
                     let i = k % tenants;
                     let spec = tenant(&format!("u{i}"), MODELS[i % 4], 10.0 + (run * updates + k) as f64 / 1000.0);
-                    client.update_tenant(v1::TenantRequest { spec: Some(spec) }).await.is_ok()
+                    client.update_tenant(v1::TenantRequest { spec: Some(spec), ..Default::default() }).await.is_ok()
                 }
             })
             .buffer_unordered(inflight)
@@ -78,7 +78,7 @@ async fn failover(n: usize) {
         loop {
             let mut client = c.client(survivors[0]);
             let spec = tenant(&id, "resnet50", 1.0);
-            match client.create_tenant(v1::TenantRequest { spec: Some(spec) }).await {
+            match client.create_tenant(v1::TenantRequest { spec: Some(spec), ..Default::default() }).await {
                 Ok(_) => break,
                 Err(s) if s.code() == tonic::Code::AlreadyExists => break,
                 Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,

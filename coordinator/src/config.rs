@@ -30,6 +30,12 @@
 //! target_utilization = 0.8                 # share of an instance's SLO throughput plans use, (0, 1]
 //! forecaster = "ewma"                      # last | ewma | seasonal (as replay's --forecaster)
 //! replan_on_burst = false                  # on a virtual clock, also plan when a slot's bursts leave the bands
+//!
+//! [failure_detection]                      # optional; the leader judges nodes by their heartbeats and pushes
+//! enabled = true                           # default: true on the wall clock, false on a virtual one
+//! suspect_after = "6s"                     # no heartbeat this long: suspect (keeps its work, gets no new work)
+//! fail_after = "15s"                       # no heartbeat this long: failed (its tenants are replanned at once)
+//! suspect_push_failures = 3                # this many pushes in a row failed: suspect
 //! ```
 
 use std::collections::BTreeMap;
@@ -93,6 +99,8 @@ pub struct CoordinatorConfig {
     pub otlp_endpoint: Option<String>,
     /// Accept the test-only partition RPC.
     pub allow_fault_injection: bool,
+    /// The leader's failure detector (`None`: off).
+    pub failure_detection: Option<crate::planning::FailureDetection>,
 }
 
 #[derive(Deserialize, Default)]
@@ -113,6 +121,17 @@ struct RawConfig {
     raft: RawRaft,
     #[serde(default)]
     planner: RawPlanner,
+    #[serde(default)]
+    failure_detection: RawFailureDetection,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFailureDetection {
+    enabled: Option<bool>,
+    suspect_after: Option<String>,
+    fail_after: Option<String>,
+    suspect_push_failures: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -180,6 +199,12 @@ pub struct Overrides {
     pub keep_tail: Option<u64>,
     /// `--replan-on-burst` (true when given).
     pub replan_on_burst: bool,
+    /// `--suspect-after`.
+    pub suspect_after: Option<String>,
+    /// `--fail-after`.
+    pub fail_after: Option<String>,
+    /// `--no-failure-detection` (true when given).
+    pub no_failure_detection: bool,
     /// `--join`.
     pub join: bool,
     /// `--allow-fault-injection`.
@@ -329,6 +354,24 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
         .map_err(|m| field("planner.forecaster", m))?;
     let replan_on_burst = over.replan_on_burst || raw.planner.replan_on_burst.unwrap_or(planning.replan_on_burst);
+    let fd = raw.failure_detection;
+    let detect = !over.no_failure_detection && fd.enabled.unwrap_or(clock == ClockMode::Wall);
+    let suspect_after = duration(
+        "failure_detection.suspect_after",
+        over.suspect_after.as_deref().or(fd.suspect_after.as_deref()),
+        "6s",
+    )?;
+    let fail_after =
+        duration("failure_detection.fail_after", over.fail_after.as_deref().or(fd.fail_after.as_deref()), "15s")?;
+    if fail_after <= suspect_after {
+        return Err(field("failure_detection.fail_after", "must be longer than failure_detection.suspect_after"));
+    }
+    let suspect_push_failures = fd.suspect_push_failures.unwrap_or(3);
+    if suspect_push_failures == 0 {
+        return Err(field("failure_detection.suspect_push_failures", "must be at least 1"));
+    }
+    let failure_detection =
+        detect.then_some(crate::planning::FailureDetection { suspect_after, fail_after, suspect_push_failures });
     Ok(CoordinatorConfig {
         forecaster,
         replan_on_burst,
@@ -349,6 +392,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         metrics_listen,
         otlp_endpoint,
         allow_fault_injection: over.allow_fault_injection,
+        failure_detection,
     })
 }
 
@@ -427,5 +471,35 @@ mod tests {
         std::fs::write(&file, "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\nbogus = 1\n").unwrap();
         let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn failure_detection_defaults_by_clock_and_its_thresholds_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let base = "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\n";
+        std::fs::write(&file, base).unwrap();
+        let fd = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().failure_detection.unwrap();
+        assert_eq!(
+            (fd.suspect_after, fd.fail_after, fd.suspect_push_failures),
+            (Duration::from_secs(6), Duration::from_secs(15), 3)
+        );
+        let virt = Overrides { clock: Some("virtual".into()), ..Default::default() };
+        assert!(CoordinatorConfig::load(Some(&file), &virt).unwrap().failure_detection.is_none());
+        let off = Overrides { no_failure_detection: true, ..Default::default() };
+        assert!(CoordinatorConfig::load(Some(&file), &off).unwrap().failure_detection.is_none());
+        std::fs::write(
+            &file,
+            format!("{base}[failure_detection]\nenabled = true\nsuspect_after = \"1s\"\nfail_after = \"3s\"\n"),
+        )
+        .unwrap();
+        let fd = CoordinatorConfig::load(Some(&file), &virt).unwrap().failure_detection.unwrap();
+        assert_eq!((fd.suspect_after, fd.fail_after), (Duration::from_secs(1), Duration::from_secs(3)));
+        let over = Overrides { fail_after: Some("500ms".into()), ..Default::default() };
+        let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
+        assert!(e.contains("failure_detection.fail_after") && e.contains("longer than"), "{e}");
+        std::fs::write(&file, format!("{base}[failure_detection]\nsuspect_push_failures = 0\n")).unwrap();
+        let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("failure_detection.suspect_push_failures"), "{e}");
     }
 }

@@ -10,6 +10,7 @@
 //!   membership). "Node" in Tessera means a GPU host; a coordinator process is a replica.
 //! - [`storage`]: the durable log behind a trait: [`storage::SledStore`] and [`storage::MemStore`].
 //! - [`state`]: the replicated state machine ([`state::CoordState`]) and its operations.
+//! - [`net`]: every outgoing gRPC channel (keepalive, TCP user timeout, deadlines).
 //! - [`transport`]: Raft messages between coordinators over tonic, with a test-only partition switch.
 //! - [`service`]: the gRPC services (API, agents, peers) and the one mapping of errors to `tonic::Status`.
 //! - [`planning`]: the leader's planning loop, forecasts, pushes and decision spans.
@@ -22,6 +23,7 @@ pub mod config;
 pub mod dev_cluster;
 pub mod logging;
 pub mod metrics;
+pub mod net;
 pub mod planning;
 pub mod replica;
 pub mod server;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
-use tessera_coordinator::client::{Client, assignments_text, layout_text};
+use tessera_coordinator::client::{Client, Retry, assignments_text, layout_text};
 use tessera_coordinator::config::{CoordinatorConfig, Overrides};
 use tessera_proto::v1;
 
@@ -111,6 +111,15 @@ struct ServeArgs {
     /// Log entries kept behind a snapshot when the log is compacted.
     #[arg(long)]
     keep_tail: Option<u64>,
+    /// A node silent this long is suspect: it keeps its work and gets none new (e.g. 6s).
+    #[arg(long)]
+    suspect_after: Option<String>,
+    /// A node silent this long is failed: its GPUs are emptied and its tenants replanned at once (e.g. 15s).
+    #[arg(long)]
+    fail_after: Option<String>,
+    /// Turn the failure detector off (it is on by default on the wall clock).
+    #[arg(long)]
+    no_failure_detection: bool,
     /// Join an existing cluster (after `member add`) instead of bootstrapping.
     #[arg(long)]
     join: bool,
@@ -143,6 +152,10 @@ enum TenantCmd {
         /// Replace existing tenants instead of creating.
         #[arg(long)]
         update: bool,
+        /// With --update and a file of one tenant: replace it only if its revision is still N (the `revision` that
+        /// `tenant get` printed), so that a concurrent or late update is not overwritten.
+        #[arg(long, value_name = "N", requires = "update")]
+        if_revision: Option<u64>,
         #[command(flatten)]
         c: ClientArgs,
     },
@@ -163,6 +176,9 @@ enum TenantCmd {
         /// Tenant ids.
         #[arg(required = true)]
         ids: Vec<String>,
+        /// With one id: delete only if the tenant's revision is still N.
+        #[arg(long, value_name = "N")]
+        if_revision: Option<u64>,
         #[command(flatten)]
         c: ClientArgs,
     },
@@ -267,7 +283,7 @@ fn print(json_mode: bool, value: serde_json::Value, text: String) {
 
 fn tenant_json(t: &v1::TenantResponse) -> serde_json::Value {
     let spec = t.spec.clone().and_then(|s| tessera_core::tenant::TenantSpec::try_from(s).ok());
-    json!({ "spec": spec, "retiring": t.retiring })
+    json!({ "spec": spec, "retiring": t.retiring, "revision": t.revision })
 }
 
 fn members_json(m: &[v1::Member]) -> serde_json::Value {
@@ -298,6 +314,9 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 target_utilization: a.target_utilization,
                 gap: a.gap,
                 replan_on_burst: a.replan_on_burst,
+                suspect_after: a.suspect_after,
+                fail_after: a.fail_after,
+                no_failure_detection: a.no_failure_detection,
                 join: a.join,
                 #[cfg(feature = "fault-injection")]
                 allow_fault_injection: a.allow_fault_injection,
@@ -342,21 +361,30 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Cmd::Tenant(TenantCmd::Add { file, update, c }) => {
+        Cmd::Tenant(TenantCmd::Add { file, update, if_revision, c }) => {
             let specs = tessera_core::config::load_tenants(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if if_revision.is_some() && specs.len() != 1 {
+                anyhow::bail!(
+                    "--if-revision needs a file of exactly one tenant; {} has {}",
+                    file.display(),
+                    specs.len()
+                );
+            }
             let cl = client(&c);
             let mut out = Vec::new();
             for spec in &specs {
-                let req = v1::TenantRequest { spec: Some(spec.into()) };
+                let req = v1::TenantRequest { spec: Some(spec.into()), if_revision: if_revision.unwrap_or(0) };
+                // One id per write, reused by every retry: the cluster applies it once.
+                let id = Client::new_request_id();
                 let r = if update {
                     cl.call(|mut x| {
-                        let req = req.clone();
+                        let req = Client::request(req.clone(), &id);
                         async move { x.update_tenant(req).await }
                     })
                     .await
                 } else {
                     cl.call(|mut x| {
-                        let req = req.clone();
+                        let req = Client::request(req.clone(), &id);
                         async move { x.create_tenant(req).await }
                     })
                     .await
@@ -402,21 +430,26 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             let r = client(&c)
                 .call(|mut x| {
                     let id = id.clone();
-                    async move { x.get_tenant(v1::TenantIdRequest { id }).await }
+                    async move { x.get_tenant(v1::TenantIdRequest { id, ..Default::default() }).await }
                 })
                 .await?;
             let j = tenant_json(&r);
             print(c.json, j.clone(), serde_json::to_string_pretty(&j)?);
             Ok(())
         }
-        Cmd::Tenant(TenantCmd::Rm { ids, c }) => {
+        Cmd::Tenant(TenantCmd::Rm { ids, if_revision, c }) => {
+            if if_revision.is_some() && ids.len() != 1 {
+                anyhow::bail!("--if-revision needs exactly one tenant id, got {}", ids.len());
+            }
             let cl = client(&c);
             let mut out = Vec::new();
             for id in ids {
+                let request = Client::new_request_id();
                 let r = cl
                     .call(|mut x| {
-                        let id = id.clone();
-                        async move { x.delete_tenant(v1::TenantIdRequest { id }).await }
+                        let msg = v1::TenantIdRequest { id: id.clone(), if_revision: if_revision.unwrap_or(0) };
+                        let req = Client::request(msg, &request);
+                        async move { x.delete_tenant(req).await }
                     })
                     .await
                     .map_err(|s| anyhow::anyhow!("tenant {id}: {}", s.message()))?;
@@ -444,7 +477,8 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             let mut lines = Vec::new();
             let mut js = Vec::new();
             for n in &r.nodes {
-                lines.push(format!("{} at {}", n.id, n.address));
+                let why = if n.health_reason.is_empty() { String::new() } else { format!(" ({})", n.health_reason) };
+                lines.push(format!("{} at {}  {}{why}", n.id, n.address, n.health));
                 let mut gj = Vec::new();
                 for g in &n.gpus {
                     lines.push(format!(
@@ -463,7 +497,10 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                         "target": layout_text(&g.target.as_ref().and_then(|t| t.layout.clone())), "target_epoch": g.target_epoch,
                     }));
                 }
-                js.push(json!({"id": n.id, "address": n.address, "gpus": gj}));
+                js.push(json!({
+                    "id": n.id, "address": n.address, "health": n.health, "health_reason": n.health_reason,
+                    "health_since_ms": n.health_since_ms, "gpus": gj,
+                }));
             }
             print(c.json, json!(js), if lines.is_empty() { "(no nodes)".into() } else { lines.join("\n") });
             Ok(())
@@ -570,7 +607,9 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Plan(PlanCmd::Trigger { c }) => {
-            let r = client(&c).call(|mut x| async move { x.trigger_plan(v1::TriggerPlanRequest {}).await }).await?;
+            let r = client(&c)
+                .call_with(Retry::Once, |mut x| async move { x.trigger_plan(v1::TriggerPlanRequest {}).await })
+                .await?;
             print(
                 c.json,
                 json!({"outcome": r.outcome, "epoch": r.epoch, "objective": r.objective, "bound": r.bound, "gap": r.gap,
@@ -616,7 +655,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             let (r, c) = match cmd {
                 MemberCmd::Add { id, address, c } => (
                     client(&c)
-                        .call(|mut x| {
+                        .call_with(Retry::Once, |mut x| {
                             let address = address.clone();
                             async move { x.add_member(v1::AddMemberRequest { id, address }).await }
                         })
@@ -626,7 +665,10 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 ),
                 MemberCmd::Rm { id, c } => (
                     client(&c)
-                        .call(|mut x| async move { x.remove_member(v1::RemoveMemberRequest { id }).await })
+                        .call_with(
+                            Retry::Once,
+                            |mut x| async move { x.remove_member(v1::RemoveMemberRequest { id }).await },
+                        )
                         .await?
                         .members,
                     c,

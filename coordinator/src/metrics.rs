@@ -62,6 +62,8 @@ pub struct Metrics {
     plan_round_seconds: Histogram,
     tenants: Gauge,
     gpus: Gauge,
+    node_health_changes: Family<OneLabel, Counter>,
+    proposals_dropped_late: Counter,
 }
 
 impl Default for Metrics {
@@ -87,6 +89,8 @@ impl Metrics {
             plan_round_seconds: Histogram::new(DURATION_BUCKETS),
             tenants: Gauge::default(),
             gpus: Gauge::default(),
+            node_health_changes: Family::default(),
+            proposals_dropped_late: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("raft_term", "Current Raft term of this node", metrics.raft_term.clone());
@@ -134,6 +138,19 @@ impl Metrics {
         }
         registry.register("tenants", "Tenants in the replicated state", metrics.tenants.clone());
         registry.register("gpus", "GPUs in the replicated fleet state", metrics.gpus.clone());
+        registry.register(
+            "node_health_changes",
+            "Node health verdicts this node committed as leader, by new health (healthy, suspect, failed)",
+            metrics.node_health_changes.clone(),
+        );
+        for health in ["healthy", "suspect", "failed"] {
+            drop(metrics.node_health_changes.get_or_create(&[("health", health.to_owned())]));
+        }
+        registry.register(
+            "proposals_dropped_late",
+            "Proposals forwarded by a follower that arrived after their deadline and were dropped",
+            metrics.proposals_dropped_late.clone(),
+        );
         Self { registry, ..metrics }
     }
 
@@ -166,6 +183,16 @@ impl Metrics {
     /// Adds `n` MIG reconfigurations.
     pub fn reconfigurations(&self, n: u64) {
         self.reconfigurations.inc_by(n);
+    }
+
+    /// Counts one node health verdict (`healthy`, `suspect`, `failed`).
+    pub fn node_health(&self, health: &str) {
+        self.node_health_changes.get_or_create(&[("health", health.to_owned())]).inc();
+    }
+
+    /// Counts forwarded proposals dropped because they arrived after their deadline.
+    pub fn proposals_dropped_late(&self, n: u64) {
+        self.proposals_dropped_late.inc_by(n);
     }
 
     /// Sets the fleet gauges: number of tenants and of GPUs.

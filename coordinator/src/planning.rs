@@ -4,6 +4,13 @@
 //! acknowledged them (a new leader does so once for every node), so an agent converges to the newest committed
 //! plan and never receives an older epoch after a newer one from this leader (agents refuse older epochs anyway).
 //!
+//! The leader also judges the nodes ([`FailureDetection`]): a node whose heartbeats stop, or whose pushes keep
+//! failing, becomes suspect (it keeps its work and gets none new); one silent past `fail_after` becomes failed, and a
+//! round runs at once that empties its GPUs and serves its tenants elsewhere. Verdicts are replicated
+//! (`SetNodeHealth`), so a new leader plans with them; it gives every node a fresh grace period, since heartbeats
+//! seen by the old leader are not replicated. A failed node that heartbeats again is healthy again: the pusher sends
+//! it its (empty) target and later rounds may give it work.
+//!
 //! Each round is a `planning_round` span, with a `gpu_solve` child per GPU and a `reconfiguration` child per GPU
 //! whose layout changes, carrying what an operator needs to see why a layout changed.
 
@@ -11,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tessera_core::fleet::{Command, FleetState, GpuHealth};
+use tessera_core::fleet::{Command, FleetState, GpuHealth, NodeHealth};
 use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::tenant::DemandSource;
@@ -22,7 +29,7 @@ use tessera_planner::policy::{PlanOutcome, Policy};
 use tessera_planner::round::{Rounds, TenantState};
 use tessera_proto::v1;
 use tessera_proto::v1::agent_client::AgentClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::{Instrument, field::Empty};
 
 use crate::config::ClockMode;
@@ -57,6 +64,60 @@ pub struct PlanningSettings {
     pub replan_on_burst: bool,
     /// Deadline of one push to an agent.
     pub push_timeout: Duration,
+    /// The failure detector (`None`: off).
+    pub failure_detection: Option<FailureDetection>,
+}
+
+/// When the leader's failure detector changes a node's health.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureDetection {
+    /// No heartbeat for this long: suspect.
+    pub suspect_after: Duration,
+    /// No heartbeat for this long: failed.
+    pub fail_after: Duration,
+    /// This many pushes to the node failed in a row: suspect.
+    pub suspect_push_failures: u32,
+}
+
+/// What the leader saw of a node lately (not replicated).
+#[derive(Debug, Clone)]
+struct Liveness {
+    /// The last heartbeat (or when this leader started watching).
+    last_seen: Instant,
+    /// Pushes that failed in a row, and the last error.
+    push_failures: u32,
+    last_push_error: String,
+}
+
+/// The verdict on a node given what the leader saw; `None` keeps its health. A failed node stays failed until it
+/// heartbeats again; failed pushes alone make a node suspect, never failed (its agent may still be serving).
+fn verdict(fd: &FailureDetection, now: Instant, seen: &Liveness, health: NodeHealth) -> Option<(NodeHealth, String)> {
+    let silent = now.saturating_duration_since(seen.last_seen);
+    let (want, reason) = if silent >= fd.fail_after {
+        (
+            NodeHealth::Failed,
+            format!(
+                "no heartbeat for {:.1} s (fail_after {})",
+                silent.as_secs_f64(),
+                humantime::format_duration(fd.fail_after)
+            ),
+        )
+    } else if silent >= fd.suspect_after {
+        (
+            NodeHealth::Suspect,
+            format!(
+                "no heartbeat for {:.1} s (suspect_after {})",
+                silent.as_secs_f64(),
+                humantime::format_duration(fd.suspect_after)
+            ),
+        )
+    } else if health != NodeHealth::Failed && seen.push_failures >= fd.suspect_push_failures {
+        (NodeHealth::Suspect, format!("{} pushes in a row failed: {}", seen.push_failures, seen.last_push_error))
+    } else {
+        (NodeHealth::Healthy, "heartbeating again".to_string())
+    };
+    let keep = want == health || (health == NodeHealth::Failed && want == NodeHealth::Suspect);
+    (!keep).then_some((want, reason))
 }
 
 /// What a round did.
@@ -130,6 +191,8 @@ pub struct Planner {
     decisions: Mutex<BTreeMap<GpuId, GpuDecision>>,
     /// Per node: the epoch it acknowledged from this leader.
     acked: Mutex<HashMap<NodeId, u64>>,
+    /// Per node: heartbeats and pushes this leader saw.
+    liveness: Mutex<HashMap<NodeId, Liveness>>,
     agents: Mutex<HashMap<String, AgentClient<Channel>>>,
 }
 
@@ -153,6 +216,7 @@ impl Planner {
             last_input: Mutex::new(None),
             decisions: Mutex::new(BTreeMap::new()),
             acked: Mutex::new(HashMap::new()),
+            liveness: Mutex::new(HashMap::new()),
             agents: Mutex::new(HashMap::new()),
         }))
     }
@@ -215,9 +279,75 @@ impl Planner {
         self.decisions.lock().expect("decisions lock").get(gpu).cloned()
     }
 
+    /// Records a heartbeat from `node` (the leader answers every heartbeat; followers forward them).
+    pub fn saw(&self, node: &NodeId) {
+        let now = Instant::now();
+        let mut live = self.liveness.lock().expect("liveness lock");
+        let l = live.entry(node.clone()).or_insert_with(|| Liveness {
+            last_seen: now,
+            push_failures: 0,
+            last_push_error: String::new(),
+        });
+        l.last_seen = now;
+    }
+
+    /// The failure detector's pass: commits a verdict for every node whose health changes, and plans at once when a
+    /// node failed. Returns the verdicts committed.
+    pub async fn check_health(self: &Arc<Self>) -> Vec<(NodeId, NodeHealth)> {
+        let Some(fd) = &self.settings.failure_detection else { return Vec::new() };
+        let now = Instant::now();
+        let nodes: Vec<(NodeId, NodeHealth)> =
+            self.node.read(|s| s.fleet.nodes.iter().map(|(id, n)| (id.clone(), n.health)).collect());
+        let verdicts: Vec<(NodeId, NodeHealth, String)> = {
+            let mut live = self.liveness.lock().expect("liveness lock");
+            live.retain(|id, _| nodes.iter().any(|(n, _)| n == id));
+            nodes
+                .iter()
+                .filter_map(|(id, health)| {
+                    // A node this leader has not heard of yet gets a grace period from now.
+                    let seen = live.entry(id.clone()).or_insert_with(|| Liveness {
+                        last_seen: now,
+                        push_failures: 0,
+                        last_push_error: String::new(),
+                    });
+                    let (h, why) = verdict(fd, now, seen, *health)?;
+                    if *health == NodeHealth::Failed {
+                        seen.push_failures = 0;
+                    }
+                    Some((id.clone(), h, why))
+                })
+                .collect()
+        };
+        let at = SimTime::from_ms(self.now_ms());
+        let mut committed = Vec::new();
+        for (node, health, reason) in verdicts {
+            let command = Command::SetNodeHealth { node: node.clone(), health, reason: reason.clone(), at };
+            match self.node.propose(Op::Fleet { command }).await {
+                Ok(_) => {
+                    self.metrics.node_health(health.name());
+                    if health == NodeHealth::Healthy {
+                        tracing::info!(%node, %reason, "node healthy");
+                    } else {
+                        tracing::warn!(%node, health = health.name(), %reason, "node health changed");
+                    }
+                    committed.push((node, health));
+                }
+                Err(e) => tracing::warn!(%node, error = %e, "could not commit a node health verdict"),
+            }
+        }
+        if committed.iter().any(|(_, h)| *h == NodeHealth::Failed) {
+            if let Err(e) = self.round("node-failed").await {
+                tracing::warn!(error = %e, "replanning after a node failure failed; the next window retries");
+            }
+        }
+        committed
+    }
+
     /// Forgets which nodes acknowledged what, and the warm starts (on losing or gaining leadership).
     pub fn reset_pushes(&self) {
         self.acked.lock().expect("acked lock").clear();
+        // Heartbeats are not replicated: a new leader gives every node a fresh grace period.
+        self.liveness.lock().expect("liveness lock").clear();
         self.observations.lock().expect("observations lock").rounds.forget_warm_starts();
     }
 
@@ -266,10 +396,20 @@ impl Planner {
         let mut obs = self.observations.lock().expect("observations lock");
         Self::advance_forecasts(&mut obs, state, now_ms, advance_forecasts);
         let fleet: &FleetState = &state.fleet;
-        let gpus = fleet.gpus.iter().filter(|(_, g)| g.mig_enabled && g.health != GpuHealth::Failed).map(|(id, g)| {
+        let node_health = |id: &GpuId| fleet.nodes.get(&id.node).map_or(NodeHealth::Failed, |n| n.health);
+        let usable = |id: &GpuId, g: &tessera_core::fleet::GpuState| {
+            g.mig_enabled && g.health != GpuHealth::Failed && node_health(id) != NodeHealth::Failed
+        };
+        let gpus = fleet.gpus.iter().filter(|(id, g)| usable(id, g)).map(|(id, g)| {
+            // A suspect node keeps its work and gets none new, as a draining GPU.
+            let health = if node_health(id) == NodeHealth::Suspect && g.health == GpuHealth::Healthy {
+                GpuHealth::Draining
+            } else {
+                g.health
+            };
             let input = GpuInput {
                 model: g.model,
-                health: g.health,
+                health,
                 layout: g.applied.clone(),
                 assignments: g.applied_assignments.clone(),
                 warm: None,
@@ -430,7 +570,31 @@ impl Planner {
             );
         }
         *self.decisions.lock().expect("decisions lock") = decisions;
-        let plan = report.plan.clone();
+        let mut plan = report.plan.clone();
+        // GPUs out of the round (failed, or on a failed node) that still hold work are emptied in the same commit,
+        // so their tenants are never assigned twice and their agents clear them if they come back.
+        let emptied: Vec<GpuId> = self.node.read(|s| {
+            s.fleet
+                .gpus
+                .iter()
+                .filter(|(id, g)| {
+                    let failed = g.health == GpuHealth::Failed
+                        || s.fleet.nodes.get(&id.node).is_some_and(|n| n.health == NodeHealth::Failed);
+                    failed && g.target.as_ref().is_some_and(|t| !t.layout.is_empty() || !t.assignments.is_empty())
+                })
+                .map(|(id, _)| id.clone())
+                .collect()
+        });
+        for id in emptied {
+            plan.gpus.entry(id).or_insert_with(|| GpuPlan {
+                layout: tessera_core::Layout::default(),
+                assignments: Vec::new(),
+                expected_goodput: 0.0,
+                explanation: "emptied: the GPU or its node failed".into(),
+                upcoming: Vec::new(),
+                retraining_epochs: BTreeMap::new(),
+            });
+        }
         let epoch = plan.epoch;
         let changed: Vec<(GpuId, String, String)> = plan
             .gpus
@@ -469,11 +633,8 @@ impl Planner {
         if let Some(c) = agents.get(address) {
             return Ok(c.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| format!("bad agent address {address}: {e}"))?
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(self.settings.push_timeout)
-            .connect_lazy();
+        let channel = crate::net::channel(address, Duration::from_secs(1), Some(self.settings.push_timeout))
+            .map_err(|e| format!("agent: {e}"))?;
         let client = AgentClient::new(channel);
         agents.insert(address.to_string(), client.clone());
         Ok(client)
@@ -490,6 +651,8 @@ impl Planner {
             s.fleet
                 .nodes
                 .iter()
+                // A failed node is not pushed to; it gets its target when it heartbeats again.
+                .filter(|(_, n)| n.health != NodeHealth::Failed)
                 .filter_map(|(node, n)| {
                     let mut epoch = 0;
                     let mut targets = Vec::new();
@@ -558,6 +721,18 @@ impl Planner {
                 s.record("result", label);
             }
             self.metrics.push(label);
+            {
+                let mut live = self.liveness.lock().expect("liveness lock");
+                if let Some(l) = live.get_mut(&node) {
+                    match &result {
+                        Ok(_) => l.push_failures = 0,
+                        Err(e) => {
+                            l.push_failures += 1;
+                            l.last_push_error = e.clone();
+                        }
+                    }
+                }
+            }
             match result {
                 Ok(r) => {
                     ok += 1;
@@ -601,6 +776,7 @@ impl Planner {
             if !leader {
                 continue;
             }
+            self.check_health().await;
             if self.settings.clock == ClockMode::Wall && Instant::now() >= next_round {
                 next_round = Instant::now() + self.settings.plan_every;
                 if let Err(e) = self.round("window").await {

@@ -124,7 +124,7 @@ impl NodeStatus {
 type Reply<T> = oneshot::Sender<Result<T, ReplicaError>>;
 
 enum Request {
-    Propose { op: Op, reply: Reply<(u64, Outcome)> },
+    Propose { op: Op, client_request: Option<String>, reply: Reply<(u64, Outcome)> },
     ReadIndex { reply: Reply<u64> },
     ConfChange { change: ConfChange, reply: Reply<u64> },
     Step(Vec<Message>),
@@ -259,8 +259,18 @@ impl Replica {
 
     /// Replicates `op`; answers once this node applied it, with its log index and outcome.
     pub async fn propose(&self, op: Op) -> Result<(u64, Outcome), ReplicaError> {
+        self.propose_request(op, None).await
+    }
+
+    /// [`Replica::propose`] for a client write with its request id: a retry with the same id that finds the first
+    /// attempt applied answers [`Outcome::Duplicate`] instead of applying it again.
+    pub async fn propose_request(
+        &self,
+        op: Op,
+        client_request: Option<String>,
+    ) -> Result<(u64, Outcome), ReplicaError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Request::Propose { op, reply }).map_err(|_| ReplicaError::Stopped)?;
+        self.tx.send(Request::Propose { op, client_request, reply }).map_err(|_| ReplicaError::Stopped)?;
         self.wait(rx).await
     }
 
@@ -459,14 +469,18 @@ impl<S: RaftStore> Driver<S> {
 
     fn handle(&mut self, req: Request) {
         match req {
-            Request::Propose { op, reply } => {
+            Request::Propose { op, client_request, reply } => {
                 if self.raw.raft.leader_id == 0 {
                     let _ = reply.send(Err(ReplicaError::NoLeader));
                     return;
                 }
                 let request = self.request_id();
-                let data = serde_json::to_vec(&Proposal { origin: self.settings.id, request, op })
-                    .expect("proposals serialise");
+                // The proposer stops waiting after the request timeout; a leader that receives the proposal later
+                // (forwarded through a connection that stalled) drops it rather than apply it after newer writes.
+                let deadline_ms = wall_ms() + self.settings.request_timeout.as_millis() as u64;
+                let proposal =
+                    Proposal { origin: self.settings.id, request, op, deadline_ms: Some(deadline_ms), client_request };
+                let data = serde_json::to_vec(&proposal).expect("proposals serialise");
                 match self.raw.propose(vec![], data) {
                     Ok(()) => {
                         self.metrics.proposal();
@@ -633,9 +647,10 @@ impl<S: RaftStore> Driver<S> {
                                 continue;
                             }
                         };
-                        let result = state.apply(proposal.op).map(|o| (entry.index, o));
-                        if proposal.origin == self.settings.id {
-                            answers.push((proposal.request, result));
+                        let (origin, request) = (proposal.origin, proposal.request);
+                        let result = state.apply_proposal(entry.index, proposal).map(|o| (entry.index, o));
+                        if origin == self.settings.id {
+                            answers.push((request, result));
                         }
                     }
                     EntryType::EntryConfChange => {
@@ -750,4 +765,9 @@ impl<S: RaftStore> Driver<S> {
             }
         });
     }
+}
+
+/// Wall-clock time, Unix ms (proposal deadlines).
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

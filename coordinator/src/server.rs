@@ -15,6 +15,13 @@ use crate::service::{RaftService, Services};
 use crate::storage::SledStore;
 use crate::transport::{MAX_MESSAGE_BYTES, Transport};
 
+/// Largest request a client may send to the API (a tenant spec is well under 4 KiB once its fields are bounded).
+pub const MAX_API_REQUEST_BYTES: usize = 1024 * 1024;
+/// Largest registration or heartbeat an agent may send.
+pub const MAX_AGENT_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// Requests one connection may have in flight at once.
+pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 256;
+
 /// Runs a coordinator node until SIGINT or SIGTERM (or a fatal error); prints `coordinator id=N addr=HOST:PORT`
 /// (and `metrics=HOST:PORT`) once serving.
 pub async fn serve(config: CoordinatorConfig) -> anyhow::Result<()> {
@@ -72,13 +79,18 @@ pub async fn serve_on(
             forecaster: config.forecaster.clone(),
             replan_on_burst: config.replan_on_burst,
             push_timeout: Duration::from_secs(5),
+            failure_detection: config.failure_detection.clone(),
         },
         Arc::clone(&metrics),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
     let services = Services::new(node.clone(), Arc::clone(&planner));
     // The partition RPC exists only in builds made for fault tests.
-    let raft = RaftService::new(node.clone(), cfg!(feature = "fault-injection") && config.allow_fault_injection);
+    let raft = RaftService::new(
+        node.clone(),
+        cfg!(feature = "fault-injection") && config.allow_fault_injection,
+        Arc::clone(&metrics),
+    );
 
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
@@ -111,11 +123,16 @@ pub async fn serve_on(
     ready(config.raft.id, local, metrics_addr);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
+        // Bounded: a flood cannot queue unbounded work on one connection, and no client request (a tenant, a
+        // registration, a heartbeat) comes near these sizes legitimately.
+        .concurrency_limit_per_connection(MAX_IN_FLIGHT_PER_CONNECTION)
         .add_service(
             v1::coordinator_api_server::CoordinatorApiServer::new(services.clone())
-                .max_decoding_message_size(16 * 1024 * 1024),
+                .max_decoding_message_size(MAX_API_REQUEST_BYTES),
         )
-        .add_service(v1::coordinator_server::CoordinatorServer::new(services))
+        .add_service(
+            v1::coordinator_server::CoordinatorServer::new(services).max_decoding_message_size(MAX_AGENT_REQUEST_BYTES),
+        )
         .add_service(
             v1::raft_server::RaftServer::new(raft)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -17,7 +17,7 @@ use tessera_core::time::SimTime;
 use tessera_core::{Layout, Placement};
 use tessera_proto::v1;
 use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::config::ClockMode;
@@ -28,6 +28,22 @@ use crate::transport::Transport;
 
 /// Metadata key carrying the leader's address on a `NotLeader` answer.
 pub const LEADER_KEY: &str = "tessera-leader";
+/// Metadata key of a client's id for a write: a retry with the same id is applied at most once.
+pub const REQUEST_ID_KEY: &str = "tessera-request-id";
+
+/// The request id a write carries in its metadata, checked ([`crate::state::MAX_REQUEST_ID_BYTES`] printable ASCII
+/// bytes at most).
+fn request_id<T>(req: &Request<T>) -> Result<Option<String>, Status> {
+    let Some(v) = req.metadata().get(REQUEST_ID_KEY) else { return Ok(None) };
+    let id = v.to_str().map_err(|_| bad(REQUEST_ID_KEY, "must be printable ASCII"))?;
+    if id.is_empty() || id.len() > crate::state::MAX_REQUEST_ID_BYTES || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad(
+            REQUEST_ID_KEY,
+            format!("must be 1 to {} printable ASCII bytes", crate::state::MAX_REQUEST_ID_BYTES),
+        ));
+    }
+    Ok(Some(id.to_string()))
+}
 
 /// Maps every coordinator error to a gRPC status (the one place that does).
 pub fn status(e: ReplicaError) -> Status {
@@ -53,9 +69,10 @@ fn rejected(r: Rejected) -> Status {
     match r {
         Rejected::TenantExists(_) => Status::already_exists(msg),
         Rejected::UnknownTenant(_) | Rejected::UnknownNode(_) | Rejected::UnknownGpu(_) => Status::not_found(msg),
-        Rejected::StaleReport { .. } | Rejected::FutureReport { .. } | Rejected::TenantRetiring(_) => {
-            Status::failed_precondition(msg)
-        }
+        Rejected::StaleReport { .. }
+        | Rejected::FutureReport { .. }
+        | Rejected::TenantRetiring(_)
+        | Rejected::RevisionMismatch { .. } => Status::failed_precondition(msg),
         _ => Status::invalid_argument(msg),
     }
 }
@@ -94,6 +111,23 @@ impl Services {
         self.node.propose(Op::Fleet { command }).await.map_err(status)
     }
 
+    /// Proposes a client's tenant write: conditional on the tenant's revision when `if_revision > 0`, and applied at
+    /// most once per request id.
+    async fn propose_write(
+        &self,
+        command: Command,
+        tenant: &TenantId,
+        if_revision: u64,
+        request: Option<String>,
+    ) -> Result<(u64, Outcome), Status> {
+        let op = if if_revision > 0 {
+            Op::Guarded { command, tenant: tenant.clone(), revision: if_revision }
+        } else {
+            Op::Fleet { command }
+        };
+        self.node.propose_request(op, request).await.map_err(status)
+    }
+
     /// A channel to the leader, for calls this follower forwards; `None` when this node leads.
     fn leader_channel(&self) -> Result<Option<Channel>, Status> {
         match self.node.not_leader() {
@@ -103,10 +137,8 @@ impl Services {
                 if let Some(c) = channels.get(&address) {
                     return Ok(Some(c.clone()));
                 }
-                let channel = Endpoint::from_shared(format!("http://{address}"))
-                    .map_err(|e| Status::internal(format!("bad leader address {address}: {e}")))?
-                    .connect_timeout(Duration::from_secs(1))
-                    .connect_lazy();
+                let channel = crate::net::channel(&address, Duration::from_secs(1), None)
+                    .map_err(|e| Status::internal(format!("leader: {e}")))?;
                 channels.insert(address, channel.clone());
                 Ok(Some(channel))
             }
@@ -125,6 +157,7 @@ fn tenant_response(s: &CoordState, id: &TenantId, index: u64) -> Option<v1::Tena
         spec: Some(spec.into()),
         retiring: s.fleet.retiring.contains(id),
         index,
+        revision: s.tenant_revisions.get(id).copied().unwrap_or(0),
     })
 }
 
@@ -146,19 +179,24 @@ fn gpu_status(id: &GpuId, g: &tessera_core::fleet::GpuState) -> v1::GpuStatus {
 #[tonic::async_trait]
 impl v1::coordinator_api_server::CoordinatorApi for Services {
     async fn create_tenant(&self, req: Request<v1::TenantRequest>) -> Result<Response<v1::TenantResponse>, Status> {
+        let request = request_id(&req)?;
         let spec = req.into_inner().spec.ok_or_else(|| bad("spec", "is required"))?;
         let spec = TenantSpec::try_from(spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
+        tessera_core::config::validate_tenant(&spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         let id = spec.id.clone();
-        let (index, _) = self.propose(Command::CreateTenant { spec }).await?;
+        let (index, _) = self.propose_write(Command::CreateTenant { spec }, &id, 0, request).await?;
         let r = self.node.read(|s| tenant_response(s, &id, index));
         r.map(Response::new).ok_or_else(|| Status::aborted("the tenant was deleted right after its creation"))
     }
 
     async fn update_tenant(&self, req: Request<v1::TenantRequest>) -> Result<Response<v1::TenantResponse>, Status> {
-        let spec = req.into_inner().spec.ok_or_else(|| bad("spec", "is required"))?;
+        let request = request_id(&req)?;
+        let r = req.into_inner();
+        let spec = r.spec.ok_or_else(|| bad("spec", "is required"))?;
         let spec = TenantSpec::try_from(spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
+        tessera_core::config::validate_tenant(&spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         let id = spec.id.clone();
-        let (index, _) = self.propose(Command::UpdateTenant { spec }).await?;
+        let (index, _) = self.propose_write(Command::UpdateTenant { spec }, &id, r.if_revision, request).await?;
         let r = self.node.read(|s| tenant_response(s, &id, index));
         r.map(Response::new).ok_or_else(|| Status::aborted("the tenant was deleted right after its update"))
     }
@@ -167,8 +205,11 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         &self,
         req: Request<v1::TenantIdRequest>,
     ) -> Result<Response<v1::DeleteTenantResponse>, Status> {
-        let id = TenantId::new(req.into_inner().id).map_err(|e| bad("id", e))?;
-        let (index, _) = self.propose(Command::DeleteTenant { id: id.clone() }).await?;
+        let request = request_id(&req)?;
+        let r = req.into_inner();
+        let id = TenantId::new(r.id).map_err(|e| bad("id", e))?;
+        let (index, _) =
+            self.propose_write(Command::DeleteTenant { id: id.clone() }, &id, r.if_revision, request).await?;
         let retiring = self.node.read(|s| s.fleet.retiring.contains(&id));
         Ok(Response::new(v1::DeleteTenantResponse { retiring, index }))
     }
@@ -200,6 +241,9 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
                         id: id.to_string(),
                         address: n.address.clone(),
                         registered_at_ms: n.registered_at.as_ms(),
+                        health: n.health.name().into(),
+                        health_reason: n.health_reason.clone(),
+                        health_since_ms: n.health_since.as_ms(),
                         gpus: n
                             .gpus
                             .iter()
@@ -452,6 +496,7 @@ impl v1::coordinator_server::Coordinator for Services {
         if !self.node.read(|s| s.fleet.nodes.contains_key(&node)) {
             return Ok(Response::new(v1::HeartbeatResponse { registered: false }));
         }
+        self.planner.saw(&node);
         if let Some(m) = &state.metrics {
             self.planner.observe(&node, m.now_ms, &m.tenants);
         }
@@ -555,13 +600,14 @@ pub struct RaftService {
     node: Replica,
     transport: Transport,
     fault_injection: bool,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl RaftService {
     /// The peer service of `node`.
-    pub fn new(node: Replica, fault_injection: bool) -> RaftService {
+    pub fn new(node: Replica, fault_injection: bool, metrics: Arc<crate::metrics::Metrics>) -> RaftService {
         let transport = node.transport().clone();
-        RaftService { node, transport, fault_injection }
+        RaftService { node, transport, fault_injection, metrics }
     }
 }
 
@@ -573,7 +619,12 @@ impl v1::raft_server::Raft for RaftService {
             return Err(Status::unavailable("partitioned (fault injection)"));
         }
         self.transport.set_address(batch.from, &batch.from_address);
-        let messages = Transport::decode(&batch).map_err(|e| bad("messages", e))?;
+        let mut messages = Transport::decode(&batch).map_err(|e| bad("messages", e))?;
+        let dropped = Transport::drop_expired_proposals(&mut messages, crate::replica::wall_ms());
+        if dropped > 0 {
+            self.metrics.proposals_dropped_late(dropped as u64);
+            tracing::warn!(from = batch.from, dropped, "dropped forwarded proposals that arrived after their deadline");
+        }
         self.node.step(messages).map_err(status)?;
         Ok(Response::new(v1::RaftAck {}))
     }

@@ -8,12 +8,16 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use tessera_core::fleet::{Command, Event, FleetState, Rejected};
-use tessera_core::ids::GpuId;
+use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::time::SimTime;
 
 /// How many committed targets per GPU the history keeps.
 pub const HISTORY_PER_GPU: usize = 32;
+/// How many client request ids the state remembers to answer a retried write without applying it twice.
+pub const REMEMBERED_REQUESTS: usize = 4096;
+/// Longest client request id accepted, bytes.
+pub const MAX_REQUEST_ID_BYTES: usize = 64;
 
 /// One replicated operation (the payload of a normal Raft entry).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +32,16 @@ pub enum Op {
     Batch {
         /// The commands.
         commands: Vec<Command>,
+    },
+    /// A tenant command applied only if the tenant is still at `revision` (the Raft index of its last create or
+    /// update, as a client read it): etcd's compare on `mod_revision`.
+    Guarded {
+        /// The command.
+        command: Command,
+        /// The tenant it is conditional on.
+        tenant: TenantId,
+        /// The revision it must still have.
+        revision: u64,
     },
     /// Moves workload time forward (virtual time, driven by replay); an earlier time is ignored.
     Clock {
@@ -45,6 +59,14 @@ pub struct Proposal {
     pub request: u64,
     /// The operation.
     pub op: Op,
+    /// Wall-clock time (Unix ms) after which the proposer no longer waits for it: a leader that receives the
+    /// forwarded proposal later drops it instead of appending it (a message parked in a stalled connection must
+    /// not be applied after newer acknowledged writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// The client's id for this write: a retry with the same id is answered without applying it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request: Option<String>,
 }
 
 /// What applying an op produced.
@@ -56,6 +78,8 @@ pub enum Outcome {
     Batch(Vec<Result<Event, Rejected>>),
     /// The clock moved (or not): the workload time after the op.
     Clock(u64),
+    /// A retried client write: it was applied at this index already, and is not applied again.
+    Duplicate(u64),
 }
 
 /// One entry of a GPU's plan history.
@@ -83,14 +107,47 @@ pub struct CoordState {
     pub clock_ms: u64,
     /// Committed targets per GPU, newest last.
     pub history: BTreeMap<GpuId, VecDeque<HistoryEntry>>,
+    /// Each tenant's revision: the index of its last create or update.
+    #[serde(default)]
+    pub tenant_revisions: BTreeMap<TenantId, u64>,
+    /// The last [`REMEMBERED_REQUESTS`] client request ids with the index each was applied at, oldest first.
+    #[serde(default)]
+    pub requests: VecDeque<(String, u64)>,
 }
 
 impl CoordState {
-    /// Applies one op. A rejected fleet command changes nothing.
-    pub fn apply(&mut self, op: Op) -> Result<Outcome, Rejected> {
+    /// Applies a committed proposal at log `index`: a client request id seen before answers
+    /// [`Outcome::Duplicate`] and changes nothing; otherwise [`CoordState::apply`].
+    pub fn apply_proposal(&mut self, index: u64, proposal: Proposal) -> Result<Outcome, Rejected> {
+        if let Some(id) = &proposal.client_request {
+            if let Some((_, at)) = self.requests.iter().find(|(r, _)| r == id) {
+                return Ok(Outcome::Duplicate(*at));
+            }
+        }
+        let result = self.apply(index, proposal.op);
+        if let (Ok(_), Some(id)) = (&result, proposal.client_request) {
+            self.requests.push_back((id, index));
+            while self.requests.len() > REMEMBERED_REQUESTS {
+                self.requests.pop_front();
+            }
+        }
+        result
+    }
+
+    /// Applies one op at log `index`. A rejected fleet command changes nothing.
+    pub fn apply(&mut self, index: u64, op: Op) -> Result<Outcome, Rejected> {
         match op {
-            Op::Fleet { command } => self.apply_command(command).map(Outcome::Event),
-            Op::Batch { commands } => Ok(Outcome::Batch(commands.into_iter().map(|c| self.apply_command(c)).collect())),
+            Op::Fleet { command } => self.apply_command(index, command).map(Outcome::Event),
+            Op::Guarded { command, tenant, revision } => {
+                let actual = self.tenant_revisions.get(&tenant).copied().unwrap_or(0);
+                if actual != revision {
+                    return Err(Rejected::RevisionMismatch { tenant, expected: revision, actual });
+                }
+                self.apply_command(index, command).map(Outcome::Event)
+            }
+            Op::Batch { commands } => {
+                Ok(Outcome::Batch(commands.into_iter().map(|c| self.apply_command(index, c)).collect()))
+            }
             Op::Clock { now_ms } => {
                 self.clock_ms = self.clock_ms.max(now_ms);
                 Ok(Outcome::Clock(self.clock_ms))
@@ -98,12 +155,26 @@ impl CoordState {
         }
     }
 
-    fn apply_command(&mut self, command: Command) -> Result<Event, Rejected> {
+    fn apply_command(&mut self, index: u64, command: Command) -> Result<Event, Rejected> {
         let plan = match &command {
             Command::CommitPlan { plan } => Some(plan.clone()),
             _ => None,
         };
         let event = self.fleet.apply(command)?;
+        match &event {
+            Event::TenantCreated { id } | Event::TenantUpdated { id } => {
+                self.tenant_revisions.insert(id.clone(), index);
+            }
+            Event::TenantDeleted { id } => {
+                self.tenant_revisions.remove(id);
+            }
+            Event::PlanCommitted { tenants_removed, .. } => {
+                for t in tenants_removed {
+                    self.tenant_revisions.remove(t);
+                }
+            }
+            _ => {}
+        }
         if let Some(plan) = plan {
             for (gpu, target) in plan.gpus {
                 let h = self.history.entry(gpu).or_default();
@@ -145,8 +216,8 @@ mod tests {
     #[test]
     fn clock_never_goes_back_and_snapshots_round_trip() {
         let mut s = CoordState::default();
-        assert_eq!(s.apply(Op::Clock { now_ms: 5_000 }).unwrap(), Outcome::Clock(5_000));
-        assert_eq!(s.apply(Op::Clock { now_ms: 1_000 }).unwrap(), Outcome::Clock(5_000));
+        assert_eq!(s.apply(1, Op::Clock { now_ms: 5_000 }).unwrap(), Outcome::Clock(5_000));
+        assert_eq!(s.apply(2, Op::Clock { now_ms: 1_000 }).unwrap(), Outcome::Clock(5_000));
         s.members.insert(4, "127.0.0.1:7004".into());
         let back = CoordState::from_snapshot(&s.to_snapshot()).unwrap();
         assert_eq!(back, s);
@@ -158,10 +229,75 @@ mod tests {
         let mut s = CoordState::default();
         let bad = Command::DeleteTenant { id: "nobody".parse().unwrap() };
         let good = Op::Clock { now_ms: 1 };
-        let Outcome::Batch(results) = s.apply(Op::Batch { commands: vec![bad.clone(), bad] }).unwrap() else {
+        let Outcome::Batch(results) = s.apply(1, Op::Batch { commands: vec![bad.clone(), bad] }).unwrap() else {
             panic!("a batch answers a batch")
         };
         assert!(results.iter().all(Result::is_err));
-        assert!(s.apply(good).is_ok());
+        assert!(s.apply(2, good).is_ok());
+    }
+
+    fn model() -> tessera_core::model::ModelProfile {
+        tessera_core::model::ModelProfile {
+            name: "m".into(),
+            description: String::new(),
+            inference_memory_gib: 1.0,
+            training_memory_gib: 2.0,
+            max_batch: 8,
+            latency: tessera_core::model::LatencyModel::Parametric { base_ms: 2.0, alpha: 0.8, beta: 0.1 },
+            training: tessera_core::model::TrainingSpeed::Exponent(0.9),
+        }
+    }
+
+    fn spec(slo_ms: f64) -> tessera_core::tenant::TenantSpec {
+        tessera_core::tenant::TenantSpec {
+            id: TenantId::new("t").unwrap(),
+            name: "t".into(),
+            model: "m".into(),
+            slo_ms,
+            slo_percentile: 99.0,
+            weight: 1.0,
+            demand: tessera_core::tenant::DemandSource::Poisson { rate_rps: 1.0 },
+            retraining: None,
+        }
+    }
+
+    fn proposal(op: Op, client_request: Option<&str>) -> Proposal {
+        Proposal { origin: 1, request: 0, op, deadline_ms: None, client_request: client_request.map(Into::into) }
+    }
+
+    #[test]
+    fn a_conditional_update_loses_to_a_newer_write_and_a_retried_request_applies_once() {
+        let mut s = CoordState::default();
+        s.apply(1, Op::Fleet { command: Command::PutModel { profile: model() } }).unwrap();
+        s.apply(2, Op::Fleet { command: Command::CreateTenant { spec: spec(111.0) } }).unwrap();
+        let t = TenantId::new("t").unwrap();
+        assert_eq!(s.tenant_revisions[&t], 2);
+        // Two clients read revision 2; the first update wins, the late one is refused and changes nothing.
+        let update =
+            |slo| Op::Guarded { command: Command::UpdateTenant { spec: spec(slo) }, tenant: t.clone(), revision: 2 };
+        s.apply(3, update(222.0)).unwrap();
+        assert_eq!(s.tenant_revisions[&t], 3);
+        let before = s.clone();
+        let e = s.apply(4, update(111.0)).unwrap_err();
+        assert_eq!(e.to_string(), "tenant t is at revision 3, not 2: it changed since it was read");
+        assert_eq!(s, before);
+        assert_eq!(s.fleet.tenants[&t].slo_ms, 222.0);
+
+        // A write retried with the same request id is applied once; the retry answers where it was applied.
+        let write = || proposal(Op::Fleet { command: Command::UpdateTenant { spec: spec(333.0) } }, Some("req-1"));
+        assert!(matches!(s.apply_proposal(5, write()), Ok(Outcome::Event(_))));
+        assert_eq!(s.apply_proposal(6, write()), Ok(Outcome::Duplicate(5)));
+        assert_eq!(s.tenant_revisions[&t], 5);
+        // The memory of request ids is bounded.
+        for i in 0..REMEMBERED_REQUESTS + 10 {
+            s.apply_proposal(7 + i as u64, proposal(Op::Clock { now_ms: 0 }, Some(&format!("c{i}")))).unwrap();
+        }
+        assert_eq!(s.requests.len(), REMEMBERED_REQUESTS);
+        assert!(matches!(s.apply_proposal(99_999, write()), Ok(Outcome::Event(_))));
+        let back = CoordState::from_snapshot(&s.to_snapshot()).unwrap();
+        assert_eq!(back, s);
+        // Deleting the tenant forgets its revision.
+        s.apply(100_000, Op::Fleet { command: Command::DeleteTenant { id: t.clone() } }).unwrap();
+        assert!(!s.tenant_revisions.contains_key(&t));
     }
 }

@@ -11,16 +11,18 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use protobuf::Message as _;
-use raft::prelude::Message;
+use raft::prelude::{Message, MessageType};
 use tessera_proto::v1;
 use tessera_proto::v1::raft_client::RaftClient;
 use tokio::sync::mpsc;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Messages queued per peer before new ones are dropped.
 const QUEUE: usize = 4096;
 /// Messages per `Step` call at most.
 const BATCH: usize = 512;
+/// Deadline of one `Step` call (a snapshot may take a while; everything else is small).
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest message a peer may send (snapshots travel as one message).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
@@ -120,6 +122,21 @@ impl Transport {
         self.inner.blocked.read().expect("blocked lock").contains(&peer)
     }
 
+    /// Removes forwarded proposals (the entries of `MsgPropose` messages) whose proposer's deadline has passed by
+    /// `now_ms`, and the messages left empty; returns how many proposals were dropped. A follower forwards a
+    /// client's write to the leader as such a message; if it arrives after the proposer gave up (it sat in a stalled
+    /// connection until a partition healed), appending it would apply an old write after newer acknowledged ones.
+    pub fn drop_expired_proposals(messages: &mut Vec<Message>, now_ms: u64) -> usize {
+        let mut dropped = 0;
+        for m in messages.iter_mut().filter(|m| m.get_msg_type() == MessageType::MsgPropose) {
+            let before = m.entries.len();
+            m.entries.retain(|e| !proposal_expired(&e.data, now_ms));
+            dropped += before - m.entries.len();
+        }
+        messages.retain(|m| m.get_msg_type() != MessageType::MsgPropose || !m.entries.is_empty());
+        dropped
+    }
+
     /// Decodes a batch received from a peer.
     pub fn decode(batch: &v1::RaftBatch) -> Result<Vec<Message>, String> {
         batch
@@ -132,8 +149,8 @@ impl Transport {
 }
 
 async fn send_loop(inner: Arc<Inner>, peer: u64, endpoint: String, mut rx: mpsc::Receiver<Message>) {
-    let channel: Channel = match Endpoint::from_shared(endpoint.clone()) {
-        Ok(e) => e.connect_timeout(Duration::from_secs(1)).timeout(Duration::from_secs(10)).connect_lazy(),
+    let channel: Channel = match crate::net::channel(&endpoint, Duration::from_secs(1), Some(STEP_TIMEOUT)) {
+        Ok(c) => c,
         Err(e) => {
             tracing::error!(peer, %endpoint, error = %e, "bad peer address");
             return;
@@ -165,5 +182,49 @@ async fn send_loop(inner: Arc<Inner>, peer: u64, endpoint: String, mut rx: mpsc:
                 tokio::time::sleep(Duration::from_millis(20 * u64::from(failures.min(10)))).await;
             }
         }
+    }
+}
+
+/// Whether a proposal's data carries a deadline before `now_ms` (undecodable data is left for the state machine,
+/// which skips it).
+fn proposal_expired(data: &[u8], now_ms: u64) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Deadline {
+        #[serde(default)]
+        deadline_ms: Option<u64>,
+    }
+    serde_json::from_slice::<Deadline>(data).ok().and_then(|d| d.deadline_ms).is_some_and(|d| d < now_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Op, Proposal};
+    use raft::prelude::Entry;
+
+    fn propose(deadlines: &[Option<u64>]) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgPropose);
+        for d in deadlines {
+            let p =
+                Proposal { origin: 2, request: 1, op: Op::Clock { now_ms: 1 }, deadline_ms: *d, client_request: None };
+            let mut e = Entry::default();
+            e.data = serde_json::to_vec(&p).unwrap().into();
+            m.entries.push(e);
+        }
+        m
+    }
+
+    #[test]
+    fn late_forwarded_proposals_are_dropped_and_everything_else_passes() {
+        let mut heartbeat = Message::default();
+        heartbeat.set_msg_type(MessageType::MsgHeartbeat);
+        let mut messages =
+            vec![propose(&[Some(900), Some(1_100), None]), propose(&[Some(999)]), heartbeat, propose(&[Some(1_000)])];
+        assert_eq!(Transport::drop_expired_proposals(&mut messages, 1_000), 2);
+        assert_eq!(messages.len(), 3, "the message left empty goes, the heartbeat stays");
+        assert_eq!(messages[0].entries.len(), 2);
+        assert_eq!(messages[1].get_msg_type(), MessageType::MsgHeartbeat);
+        assert_eq!(messages[2].entries.len(), 1, "a deadline not yet passed is kept");
     }
 }

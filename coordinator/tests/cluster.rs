@@ -62,8 +62,10 @@ async fn a_minority_accepts_no_writes_and_everyone_converges_after_healing() {
     // Cut the leader off: it is the minority.
     c.isolate(leader).await;
     let majority: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != leader).collect();
-    let minority_write =
-        c.client(leader).create_tenant(v1::TenantRequest { spec: Some(tenant("minority", "resnet50", 1.0)) }).await;
+    let minority_write = c
+        .client(leader)
+        .create_tenant(v1::TenantRequest { spec: Some(tenant("minority", "resnet50", 1.0)), ..Default::default() })
+        .await;
     let err = minority_write.expect_err("the minority side accepted a write");
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
 

@@ -167,3 +167,80 @@ async fn virtual_time_moves_the_agents_and_plans_at_window_boundaries_and_a_new_
 
     sim.stop().await;
 }
+
+/// The failure detector end to end: two simulated nodes, a tenant served on one; that node stops (its gRPC server
+/// and heartbeats end, as when its process dies); the leader marks it suspect, then failed, replans at once and the
+/// tenant is served on the other node. The dead node's replacement, under the same node id with fresh hardware,
+/// heartbeats again, is healthy again and converges to the target it is pushed (its GPU emptied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_is_failed_and_its_tenants_are_served_elsewhere_and_it_rejoins_clean() {
+    // No window round during the test (10 min): only the failure detector replans.
+    let c = Cluster::start(3, &["--plan-every", "600s", "--suspect-after", "1s", "--fail-after", "3s"]);
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    let a = start_sim(&c.endpoints(), 1, 1, tessera_sim::node::ClockKind::Wall, "a").await;
+    let b = start_sim(&c.endpoints(), 1, 1, tessera_sim::node::ClockKind::Wall, "b").await;
+    let nodes = || async {
+        c.client(leader).list_nodes(v1::ListRequest { stale: false }).await.ok().map(|r| r.into_inner().nodes)
+    };
+    eventually(T, "both nodes to register", || async { nodes().await.filter(|n| n.len() == 2).map(|_| ()) }).await;
+    create(&c, leader, tenant("vision", "resnet50", 50.0)).await;
+    c.client(leader).trigger_plan(v1::TriggerPlanRequest {}).await.unwrap();
+    // The first healthy node whose agent reports an instance serving the tenant (a failed node's last report
+    // stays recorded as it was).
+    let serving = |nodes: &[v1::NodeInfo]| {
+        nodes
+            .iter()
+            .filter(|n| n.health == "healthy")
+            .find(|n| {
+                n.gpus.iter().any(|g| {
+                    g.applied_epoch > 0
+                        && g.applied_assignments
+                            .iter()
+                            .any(|x| x.tenant == "vision" && x.role == v1::Role::Inference as i32)
+                })
+            })
+            .map(|n| n.id.clone())
+    };
+    let first = eventually(T, "the tenant to be served", || async { serving(&nodes().await?) }).await;
+    assert!(nodes().await.unwrap().iter().all(|n| n.health == "healthy"));
+
+    // The serving node dies.
+    let (dead, survivor) = if first == "a-0" { (a, b) } else { (b, a) };
+    let survivor_id = if first == "a-0" { "b-0" } else { "a-0" };
+    let prefix = first.trim_end_matches("-0").to_string();
+    let died = std::time::Instant::now();
+    dead.stop().await;
+    let suspect = eventually(T, "the dead node to be suspect", || async {
+        let n = nodes().await?;
+        n.iter().find(|n| n.id == first && n.health != "healthy").map(|_| died.elapsed())
+    })
+    .await;
+    let (failed, reason) = eventually(T, "the dead node to be failed", || async {
+        let n = nodes().await?;
+        n.iter().find(|n| n.id == first && n.health == "failed").map(|n| (died.elapsed(), n.health_reason.clone()))
+    })
+    .await;
+    assert!(reason.contains("no heartbeat"), "{reason}");
+    let moved = eventually(T, "the tenant to be served on the surviving node", || async {
+        (serving(&nodes().await?)? == survivor_id).then(|| died.elapsed())
+    })
+    .await;
+    println!("node death: suspect after {suspect:?}, failed after {failed:?}, tenant served elsewhere after {moved:?}");
+    // The failed node's GPU target is empty, and nothing else plans on it.
+    let n = nodes().await.unwrap();
+    let dead_gpu = &n.iter().find(|n| n.id == first).unwrap().gpus[0];
+    assert!(dead_gpu.target.as_ref().is_none_or(|t| t.layout.as_ref().is_none_or(|l| l.placements.is_empty())));
+
+    // A replacement under the same node id comes back: healthy again, and its layout is reconciled to its target.
+    let back = start_sim(&c.endpoints(), 1, 1, tessera_sim::node::ClockKind::Wall, &prefix).await;
+    eventually(T, "the node to be healthy and converged again", || async {
+        let n = nodes().await?;
+        let node = n.iter().find(|n| n.id == first)?;
+        let g = &node.gpus[0];
+        (node.health == "healthy" && g.applied_epoch == g.target_epoch).then_some(())
+    })
+    .await;
+    assert_eq!(serving(&nodes().await.unwrap()).as_deref(), Some(survivor_id));
+    back.stop().await;
+    survivor.stop().await;
+}

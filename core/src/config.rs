@@ -458,6 +458,9 @@ impl RawTenant {
 /// Checks a tenant's values (used for files and for tenants arriving through the API). Whether its model exists
 /// is the fleet state's check.
 pub fn validate_tenant(t: &TenantSpec) -> Result<(), FieldError> {
+    check("name", t.name.len() <= MAX_TENANT_NAME_BYTES && !t.name.chars().any(char::is_control), || {
+        format!("must be at most {MAX_TENANT_NAME_BYTES} bytes without control characters, got {} bytes", t.name.len())
+    })?;
     check_name("model", &t.model)?;
     positive("slo", t.slo_ms)?;
     in_range("slo_percentile", t.slo_percentile, 0.0, 100.0, true)?;
@@ -469,7 +472,7 @@ pub fn validate_tenant(t: &TenantSpec) -> Result<(), FieldError> {
             })?;
         }
         DemandSource::Trace { selector, scale } => {
-            check("demand.trace", !selector.trim().is_empty(), || "must not be empty".into())?;
+            validate_trace_selector(selector).map_err(|m| FieldError::new("demand.trace", m))?;
             positive("demand.scale", *scale)?;
         }
     }
@@ -492,6 +495,40 @@ pub fn validate_tenant(t: &TenantSpec) -> Result<(), FieldError> {
         })?;
     }
     Ok(())
+}
+
+/// Longest tenant display name accepted, bytes.
+pub const MAX_TENANT_NAME_BYTES: usize = 256;
+/// Longest trace selector accepted, bytes.
+pub const MAX_TRACE_SELECTOR_BYTES: usize = 128;
+
+/// Checks a trace selector: `rank:N` with N >= 1 (the N-th most popular stream), or a stream key (an application or
+/// function hash: 1 to [`MAX_TRACE_SELECTOR_BYTES`] characters of `A-Z a-z 0-9 _ - .`, not `.` or `..`). A selector
+/// names a stream inside a trace, never a file, so path separators are refused.
+pub fn validate_trace_selector(selector: &str) -> Result<(), String> {
+    if selector.is_empty() || selector.len() > MAX_TRACE_SELECTOR_BYTES {
+        return Err(format!(
+            "must be 1 to {MAX_TRACE_SELECTOR_BYTES} bytes (\"rank:N\" or a stream key), got {} bytes",
+            selector.len()
+        ));
+    }
+    if let Some(n) = selector.strip_prefix("rank:") {
+        return match n.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(()),
+            _ => Err(format!("{selector:?}: expected \"rank:N\" with N >= 1 (the N-th most popular stream)")),
+        };
+    }
+    let ok = selector != "."
+        && selector != ".."
+        && selector.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{selector:?} is neither \"rank:N\" nor a stream key (letters, digits, `_`, `-`, `.`; a selector names a \
+             stream in the trace, not a file)"
+        ))
+    }
 }
 
 /// Parses a tenants file (`[[tenant]]` tables). Ids must be unique.
@@ -752,6 +789,25 @@ demand = { trace = "rank:1", scale = 0.5 }
             .unwrap_err();
         assert!(e.message.contains("unknown field `sla`"), "{e}");
         assert_eq!(e.position.map(|p| p.0), Some(6), "{e}");
+        let e = parse_tenants(&TENANTS.replace("\"rank:1\"", "\"rank:0\""), Path::new("t.toml")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("tenant[1].demand.trace"), "{e}");
+        assert!(e.message.contains("N >= 1"), "{e}");
+    }
+
+    #[test]
+    fn trace_selectors_name_a_stream_never_a_file_and_names_are_bounded() {
+        for ok in ["rank:1", "rank:40", "9c4f1e.fn-2_a"] {
+            validate_trace_selector(ok).unwrap();
+        }
+        for bad in ["", "rank:0", "rank:-1", "rank:x", "../../etc/passwd", "/etc/passwd", "..", "a b", "a\u{0}"] {
+            let e = validate_trace_selector(bad).unwrap_err();
+            assert!(e.contains("rank:N") || e.contains("bytes"), "{bad:?}: {e}");
+        }
+        assert!(validate_trace_selector(&"a".repeat(MAX_TRACE_SELECTOR_BYTES + 1)).unwrap_err().contains("bytes"));
+        let long = format!("name = \"{}\"", "x".repeat(MAX_TENANT_NAME_BYTES + 1));
+        let text = TENANTS.replacen("[[tenant]]", &format!("[[tenant]]\n{long}"), 1);
+        let e = parse_tenants(&text, Path::new("t.toml")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("tenant[0].name"), "{e}");
     }
 
     #[test]

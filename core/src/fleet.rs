@@ -41,6 +41,31 @@ pub enum GpuHealth {
     Failed,
 }
 
+/// Health of a node as the leader's failure detector judges it from heartbeats and pushes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeHealth {
+    /// Heartbeating and reachable.
+    #[default]
+    Healthy,
+    /// Heartbeats missed or pushes failing: keeps its work, gets no new work.
+    Suspect,
+    /// Silent past the failure threshold: its GPUs are planned empty and its tenants served elsewhere until it
+    /// heartbeats again.
+    Failed,
+}
+
+impl NodeHealth {
+    /// The name operators see (`healthy`, `suspect`, `failed`).
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeHealth::Healthy => "healthy",
+            NodeHealth::Suspect => "suspect",
+            NodeHealth::Failed => "failed",
+        }
+    }
+}
+
 /// A GPU as a node reports it when registering.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuDescriptor {
@@ -63,6 +88,15 @@ pub struct NodeState {
     pub registered_at: SimTime,
     /// Its GPUs' indices.
     pub gpus: Vec<u32>,
+    /// What the failure detector last decided.
+    #[serde(default)]
+    pub health: NodeHealth,
+    /// Why (empty while healthy since registration).
+    #[serde(default)]
+    pub health_reason: String,
+    /// Workload time of the last health change (or of the registration).
+    #[serde(default)]
+    pub health_since: SimTime,
 }
 
 /// What the fleet knows about a GPU.
@@ -177,6 +211,17 @@ pub enum Command {
         /// Node id.
         node: NodeId,
     },
+    /// The failure detector's verdict on a node.
+    SetNodeHealth {
+        /// The node.
+        node: NodeId,
+        /// Its health.
+        health: NodeHealth,
+        /// Why, for operators.
+        reason: String,
+        /// Workload time of the verdict.
+        at: SimTime,
+    },
     /// Set a GPU's health.
     SetGpuHealth {
         /// The GPU.
@@ -263,6 +308,13 @@ pub enum Event {
         node: NodeId,
         /// The GPUs that went with it.
         gpus: Vec<GpuId>,
+    },
+    /// A node's health changed.
+    NodeHealthSet {
+        /// The node.
+        node: NodeId,
+        /// New health.
+        health: NodeHealth,
     },
     /// A GPU's health changed.
     GpuHealthSet {
@@ -388,8 +440,8 @@ pub enum Rejected {
         /// Why.
         reason: String,
     },
-    /// A plan's GPU is failed.
-    #[error("{0} is failed: plans may not target it")]
+    /// A plan's GPU (or its node) is failed.
+    #[error("{0} (or its node) is failed: plans may only empty it")]
     GpuFailed(GpuId),
     /// A plan's expected goodput is not a finite non-negative number.
     #[error("{gpu}: expected goodput {value} is not a finite non-negative number")]
@@ -398,6 +450,16 @@ pub enum Rejected {
         gpu: GpuId,
         /// The value.
         value: f64,
+    },
+    /// A conditional write found the tenant at another revision than the one the client read.
+    #[error("tenant {tenant} is at revision {actual}, not {expected}: it changed since it was read")]
+    RevisionMismatch {
+        /// The tenant.
+        tenant: TenantId,
+        /// The revision the write was conditional on.
+        expected: u64,
+        /// Its revision now (0: it does not exist).
+        actual: u64,
     },
     /// An applied-layout report older than one already recorded.
     #[error("{gpu}: report for epoch {epoch} is older than the recorded epoch {recorded}")]
@@ -487,6 +549,13 @@ impl FleetState {
                     self.gpus.remove(g);
                 }
                 Event::NodeRemoved { node, gpus }
+            }
+            Command::SetNodeHealth { node, health, reason, at } => {
+                let n = self.nodes.get_mut(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+                n.health = health;
+                n.health_reason = reason;
+                n.health_since = at;
+                Event::NodeHealthSet { node, health }
             }
             Command::SetGpuHealth { gpu, health } => {
                 let g = self.gpus.get_mut(&gpu).ok_or_else(|| Rejected::UnknownGpu(gpu.clone()))?;
@@ -631,7 +700,15 @@ impl FleetState {
             }
         }
         indices.sort_unstable();
-        self.nodes.insert(node.clone(), NodeState { address, registered_at: at, gpus: indices });
+        // A node that registers again keeps the failure detector's verdict until the leader sees it heartbeat.
+        let (health, health_reason, health_since) = match self.nodes.get(&node) {
+            Some(n) => (n.health, n.health_reason.clone(), n.health_since),
+            None => (NodeHealth::Healthy, String::new(), at),
+        };
+        self.nodes.insert(
+            node.clone(),
+            NodeState { address, registered_at: at, gpus: indices, health, health_reason, health_since },
+        );
         Ok(Event::NodeRegistered { node, known, gpus: count })
     }
 
@@ -639,7 +716,8 @@ impl FleetState {
         invariants::plan_epochs_never_decrease(self.plan_epoch, plan.epoch)?;
         for (id, gp) in &plan.gpus {
             let gpu = self.gpus.get(id).ok_or_else(|| Rejected::UnknownGpu(id.clone()))?;
-            if gpu.health == GpuHealth::Failed && !gp.layout.is_empty() {
+            let node_failed = self.nodes.get(&id.node).is_some_and(|n| n.health == NodeHealth::Failed);
+            if (gpu.health == GpuHealth::Failed || node_failed) && !gp.layout.is_empty() {
                 return Err(Rejected::GpuFailed(id.clone()));
             }
             let current = gpu.target.as_ref().map_or(&[][..], |t| t.assignments.as_slice());

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use tessera_core::GpuModel;
 use tessera_core::accuracy::{Drift, OptimusCurve};
-use tessera_core::fleet::{Command, Event, FleetState, GpuDescriptor, GpuHealth, Rejected, TenantStatus};
+use tessera_core::fleet::{Command, Event, FleetState, GpuDescriptor, GpuHealth, NodeHealth, Rejected, TenantStatus};
 use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::invariants::Violation;
 use tessera_core::layout::Layout;
@@ -253,6 +253,42 @@ fn plans_are_committed_only_when_every_rule_holds() {
 }
 
 #[test]
+fn a_failed_node_takes_only_empty_targets_and_keeps_its_verdict_across_registration() {
+    let mut s = fleet();
+    s.apply(plan(1, &[("n/0", "7g@0", vec![])])).unwrap();
+    let verdict = |health, reason: &str| Command::SetNodeHealth {
+        node: node("n"),
+        health,
+        reason: reason.into(),
+        at: SimTime::from_secs(9),
+    };
+    assert_eq!(
+        s.apply(verdict(NodeHealth::Failed, "no heartbeat for 10.0 s")),
+        Ok(Event::NodeHealthSet { node: node("n"), health: NodeHealth::Failed })
+    );
+    assert!(matches!(rejected(&mut s, plan(2, &[("n/0", "3g@0", vec![])])), Rejected::GpuFailed(_)));
+    s.apply(plan(2, &[("n/0", "-", vec![]), ("n/1", "-", vec![])])).unwrap();
+    // Registering again is not a heartbeat: the verdict stays until the leader lifts it.
+    s.apply(register("n", &[GpuModel::A100_40GB, GpuModel::A100_40GB])).unwrap();
+    assert_eq!(s.nodes[&node("n")].health, NodeHealth::Failed);
+    assert_eq!(s.nodes[&node("n")].health_reason, "no heartbeat for 10.0 s");
+    s.apply(verdict(NodeHealth::Healthy, "heartbeats resumed")).unwrap();
+    s.apply(plan(3, &[("n/0", "3g@0", vec![])])).unwrap();
+    assert!(matches!(
+        rejected(
+            &mut s,
+            Command::SetNodeHealth {
+                node: node("ghost"),
+                health: NodeHealth::Failed,
+                reason: String::new(),
+                at: SimTime::ZERO,
+            }
+        ),
+        Rejected::UnknownNode(_)
+    ));
+}
+
+#[test]
 fn applied_layouts_are_recorded_in_epoch_order() {
     let mut s = fleet();
     s.apply(plan(1, &[("n/0", "4g@0 3g@4", vec![])])).unwrap();
@@ -326,6 +362,16 @@ fn arb_command() -> impl Strategy<Value = Command> {
         prop::sample::select(vec!["n", "m"]).prop_map(|n| Command::RemoveNode { node: node(n) }),
         (gpus.clone(), prop::sample::select(vec![GpuHealth::Healthy, GpuHealth::Draining, GpuHealth::Failed]))
             .prop_map(|(g, h)| Command::SetGpuHealth { gpu: gpu(g), health: h }),
+        (
+            prop::sample::select(vec!["n", "m"]),
+            prop::sample::select(vec![NodeHealth::Healthy, NodeHealth::Suspect, NodeHealth::Failed])
+        )
+            .prop_map(|(n, h)| Command::SetNodeHealth {
+                node: node(n),
+                health: h,
+                reason: String::new(),
+                at: SimTime::ZERO
+            }),
         (0u64..6, gpus.clone(), layouts.clone(), tenants, roles).prop_map(|(e, g, l, t, r)| {
             let layout: Layout = l.parse().unwrap();
             let a = layout.placements().first().map(|p| vec![assign(&p.to_string(), t, r)]).unwrap_or_default();

@@ -277,7 +277,8 @@ pub async fn create(cluster: &Cluster, via: u64, spec: v1::TenantSpec) -> u64 {
         let spec = spec.clone();
         let id = id.clone();
         async move {
-            match cluster.client(via).create_tenant(v1::TenantRequest { spec: Some(spec) }).await {
+            match cluster.client(via).create_tenant(v1::TenantRequest { spec: Some(spec), ..Default::default() }).await
+            {
                 Ok(r) => Some(r.into_inner().index),
                 Err(s) if s.code() == tonic::Code::AlreadyExists => Some(0),
                 Err(s)

@@ -158,7 +158,7 @@ fn key_id(k: u32) -> String {
 
 /// Sets register `k` to 0: updates its tenant, or creates it where it does not exist yet.
 async fn reset(client: &Client, k: u32) -> Result<(), tonic::Status> {
-    let req = v1::TenantRequest { spec: Some(spec(&key_id(k), slo_of(0))) };
+    let req = v1::TenantRequest { spec: Some(spec(&key_id(k), slo_of(0))), ..Default::default() };
     let update = client
         .call(|mut x| {
             let req = req.clone();
@@ -208,7 +208,7 @@ async fn run_client(cli: Arc<Cli>, rec: Arc<Recorder>, c: u32, deadline: Instant
             // A value no other write uses.
             let value = seq * u64::from(cli.clients) + u64::from(c) + 1;
             rec.record(process, Some(key), Kind::Invoke(Op::Write(value)));
-            let req = v1::TenantRequest { spec: Some(spec(&key_id(key), slo_of(value))) };
+            let req = v1::TenantRequest { spec: Some(spec(&key_id(key), slo_of(value))), ..Default::default() };
             match client
                 .call(|mut x| {
                     let req = req.clone();
@@ -227,7 +227,7 @@ async fn run_client(cli: Arc<Cli>, rec: Arc<Recorder>, c: u32, deadline: Instant
             }
         } else if choice < 9 {
             let at = rec.record(process, Some(key), Kind::Invoke(Op::Read));
-            let req = v1::TenantIdRequest { id: key_id(key) };
+            let req = v1::TenantIdRequest { id: key_id(key), ..Default::default() };
             match client
                 .call(|mut x| {
                     let req = req.clone();
@@ -245,7 +245,7 @@ async fn run_client(cli: Arc<Cli>, rec: Arc<Recorder>, c: u32, deadline: Instant
         } else {
             let id = format!("c{c}-{seq}");
             rec.record(process, None, Kind::Invoke(Op::Create(id.clone())));
-            let req = v1::TenantRequest { spec: Some(spec(&id, 150.0)) };
+            let req = v1::TenantRequest { spec: Some(spec(&id, 150.0)), ..Default::default() };
             match client
                 .call(|mut x| {
                     let req = req.clone();

@@ -177,7 +177,7 @@ pub async fn run_cluster(
         nodes.push(SimulatedNode { reconciler });
     }
     for t in &scenario.tenants {
-        let req = v1::TenantRequest { spec: Some(t.into()) };
+        let req = v1::TenantRequest { spec: Some(t.into()), ..Default::default() };
         match api.create_tenant(req.clone()).await {
             Ok(_) => {}
             Err(s) if s.code() == tonic::Code::AlreadyExists => {
