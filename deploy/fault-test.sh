@@ -10,11 +10,16 @@
 #      namespace (iptables through nsenter; docker cannot cut one link), 8 s
 #   6. a rolling restart of all three coordinators, each back and caught up before the next
 #   7. a node agent restarted in the middle of a reconfiguration (right after a plan is triggered)
+#   8. a node agent killed for good (past the failure detector's fail_after, 15 s): the leader marks it failed, its
+#      GPUs are emptied and its tenants replanned onto the other node; then it comes back and rejoins healthy
+#   9. a ghost write: a follower cut from the other coordinators by dropped packets (its TCP connections stall
+#      rather than fail), an update sent through it (outcome unknown), a newer one acknowledged through the leader;
+#      after the link heals, every member must still hold the newer one
 # Then it waits for every node to report its committed layout, checks from each node's MIG change log that no
 # instance its target kept was ever destroyed, and checks the history fault-check recorded for linearizability
 # (stateright's LinearizabilityTester) and lost acknowledged writes. The last line is
-#   ops=N faults=N lost=N linearizable=yes|no max_unavailable_s=X converged=yes|no
-# and it exits non-zero unless lost=0, linearizable=yes and converged=yes.
+#   ops=N faults=N lost=N linearizable=yes|no max_unavailable_s=X converged=yes|no node_death=yes|no ghost_write=yes|no
+# and it exits non-zero unless lost=0, linearizable=yes, converged=yes, node_death=yes and ghost_write=no.
 #
 # Usage: deploy/fault-test.sh [--profile release|debug] [--no-build] [--duration 150s]
 #   --profile debug packages the debug binaries (faster to build; what CI uses); --no-build uses the images and
@@ -172,6 +177,113 @@ sleep 0.2
 docker restart -t 0 "$(cid sim-node-b)" >/dev/null
 wait "$trigger_pid" || true
 
+# Every tenant served (an inference instance applied) on node $1, one per line.
+served_on() {
+  ctl node list --json 2>/dev/null | python3 -c '
+import json, sys
+for n in json.load(sys.stdin):
+    if n["id"] == sys.argv[1]:
+        for g in n["gpus"]:
+            for a in filter(None, g["applied_assignments"].split(", ")):
+                if a.endswith(":serve"):
+                    print(a.split(":")[1])' "$1" | sort -u
+}
+node_health() {
+  ctl node list --json 2>/dev/null | python3 -c '
+import json, sys
+print(next((n["health"] for n in json.load(sys.stdin) if n["id"] == sys.argv[1]), "unknown"))' "$1"
+}
+
+# First a plan that gives node-a work (a window round may not have run since the last faults).
+ctl plan trigger >/dev/null 2>&1 || true
+deadline=$((SECONDS + 60))
+while [ $SECONDS -lt $deadline ] && [ -z "$(served_on node-a-0)" ]; do sleep 0.5; done
+fault "docker kill sim-node-a for good (past fail_after)"
+served_on node-a-0 >"$out/served-on-a.txt"
+before=$(wc -l <"$out/served-on-a.txt")
+epoch_before=$(ctl status --json | json_field "['plan_epoch']")
+docker kill "$(cid sim-node-a)" >/dev/null
+killed=$SECONDS
+t_failed=-1
+while [ $((SECONDS - killed)) -lt 60 ]; do
+  if [ "$(node_health node-a-0)" = failed ]; then t_failed=$((SECONDS - killed)); break; fi
+  sleep 0.5
+done
+# The replan after the failure is committed (node-a's GPUs emptied) and node-b has applied it.
+t_moved=-1
+while [ "$t_failed" -ge 0 ] && [ $((SECONDS - killed)) -lt 90 ]; do
+  if ctl node list --json 2>/dev/null | python3 -c '
+import json, sys
+epoch = int(sys.argv[1])
+nodes = {n["id"]: n for n in json.load(sys.stdin)}
+a, b = nodes.get("node-a-0"), nodes.get("node-b-0")
+ok = bool(a and b) and all(g["target"] == "(empty)" for g in a["gpus"]) and any(
+    g["target_epoch"] > epoch for g in b["gpus"]) and all(
+    g["applied_epoch"] == g["target_epoch"] and g["applied"] == g["target"] for g in b["gpus"] if g["target_epoch"] > 0)
+sys.exit(0 if ok else 1)' "$epoch_before"; then
+    t_moved=$((SECONDS - killed)); break
+  fi
+  sleep 0.5
+done
+moved=$(served_on node-b-0 | grep -cxF -f "$out/served-on-a.txt" || true)
+log "node-a dead: failed after ${t_failed} s, replan applied on node-b after ${t_moved} s; of the $before tenants node-a served, $moved are served on node-b"
+node_death=yes
+{ [ "$t_failed" -ge 0 ] && [ "$t_moved" -ge 0 ]; } || node_death=no
+docker start "$(cid sim-node-a)" >/dev/null
+back=$SECONDS
+t_healthy=-1
+while [ $((SECONDS - back)) -lt 60 ]; do
+  if [ "$(node_health node-a-0)" = healthy ]; then t_healthy=$((SECONDS - back)); break; fi
+  sleep 0.5
+done
+log "node-a back: healthy after ${t_healthy} s"
+[ "$t_healthy" -ge 0 ] || node_death=no
+
+leader=$(wait_leader)
+follower=$(( leader % 3 + 1 ))
+fault "ghost write through coordinator-$follower, cut from its peers by dropped packets"
+ghost_dir=$(mktemp -d)
+ghost_file() {
+  printf '[[tenant]]\nid = "ghost"\nmodel = "resnet50"\nslo = "%s"\ndemand = { poisson_rps = 1.0 }\n' "$1" >"$2"
+}
+ghost_file 111ms "$ghost_dir/first.toml"
+ghost_file 444ms "$ghost_dir/late.toml"
+ghost_file 555ms "$ghost_dir/newer.toml"
+ctl tenant add --file "$ghost_dir/first.toml" >/dev/null 2>&1 || ctl tenant add --update --file "$ghost_dir/first.toml" >/dev/null
+pid=$(docker inspect -f '{{.State.Pid}}' "$(cid "coordinator-$follower")")
+peer_ips=()
+for id in 1 2 3; do
+  [ "$id" = "$follower" ] && continue
+  peer_ips+=("$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" "$(cid "coordinator-$id")")")
+done
+for ip in "${peer_ips[@]}"; do
+  nsenter -t "$pid" -n iptables -I INPUT -s "$ip" -j DROP
+  nsenter -t "$pid" -n iptables -I OUTPUT -d "$ip" -j DROP
+done
+# The late write goes through the cut follower at once (it still believes in the leader): its outcome is unknown.
+late_rc=0
+"$bin/coordinator" tenant add --update --file "$ghost_dir/late.toml" --endpoints "127.0.0.1:700$follower" \
+  --timeout 2s >/dev/null 2>&1 || late_rc=$?
+# A newer write through the majority is acknowledged.
+ctl tenant add --update --file "$ghost_dir/newer.toml" >/dev/null
+sleep 15
+for ip in "${peer_ips[@]}"; do
+  nsenter -t "$pid" -n iptables -D INPUT -s "$ip" -j DROP
+  nsenter -t "$pid" -n iptables -D OUTPUT -d "$ip" -j DROP
+done
+healed=$SECONDS
+wait_all_up
+log "follower answering with a leader $((SECONDS - healed)) s after the heal (late write exit $late_rc)"
+# Whatever a stalled connection held has had time to arrive: every member must still hold the newer write.
+sleep 5
+ghost=no
+for p in 7001 7002 7003; do
+  slo=$("$bin/coordinator" tenant get ghost --json --endpoints "127.0.0.1:$p" | json_field "['spec']['slo_ms']")
+  log "coordinator at $p: ghost slo ${slo} ms"
+  [ "${slo%.*}" = 555 ] || ghost=yes
+done
+rm -rf "$ghost_dir"
+
 log "faults done; waiting for the client workload"
 check_rc=0
 wait "$check_pid" || check_rc=$?
@@ -221,5 +333,6 @@ ops=$(field ops)
 lost=$(field lost)
 linearizable=$(field linearizable)
 max_unavailable=$(field max_unavailable_s)
-echo "ops=${ops:-0} faults=$faults lost=${lost:-?} linearizable=${linearizable:-no} max_unavailable_s=${max_unavailable:-?} converged=$converged"
-[ "${lost:-1}" = 0 ] && [ "${linearizable:-no}" = yes ] && [ "$converged" = yes ]
+echo "ops=${ops:-0} faults=$faults lost=${lost:-?} linearizable=${linearizable:-no} max_unavailable_s=${max_unavailable:-?} converged=$converged node_death=$node_death ghost_write=$ghost"
+[ "${lost:-1}" = 0 ] && [ "${linearizable:-no}" = yes ] && [ "$converged" = yes ] && [ "$node_death" = yes ] \
+  && [ "$ghost" = no ]

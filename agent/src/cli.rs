@@ -1,6 +1,8 @@
 //! Command-line conventions shared by Tessera's binaries (`agent`, `sim-agent`, `replay`): `--help` and `--version`
-//! print to stdout and exit 0; a usage error is one line on stderr, `error: ...`, and exit code 2.
+//! print to stdout and exit 0; a usage error is one line on stderr, `error: ...`, and exit code 2. Output goes
+//! through [`print_stdout`], so a reader that goes away early (`| head`) ends the output quietly instead of a panic.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -12,13 +14,23 @@ pub fn parse_or_exit<C: Parser>() -> Result<C, ExitCode> {
     match C::try_parse() {
         Ok(cli) => Ok(cli),
         Err(e) if !e.use_stderr() => {
-            print!("{e}");
+            let _ = print_stdout(&e.to_string());
             Err(ExitCode::SUCCESS)
         }
         Err(e) => {
             eprintln!("error: {}", one_line::<C>(&e));
             Err(ExitCode::from(2))
         }
+    }
+}
+
+/// Writes `text` to stdout and flushes it. A closed pipe (the reader exited, as `head` does) is not an error: the
+/// rest of the output is dropped quietly, as Unix tools do.
+pub fn print_stdout(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
     }
 }
 

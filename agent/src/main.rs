@@ -245,10 +245,13 @@ fn main() -> ExitCode {
         }
     };
     match run(cmd) {
-        Ok(out) => {
-            print!("{out}");
-            ExitCode::SUCCESS
-        }
+        Ok(out) => match tessera_agent::cli::print_stdout(&out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: cannot write to stdout: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Err(msg) => {
             eprintln!("error: {msg}");
             ExitCode::from(2)

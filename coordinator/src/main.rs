@@ -273,11 +273,19 @@ fn client(c: &ClientArgs) -> Client {
     Client::new(&c.endpoints, c.timeout)
 }
 
+/// Prints a client command's answer (a closed pipe ends the output quietly: `coordinator node list | head`).
 fn print(json_mode: bool, value: serde_json::Value, text: String) {
-    if json_mode {
-        println!("{}", serde_json::to_string_pretty(&value).expect("json"));
-    } else {
-        println!("{text}");
+    let text = if json_mode { serde_json::to_string_pretty(&value).expect("json") } else { text };
+    out(&text);
+}
+
+/// Writes a line to stdout; a reader that went away (a closed pipe) is not an error: the output ends quietly.
+fn out(line: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => eprintln!("error: cannot write to stdout: {e}"),
+        _ => {}
     }
 }
 
@@ -633,7 +641,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             let r = client(&c)
                 .call(|mut x| async move { x.dump_planner_input(v1::ListRequest { stale: false }).await })
                 .await?;
-            println!("{}", r.json);
+            out(&r.json);
             Ok(())
         }
         Cmd::DevCluster(a) => {

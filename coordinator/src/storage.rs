@@ -6,11 +6,17 @@
 //! - [`MemStore`]: in memory, a thin wrapper around raft-rs's [`MemStorage`] plus the latest snapshot's data; for
 //!   unit tests of the node.
 //! - [`SledStore`]: durable, in a sled database. Tree `raft_entries` maps an index (8 bytes, big-endian) to the
-//!   protobuf-encoded [`Entry`]; tree `raft_meta` holds `hard_state`, `conf_state` and `snapshot_meta` (protobuf)
-//!   and `snapshot_data` (the state machine's bytes). Every mutating call is one atomic sled batch or transaction
-//!   followed by [`SledStore::sync`] (sled's flush plus an fdatasync of its log file), so it is durable when it
-//!   returns, as raft requires before messages are sent. `apply_snapshot` writes the snapshot, hard state and conf
-//!   state and drops the log in one transaction over both trees, so a crash leaves the old state or the new one.
+//!   protobuf-encoded [`Entry`]; tree `raft_meta` holds `hard_state`, `conf_state` and `snapshot_meta` (protobuf).
+//!   The snapshot's data (the state machine's bytes) is a file outside sled, `snapshots/<index>-<term>.snap`,
+//!   written to a temporary name, fsynced and renamed before the metadata names it; older snapshot files are
+//!   deleted once a newer one is durable, and leftovers are removed on open. (Kept inside sled, a multi-megabyte
+//!   value sharing a tree with the hard state, which changes on every `Ready`, was rewritten with it: a member held
+//!   67 to 114 copies of the state.) Every mutating call is one atomic sled batch or transaction followed by
+//!   [`SledStore::sync`] (sled's flush plus an fdatasync of its log file), so it is durable when it returns, as
+//!   raft requires before messages are sent. `apply_snapshot` writes the snapshot file first, then the metadata,
+//!   hard state and conf state and drops the log in one transaction over both trees, so a crash leaves the old
+//!   state or the new one. Stores written before snapshots moved out of sled (`snapshot_data` in `raft_meta`) open
+//!   as before; their next snapshot moves the data out.
 //!
 //! Semantics follow raft-rs's `MemStorage`: the snapshot index acts as the log's dummy entry, so
 //! `term(snapshot index)` is the snapshot's term; an empty log has `first_index = snapshot index + 1` and
@@ -401,7 +407,52 @@ const META_TREE: &str = "raft_meta";
 const KEY_HARD_STATE: &str = "hard_state";
 const KEY_CONF_STATE: &str = "conf_state";
 const KEY_SNAPSHOT_META: &str = "snapshot_meta";
+/// The key snapshot data had inside sled before it moved to files (read for stores written then, removed by the
+/// next snapshot).
 const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
+/// The directory of snapshot files, inside the store's directory.
+const SNAPSHOT_DIR: &str = "snapshots";
+
+/// The file name of the snapshot at `index` and `term`.
+fn snapshot_file_name(index: u64, term: u64) -> String {
+    format!("{index:020}-{term:020}.snap")
+}
+
+/// Writes `data` as the snapshot file at `index` and `term` in `dir`, durably: a temporary file, fsynced, renamed,
+/// and the directory fsynced.
+fn write_snapshot_file(dir: &Path, index: u64, term: u64, data: &[u8]) -> Result<(), StoreError> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir).map_err(io_error("cannot create snapshot directory", dir))?;
+    let path = dir.join(snapshot_file_name(index, term));
+    let tmp = dir.join(format!("{}.tmp", snapshot_file_name(index, term)));
+    let mut f = std::fs::File::create(&tmp).map_err(io_error("cannot create", &tmp))?;
+    f.write_all(data).map_err(io_error("cannot write", &tmp))?;
+    f.sync_all().map_err(io_error("cannot fsync", &tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, &path).map_err(io_error("cannot rename into place", &path))?;
+    sync_path(dir)
+}
+
+/// Deletes every file in the snapshot directory but `keep` (older snapshots, and temporary files a crash left).
+fn remove_other_snapshots(dir: &Path, keep: Option<&str>) -> Result<(), StoreError> {
+    let files = match std::fs::read_dir(dir) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error("cannot list", dir)(e)),
+    };
+    let mut removed = false;
+    for file in files {
+        let path = file.map_err(io_error("cannot list", dir))?.path();
+        if path.file_name().and_then(|n| n.to_str()) != keep {
+            std::fs::remove_file(&path).map_err(io_error("cannot remove old snapshot", &path))?;
+            removed = true;
+        }
+    }
+    if removed {
+        sync_path(dir)?;
+    }
+    Ok(())
+}
 
 fn entry_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
@@ -537,13 +588,26 @@ impl SledStore {
             Some(v) => decode(META_TREE, KEY_CONF_STATE, &v)?,
             None => ConfState::default(),
         };
+        let snapshots = dir.join(SNAPSHOT_DIR);
         let snapshot: Option<SnapshotMetadata> = match (get(KEY_SNAPSHOT_META)?, get(KEY_SNAPSHOT_DATA)?) {
-            (Some(v), Some(_)) => Some(decode(META_TREE, KEY_SNAPSHOT_META, &v)?),
-            (None, None) => None,
-            (Some(_), None) => {
-                return Err(StoreError::Corrupt(format!(
-                    "tree {META_TREE}: key {KEY_SNAPSHOT_META} present but {KEY_SNAPSHOT_DATA} missing"
-                )));
+            (Some(v), legacy) => {
+                let m: SnapshotMetadata = decode(META_TREE, KEY_SNAPSHOT_META, &v)?;
+                let name = snapshot_file_name(m.index, m.term);
+                if legacy.is_none() && !snapshots.join(&name).is_file() {
+                    return Err(StoreError::Corrupt(format!(
+                        "tree {META_TREE}: key {KEY_SNAPSHOT_META} names snapshot {} at index {} but {} is missing",
+                        name,
+                        m.index,
+                        snapshots.join(&name).display()
+                    )));
+                }
+                // Older snapshots and temporary files a crash left behind.
+                remove_other_snapshots(&snapshots, legacy.is_none().then_some(name.as_str()))?;
+                Some(m)
+            }
+            (None, None) => {
+                remove_other_snapshots(&snapshots, None)?;
+                None
             }
             (None, Some(_)) => {
                 return Err(StoreError::Corrupt(format!(
@@ -638,6 +702,24 @@ impl SledStore {
         Ok(())
     }
 
+    fn snapshot_dir(&self) -> PathBuf {
+        self.inner.dir.join(SNAPSHOT_DIR)
+    }
+
+    /// Bytes the store occupies on disk: sled's files and the snapshot files.
+    pub fn disk_bytes(&self) -> u64 {
+        fn size(path: &Path) -> u64 {
+            match std::fs::symlink_metadata(path) {
+                Ok(m) if m.is_dir() => std::fs::read_dir(path)
+                    .map(|d| d.filter_map(Result::ok).map(|e| size(&e.path())).sum())
+                    .unwrap_or(0),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            }
+        }
+        size(&self.inner.dir)
+    }
+
     fn read_entry(&self, index: u64) -> Result<Entry, StoreError> {
         let key = entry_key(index);
         match self.inner.entries.get(key)? {
@@ -650,12 +732,16 @@ impl SledStore {
         let Some(meta) = cache.snapshot.as_ref() else {
             return Ok(None);
         };
-        let Some(data) = self.inner.meta.get(KEY_SNAPSHOT_DATA.as_bytes())? else {
-            return Err(StoreError::Corrupt(format!("tree {META_TREE}, key {KEY_SNAPSHOT_DATA}: missing")));
+        let data = match self.inner.meta.get(KEY_SNAPSHOT_DATA.as_bytes())? {
+            Some(legacy) => legacy.to_vec(),
+            None => {
+                let path = self.snapshot_dir().join(snapshot_file_name(meta.index, meta.term));
+                std::fs::read(&path).map_err(io_error("cannot read snapshot", &path))?
+            }
         };
         let mut snap = Snapshot::default();
         snap.set_metadata(meta.clone());
-        snap.set_data(data.to_vec().into());
+        snap.set_data(data.into());
         Ok(Some(snap))
     }
 }
@@ -793,9 +879,11 @@ impl RaftStore for SledStore {
         hard_state.commit = hard_state.commit.max(index);
         let conf_state = meta.get_conf_state().clone();
 
+        // The data first (durable on its own), then the metadata that names it.
+        write_snapshot_file(&self.snapshot_dir(), index, meta.term, snap.get_data())?;
         let mut meta_batch = sled::Batch::default();
         meta_batch.insert(KEY_SNAPSHOT_META.as_bytes(), encode("SnapshotMetadata", meta)?);
-        meta_batch.insert(KEY_SNAPSHOT_DATA.as_bytes(), snap.get_data());
+        meta_batch.remove(KEY_SNAPSHOT_DATA.as_bytes());
         meta_batch.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", &hard_state)?);
         meta_batch.insert(KEY_CONF_STATE.as_bytes(), encode("ConfState", &conf_state)?);
         let mut entries_batch = sled::Batch::default();
@@ -816,7 +904,8 @@ impl RaftStore for SledStore {
                     StoreError::Sled(sled::Error::ReportableBug("apply_snapshot transaction aborted".into()))
                 }
             })?;
-        self.sync(true)?;
+        self.sync(false)?;
+        remove_other_snapshots(&self.snapshot_dir(), Some(&snapshot_file_name(index, meta.term)))?;
 
         cache.first_index = index + 1;
         cache.last_index = index;
@@ -844,11 +933,14 @@ impl RaftStore for SledStore {
             ..Default::default()
         };
 
+        write_snapshot_file(&self.snapshot_dir(), index, term, &data)?;
         let mut batch = sled::Batch::default();
         batch.insert(KEY_SNAPSHOT_META.as_bytes(), encode("SnapshotMetadata", &meta)?);
-        batch.insert(KEY_SNAPSHOT_DATA.as_bytes(), data);
+        batch.remove(KEY_SNAPSHOT_DATA.as_bytes());
         self.inner.meta.apply_batch(batch)?;
-        self.sync(true)?;
+        self.sync(false)?;
+        // Only now, with the newer snapshot durable, does the older one go.
+        remove_other_snapshots(&self.snapshot_dir(), Some(&snapshot_file_name(index, term)))?;
         cache.snapshot = Some(meta);
         Ok(())
     }

@@ -151,3 +151,100 @@ async fn members_are_added_and_removed_from_the_command_line() {
     let (ok, _, err) = cli(&["serve", "--id", "1", "--listen", "nonsense", "--data-dir", "x"]);
     assert!(!ok && err.contains("listen"), "{err}");
 }
+
+/// Clients ride out an election: right after the leader is SIGKILLed, CLI writes through all endpoints (the dead
+/// leader first) succeed by retrying across endpoints until their timeout, each applied once; a conditional update
+/// made from a stale revision is refused and changes nothing; bad tenants are refused with the field named; and a
+/// reader that closes the pipe early gets no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_rides_out_an_election_and_conditional_updates_lose_to_newer_writes() {
+    let mut c = Cluster::start(3, &[]);
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, id: &str, slo: &str, trace: Option<&str>| {
+        let path = dir.path().join(name);
+        let demand = match trace {
+            Some(t) => format!("{{ trace = \"{t}\", scale = 1.0 }}"),
+            None => "{ poisson_rps = 1.0 }".into(),
+        };
+        std::fs::write(
+            &path,
+            format!("[[tenant]]\nid = \"{id}\"\nmodel = \"resnet50\"\nslo = \"{slo}\"\ndemand = {demand}\n"),
+        )
+        .unwrap();
+        path.to_string_lossy().into_owned()
+    };
+    create(&c, leader, tenant("warm", "resnet50", 1.0)).await;
+    // Every endpoint, the leader's first.
+    let mut order = vec![c.addr(leader)];
+    order.extend([1, 2, 3].into_iter().filter(|i| *i != leader).map(|i| c.addr(i)));
+    let endpoints = order.join(",");
+
+    c.kill(leader);
+    for i in 0..5 {
+        let f = file(&format!("e{i}.toml"), &format!("e{i}"), "100ms", None);
+        let (ok, _, err) = cli(&["tenant", "add", "--file", &f, "--endpoints", &endpoints, "--timeout", "20s"]);
+        assert!(ok, "write {i} during the election failed: {err}");
+    }
+    let (ok, out, err) = cli(&["tenant", "list", "--endpoints", &endpoints, "--json"]);
+    assert!(ok, "{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 6, "{out}");
+
+    // Conditional updates: read the revision, update with it; a second update from the same (now stale) revision
+    // is refused and the newer value stays.
+    let (ok, out, err) = cli(&["tenant", "get", "e0", "--endpoints", &endpoints, "--json"]);
+    assert!(ok, "{err}");
+    let revision = serde_json::from_str::<serde_json::Value>(&out).unwrap()["revision"].as_u64().unwrap();
+    assert!(revision > 0, "{out}");
+    let newer = file("newer.toml", "e0", "222ms", None);
+    let late = file("late.toml", "e0", "111ms", None);
+    let rev = revision.to_string();
+    let (ok, _, err) =
+        cli(&["tenant", "add", "--update", "--if-revision", &rev, "--file", &newer, "--endpoints", &endpoints]);
+    assert!(ok, "{err}");
+    let (ok, _, err) =
+        cli(&["tenant", "add", "--update", "--if-revision", &rev, "--file", &late, "--endpoints", &endpoints]);
+    assert!(!ok && err.contains(&format!("not {revision}")), "{err}");
+    let (_, out, _) = cli(&["tenant", "get", "e0", "--endpoints", &endpoints, "--json"]);
+    let got: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(got["spec"]["slo_ms"].as_f64(), Some(222.0), "{out}");
+    let (ok, _, err) = cli(&["tenant", "rm", "e0", "--if-revision", &rev, "--endpoints", &endpoints]);
+    assert!(!ok && err.contains("revision"), "{err}");
+
+    // The API validates tenants as replay does (a selector is a stream, not a file) and bounds every field and
+    // the request itself.
+    let via = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
+    for bad in ["rank:0", "../../etc/passwd"] {
+        let mut spec = tenant("bad", "resnet50", 1.0);
+        spec.demand = Some(v1::tenant_spec::Demand::Trace(v1::TraceDemand { selector: bad.into(), scale: 1.0 }));
+        let e = c.client(via).create_tenant(v1::TenantRequest { spec: Some(spec), ..Default::default() }).await;
+        let e = e.unwrap_err();
+        assert!(e.code() == tonic::Code::InvalidArgument && e.message().contains("demand.trace"), "{bad}: {e:?}");
+        let f = file("bad.toml", "bad", "100ms", Some(bad));
+        let (ok, _, err) = cli(&["tenant", "add", "--file", &f, "--endpoints", &endpoints]);
+        assert!(!ok && err.contains("demand.trace"), "{bad}: {err}");
+    }
+    let mut spec = tenant("big", "resnet50", 1.0);
+    spec.name = "x".repeat(300);
+    let e = c.client(via).create_tenant(v1::TenantRequest { spec: Some(spec.clone()), ..Default::default() }).await;
+    assert!(e.unwrap_err().message().contains("spec.name"));
+    spec.name = "x".repeat(8 << 20);
+    let e = c.client(via).create_tenant(v1::TenantRequest { spec: Some(spec), ..Default::default() }).await;
+    let e = e.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
+    let (ok, _, err) = cli(&["tenant", "list", "--endpoints", &endpoints]);
+    assert!(ok, "the cluster still answers after an oversized request: {err}");
+
+    // A reader that goes away early (`| head -1`) ends the output quietly.
+    let mut child = std::process::Command::new(support::cluster::binary())
+        .args(["tenant", "list", "--endpoints", &endpoints])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !stderr.contains("panicked"), "{:?}: {stderr}", out.status);
+}
