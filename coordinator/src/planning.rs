@@ -335,10 +335,10 @@ impl Planner {
                 Err(e) => tracing::warn!(%node, error = %e, "could not commit a node health verdict"),
             }
         }
-        if committed.iter().any(|(_, h)| *h == NodeHealth::Failed) {
-            if let Err(e) = self.round("node-failed").await {
-                tracing::warn!(error = %e, "replanning after a node failure failed; the next window retries");
-            }
+        if committed.iter().any(|(_, h)| *h == NodeHealth::Failed)
+            && let Err(e) = self.round("node-failed").await
+        {
+            tracing::warn!(error = %e, "replanning after a node failure failed; the next window retries");
         }
         committed
     }

@@ -119,10 +119,10 @@ impl CoordState {
     /// Applies a committed proposal at log `index`: a client request id seen before answers
     /// [`Outcome::Duplicate`] and changes nothing; otherwise [`CoordState::apply`].
     pub fn apply_proposal(&mut self, index: u64, proposal: Proposal) -> Result<Outcome, Rejected> {
-        if let Some(id) = &proposal.client_request {
-            if let Some((_, at)) = self.requests.iter().find(|(r, _)| r == id) {
-                return Ok(Outcome::Duplicate(*at));
-            }
+        if let Some(id) = &proposal.client_request
+            && let Some((_, at)) = self.requests.iter().find(|(r, _)| r == id)
+        {
+            return Ok(Outcome::Duplicate(*at));
         }
         let result = self.apply(index, proposal.op);
         if let (Ok(_), Some(id)) = (&result, proposal.client_request) {

@@ -208,9 +208,7 @@ mod tests {
         for d in deadlines {
             let p =
                 Proposal { origin: 2, request: 1, op: Op::Clock { now_ms: 1 }, deadline_ms: *d, client_request: None };
-            let mut e = Entry::default();
-            e.data = serde_json::to_vec(&p).unwrap().into();
-            m.entries.push(e);
+            m.entries.push(Entry { data: serde_json::to_vec(&p).unwrap().into(), ..Default::default() });
         }
         m
     }
