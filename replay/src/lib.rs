@@ -13,3 +13,10 @@
 pub mod plan_cmd;
 pub mod run;
 pub mod trace;
+
+/// Writes one line to stderr, ignoring a failure: where the reader of stderr has gone (`replay ... 2>&1 | head`),
+/// `eprintln!` would panic (Rust ignores SIGPIPE, so the write fails with EPIPE instead of ending the process).
+pub fn note(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}

@@ -1,5 +1,6 @@
 //! `replay`: Tessera's replay and planning tool. Thin: parses arguments and calls the library.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -7,10 +8,10 @@ use clap::{Args, Parser, Subcommand};
 use tessera_core::GpuModel;
 use tessera_planner::PlannerConfig;
 use tessera_planner::synthetic::SyntheticSpec;
-use tessera_replay::plan_cmd;
 use tessera_replay::run::ReplayError;
 use tessera_replay::run::cli::{self as run_cli, CapacityArgs, RunArgs};
 use tessera_replay::run::study as run_study;
+use tessera_replay::{note, plan_cmd};
 
 #[derive(Parser)]
 #[command(
@@ -187,9 +188,14 @@ fn plan(a: PlanArgs) -> anyhow::Result<String> {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = match tessera_sim::agent::cli::parse_or_exit::<Cli>() {
+    // The shared `parse_or_exit`, but writing help and the version through `print_stdout`.
+    let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(code) => return code,
+        Err(e) if !e.use_stderr() => return print_stdout(&e.to_string()),
+        Err(e) => {
+            note(format_args!("error: {}", tessera_sim::agent::cli::one_line::<Cli>(&e)));
+            return ExitCode::from(2);
+        }
     };
     let result = match cli.command {
         Some(Command::Plan(a)) => plan(*a),
@@ -205,26 +211,48 @@ fn main() -> ExitCode {
         None => return replay_cmd(|out| run_cli::run(&cli.run, out).map(drop)),
     };
     match result {
-        Ok(out) => {
-            print!("{out}");
-            ExitCode::SUCCESS
-        }
+        Ok(out) => print_stdout(&out),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            note(format_args!("error: {e:#}"));
             ExitCode::from(2)
         }
     }
 }
 
 /// Runs a replay command, printing its output on stdout and errors as one line on stderr.
-fn replay_cmd(f: impl FnOnce(&mut dyn std::io::Write) -> Result<(), ReplayError>) -> ExitCode {
+fn replay_cmd(f: impl FnOnce(&mut dyn Write) -> Result<(), ReplayError>) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    match f(&mut out) {
+    let result =
+        f(&mut out).and_then(|()| out.flush().map_err(|source| ReplayError::Io { path: "stdout".into(), source }));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`replay ... | head`): it wanted no more, as a SIGPIPE's default action would say.
+        Err(ReplayError::Io { path, source }) if path.as_os_str() == "stdout" && closed(&source) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            note(format_args!("error: {e}"));
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// Writes `text` to stdout. `print!` panics when the reader has closed the pipe (Rust ignores SIGPIPE, so a write
+/// fails with EPIPE instead of ending the process, and `replay --help | head -1` would end in a panic and exit code
+/// 101); here a closed stdout ends the command quietly with success, any other failure with a message and code 1.
+fn print_stdout(text: &str) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if closed(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            note(format_args!("error: stdout: {e}"));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Whether a write failed because the reader closed the pipe.
+fn closed(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::BrokenPipe
 }

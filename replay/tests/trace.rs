@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use tessera_core::Profile;
 use tessera_replay::trace::{
-    CountsToArrivals, GroupBy, Sample, SyntheticDaySpec, TraceArgs, TraceArrival, TraceError, TraceFormat,
-    TraceOptions, TraceScan, generate_azure_functions_2019_day, generate_azure_functions_2019_day_report, mig_fit,
-    parse_timestamp_ns, scan,
+    CountsToArrivals, GroupBy, MAX_TRACE_TIME_S, Sample, SyntheticDaySpec, TraceArgs, TraceArrival, TraceError,
+    TraceFormat, TraceOptions, TraceScan, generate_azure_functions_2019_day, generate_azure_functions_2019_day_report,
+    mig_fit, parse_timestamp_ns, scan,
 };
 
 fn shipped(name: &str) -> PathBuf {
@@ -368,6 +368,108 @@ fn t3_2_skip_bad_rows_counts_and_keeps_good_rows() {
     assert_eq!(stream.bad_rows(), 3);
 }
 
+/// Times outside `[0, MAX_TRACE_TIME_S]` (366 days) are bad rows naming file, line and column, in every format with
+/// a time field: negative, non-finite, `1e308`, and an Azure 2021 duration longer than its end timestamp.
+#[test]
+fn t3_3_out_of_range_times_are_named() {
+    assert_eq!(MAX_TRACE_TIME_S, 366.0 * 86_400.0);
+    let time = |found: &str| {
+        format!("expected a time in seconds from the trace start, from 0 to 31622400 (366 days), found \"{found}\"")
+    };
+    let ok = "2023-11-16 18:17:03.9799600,10,2\n";
+    let f21 = "app,func,end_timestamp,duration\na,f,1.0,0.5\n";
+    let cases: Vec<(&str, String, String)> = vec![
+        ("gen.csv", "timestamp_s,tenant\n0,a\n1e308,a\n2,a\n".into(), format!("3: column timestamp_s: {}", time("1e308"))),
+        ("gen.csv", "timestamp_s,tenant\n0,a\n-3,a\n".into(), format!("3: column timestamp_s: {}", time("-3"))),
+        ("gen.csv", "timestamp_s,tenant\n0,a\ninf,a\n".into(), format!("3: column timestamp_s: {}", time("inf"))),
+        ("gen.csv", "timestamp_s,tenant\nNaN,a\n".into(), format!("2: column timestamp_s: {}", time("NaN"))),
+        ("gen.csv", "timestamp_s,tenant\n1e400,a\n".into(), format!("2: column timestamp_s: {}", time("1e400"))),
+        // Just past the bound: epoch seconds are not seconds from the start.
+        ("gen.csv", "timestamp_s,tenant\n1700000000,a\n".into(), format!("2: column timestamp_s: {}", time("1700000000"))),
+        ("f21.csv", format!("{f21}a,f,1e300,1\n"), format!("3: column end_timestamp: {}", time("1e300"))),
+        ("f21.csv", format!("{f21}a,f,-1,0\n"), format!("3: column end_timestamp: {}", time("-1"))),
+        (
+            "f21.csv",
+            format!("{f21}a,f,3,5\n"),
+            "3: column duration: duration \"5\" is longer than end_timestamp \"3\": the invocation would start before \
+             the trace (end_timestamp - duration < 0)"
+                .into(),
+        ),
+        (
+            "pods.csv",
+            format!("{POD_HEAD}p0,1000,100,1,500,,LS,Running,-5,10,0\n"),
+            format!("2: column creation_time: {}", time("-5")),
+        ),
+        (
+            "pods.csv",
+            format!("{POD_HEAD}p0,1000,100,1,500,,LS,Running,0,1e300,0\n"),
+            format!("2: column deletion_time: {}", time("1e300")),
+        ),
+        (
+            "pods.csv",
+            format!("{POD_HEAD}p0,1000,100,1,500,,LS,Running,0,10,NaN\n"),
+            format!("2: column scheduled_time: {}", time("NaN")),
+        ),
+        (
+            "llm.csv",
+            format!("{LLM_HEAD}{ok}2023-11-16 18:17:02.0,3,1\n"),
+            "3: column TIMESTAMP: timestamp \"2023-11-16 18:17:02.0\" is before the first row's, \
+             2023-11-16 18:17:03.9799600, which is time 0"
+                .into(),
+        ),
+        (
+            "llm.csv",
+            format!("{LLM_HEAD}{ok}2025-11-16 18:17:04.0,3,1\n"),
+            "3: column TIMESTAMP: timestamp \"2025-11-16 18:17:04.0\" is more than 31622400 s (366 days) after the \
+             first row's, 2023-11-16 18:17:03.9799600"
+                .into(),
+        ),
+        (
+            // Past what an i64 of nanoseconds holds: refused, not an overflow.
+            "llm.csv",
+            format!("{LLM_HEAD}{ok}9999-12-31 23:59:59.0,3,1\n"),
+            "3: column TIMESTAMP: expected a timestamp like 2023-11-16 18:17:03.9799600, found \"9999-12-31 23:59:59.0\""
+                .into(),
+        ),
+    ];
+    for (name, text, want) in cases {
+        assert_eq!(bad_case(name, &text), want, "{text}");
+    }
+    // The last time in range is accepted, and so is an Azure 2021 start up to 1 ms before 0 (durations are rounded to
+    // the millisecond): it is read as 0.
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "gen.csv", "timestamp_s,tenant\n0,a\n31622400,a\n");
+    assert_eq!(scan(&p, &opts()).unwrap().window_end_s, MAX_TRACE_TIME_S);
+    let p = write(dir.path(), "f21.csv", "app,func,end_timestamp,duration\na,f,0.0795,0.0800\na,f,1.0,1.0\n");
+    let times: Vec<f64> = all(&scan(&p, &opts()).unwrap()).iter().map(|a| a.time_s).collect();
+    assert_eq!(times, [0.0, 0.0]);
+}
+
+/// With `skip_bad_rows`, out-of-range times are counted and skipped: the window is the good rows', not stretched to
+/// `1e308` or `1e300`.
+#[test]
+fn t3_4_skipped_outliers_leave_the_window_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let skip = TraceOptions { skip_bad_rows: true, ..opts() };
+    let p = write(dir.path(), "gen.csv", "timestamp_s,tenant\n0,a\n1e308,a\n-3,b\n2,a\n4,b\n");
+    let s = scan(&p, &skip).unwrap();
+    assert_eq!((s.rows, s.bad_rows, s.total_requests), (5, 2, 3));
+    assert_eq!(s.bad_row_examples.iter().map(|e| e.line).collect::<Vec<_>>(), [3, 4]);
+    assert_eq!(s.window_end_s, 4.0);
+    assert_eq!(all(&s).len(), 3);
+    let p = write(dir.path(), "f21.csv", "app,func,end_timestamp,duration\na,f,1,0.5\na,f,1e300,1\na,g,3,5\na,f,9,2\n");
+    let s = scan(&p, &skip).unwrap();
+    assert_eq!((s.rows, s.bad_rows, s.total_requests), (4, 2, 2));
+    assert_eq!(
+        s.bad_row_examples.iter().map(|e| e.column.as_deref().unwrap()).collect::<Vec<_>>(),
+        ["end_timestamp", "duration"]
+    );
+    // The reorder horizon is measured on good rows only (a 1e300 end would have made it 1e300).
+    assert_eq!(s.reorder_needed_s, 2.0);
+    let times: Vec<f64> = all(&s).iter().map(|a| a.time_s).collect();
+    assert_eq!(times, [0.5, 7.0]);
+}
+
 // ---- 4. Counts to arrivals (Azure 2019) ----
 
 /// A small 2019 day: three functions with known per-minute counts.
@@ -543,6 +645,41 @@ fn t5_4_synthetic_arrivals_keep_tokens() {
     }
     assert!("gamma:10".parse::<tessera_replay::trace::SyntheticArrivals>().is_err());
     assert!("poisson:0".parse::<tessera_replay::trace::SyntheticArrivals>().is_err());
+}
+
+/// Pass 2 cut at an end (`arrivals_before`, what a run shorter than the window reads) gives exactly the uncut
+/// stream's arrivals before it, for every kind of source: per-row (time-scaled too), 2019 minutes, Alibaba pods; a
+/// per-row file is read no further than the first row past the end.
+#[test]
+fn t5_5_arrivals_before_an_end_are_the_uncut_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("timestamp_s,tenant\n");
+    for i in 0..200 {
+        text.push_str(&format!("{},{}\n", f64::from(i) * 0.5, if i % 3 == 0 { "a" } else { "b" }));
+    }
+    // A bad row after the gap: read (and skipped) by the uncut pass only.
+    text.push_str("100000,a\nsoon,a\n");
+    let generic = write(dir.path(), "gen.csv", &text);
+    let skip = TraceOptions { skip_bad_rows: true, ..opts() };
+    let pods = TraceOptions { window_duration_s: Some(3600.0), ..opts() };
+    let cases = [
+        (generic.clone(), skip.clone(), 20.0),
+        (generic, TraceOptions { time_scale: 0.5, ..skip }, 20.0),
+        (small_2019(dir.path()), opts(), 150.0),
+        (shipped("alibaba-openb-2023-pods.csv"), pods, 1800.0),
+    ];
+    for (path, o, end) in cases {
+        let s = scan(&path, &o).unwrap();
+        let full = all(&s);
+        let want: Vec<TraceArrival> = full.iter().filter(|a| a.time_s < end).copied().collect();
+        let mut cut = s.arrivals_before(1.0, end).unwrap();
+        let mut got = Vec::new();
+        cut.next_window(end / 2.0, &mut got).unwrap();
+        cut.next_window(f64::INFINITY, &mut got).unwrap();
+        assert_eq!(got, want, "{} at {end} s", path.display());
+        assert!(!got.is_empty() && got.len() < full.len(), "{}: {} of {}", path.display(), got.len(), full.len());
+        assert_eq!(cut.bad_rows(), 0, "{}", path.display());
+    }
 }
 
 // ---- 6. Sampling ----

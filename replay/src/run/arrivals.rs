@@ -286,6 +286,11 @@ pub const SPREAD_MS: f64 = 10_000.0;
 /// scaled stream follows the trace's rate curve at a 10 s resolution and is Poisson-like below it, as the
 /// superposition of many more users would be. Output stays in time order: copies wait in a calendar queue
 /// ([`Reorder`]) until the trace has passed them.
+///
+/// Memory: a factor is cut where the part of a stream a run replays is much denser than the stream's mean over its
+/// trace window ([`MAX_BURST`](super::MAX_BURST)), so a run's copies add up to at most 10 times its rate times its
+/// length, whatever gaps the file has; the queue, which holds a steady stream's copies of the current window and
+/// the next [`SPREAD_MS`], never holds more than that.
 pub struct Scaler {
     rng: ChaCha8Rng,
     /// The multiplier.

@@ -293,7 +293,7 @@ fn describe(p: &Prepared) -> String {
     let total_rps: f64 = p.tenant_sources.iter().map(|t| t.1).sum();
     format!(
         "replay: {} ({}, {} rows{}, {} stream(s) sampled); {} GPUs, {} tenants, {:.0} s of workload time, {:.1} req/s \
-         after scaling; planning every {} s over {} slots of {} s; seed {}",
+         after scaling{}; planning every {} s over {} slots of {} s; seed {}",
         p.scan.path.display(),
         p.scan.format,
         p.scan.rows,
@@ -303,6 +303,14 @@ fn describe(p: &Prepared) -> String {
         s.tenants.len(),
         s.duration_ms / 1000.0,
         total_rps,
+        match p.capped_streams.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+            Some((key, burst)) => format!(
+                " ({} stream(s) cut to {}x their window's mean rate, the densest {key} at {burst:.0}x)",
+                p.capped_streams.len(),
+                super::MAX_BURST
+            ),
+            None => String::new(),
+        },
         s.window_s,
         s.planner.horizon_slots,
         s.planner.slot_s,
@@ -316,7 +324,7 @@ pub fn compare(args: &RunArgs, quiet: bool) -> Result<(Comparison, Scenario), Re
     let spec = args.spec()?;
     let prepared = prepare(&spec)?;
     if !quiet {
-        eprintln!("{}", describe(&prepared));
+        crate::note(format_args!("{}", describe(&prepared)));
     }
     let bar = |len: u64, prefix: String| if quiet { ProgressBar::hidden() } else { bar(len, prefix) };
     let scenario = &prepared.scenario;
@@ -373,7 +381,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayErro
     out.write_all(text.as_bytes()).map_err(|source| ReplayError::Io { path: "stdout".into(), source })?;
     if let Some(dir) = &args.out {
         cmp.write(dir, scenario)?;
-        eprintln!("replay: wrote {}/summary.json, timeseries.csv and report.html", dir.display());
+        crate::note(format_args!("replay: wrote {}/summary.json, timeseries.csv and report.html", dir.display()));
     }
     Ok(cmp)
 }
@@ -396,9 +404,9 @@ pub struct CapacityArgs {
 pub fn capacity(args: &CapacityArgs, out: &mut dyn Write) -> Result<Vec<CapacityResult>, ReplayError> {
     let spec = args.run.spec()?;
     let prepared = prepare(&spec)?;
-    eprintln!("{}", describe(&prepared));
+    crate::note(format_args!("{}", describe(&prepared)));
     let results = capacity::search(&prepared, &args.run.policies(), args.target_slo, args.max_gpus, &|p, n| {
-        eprintln!("capacity: {p} on {n} GPU(s)")
+        crate::note(format_args!("capacity: {p} on {n} GPU(s)"))
     })?;
     let text = if args.run.json {
         format!("{}\n", serde_json::to_string_pretty(&results).expect("serialisable"))

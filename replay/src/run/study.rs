@@ -264,7 +264,7 @@ pub fn run(args: &StudyArgs) -> Result<String, ReplayError> {
         write(&dir.join("runs.csv"), &runs_csv(&sc, &rows))?;
         write(&dir.join("summary.csv"), &summary_csv(&study, &sc, &rows))?;
         write(&dir.join("goodput_over_bound.svg"), &plot(&study, &sc, &rows)?)?;
-        eprintln!("study {}: {} runs in {wall:.0} s; wrote {}", study.name, rows.len(), dir.display());
+        crate::note(format_args!("study {}: {} runs in {wall:.0} s; wrote {}", study.name, rows.len(), dir.display()));
         markdown.push_str(&md);
         markdown.push('\n');
     }
@@ -302,12 +302,12 @@ fn run_study(study: &StudyFile, sc: &[Scenario], path: &Path) -> Result<Vec<Row>
                 ReplayError::Usage(format!("{}: scenario {} seed {seed}: {e}", path.display(), sc[i].name))
             })?;
             let k = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            eprintln!(
+            crate::note(format_args!(
                 "study {}: {} seed {seed} done ({k}/{total}, {:.0} s)",
                 study.name,
                 sc[i].name,
                 started.elapsed().as_secs_f64()
-            );
+            ));
             let bound = cmp.upper_bound.as_ref().map_or(f64::NAN, |b| b.goodput);
             Ok(cmp
                 .runs

@@ -1,5 +1,6 @@
 //! Alibaba GPU-sharing trace 2023 (Weng et al., ATC 2023): one row per pod, `name,cpu_milli,memory_mib,num_gpu,
-//! gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`, times in seconds.
+//! gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`, times in seconds from the trace
+//! start (from 0 to [`MAX_TRACE_TIME_S`](super::reader::MAX_TRACE_TIME_S)).
 //!
 //! Pods carry no requests, so the mapping is ours: each GPU pod is a stream active over its lifetime whose requests
 //! form a Poisson process of rate `pod_rps_per_gpu * num_gpu * gpu_milli / 1000` (a pod holding half a GPU sends
@@ -119,9 +120,9 @@ fn parse(csv: &CsvFile, opts: &TraceOptions) -> Result<(Option<Pod>, f64), super
     csv.u64(MEMORY_MIB)?;
     let num_gpu = csv.u64(NUM_GPU)?;
     let gpu_milli = csv.u64(GPU_MILLI)?;
-    let creation = csv.f64(CREATION)?;
-    let deletion = csv.opt_f64(DELETION)?;
-    let scheduled = csv.opt_f64(SCHEDULED)?;
+    let creation = csv.time_s(CREATION)?;
+    let deletion = csv.opt_time_s(DELETION)?;
+    let scheduled = csv.opt_time_s(SCHEDULED)?;
     if let Some(d) = deletion
         && d < creation
     {

@@ -31,13 +31,18 @@ pub struct ArrivalStream {
     held: Vec<Pending>,
     emitted: u64,
     bad_rows: u64,
+    /// No arrival at or after this time (seconds from the window start, after time scaling) is read.
+    end_s: f64,
 }
 
 impl ArrivalStream {
-    pub(crate) fn open(scan: &TraceScan, rate_scale: f64) -> Result<ArrivalStream, TraceError> {
+    pub(crate) fn open(scan: &TraceScan, rate_scale: f64, end_s: f64) -> Result<ArrivalStream, TraceError> {
         let opts = &scan.opts;
         let (source, bad_rows) = match &scan.plan {
-            Plan::Rows { .. } => (Source::Rows(Box::new(RowSource::open(scan)?)), 0),
+            Plan::Rows { .. } => {
+                let end = scan.window_start_s + end_s / opts.time_scale;
+                (Source::Rows(Box::new(RowSource::open(scan, end)?)), 0)
+            }
             Plan::Minutes { first_minute, .. } => {
                 let (counts, bad) = azure2019::load_counts(scan)?;
                 let rngs = scan.streams.iter().map(|s| stream_rng(opts.seed, &s.key, purpose::MINUTES)).collect();
@@ -79,12 +84,14 @@ impl ArrivalStream {
             held: Vec::new(),
             emitted: 0,
             bad_rows,
+            end_s,
         })
     }
 
     /// Appends to `out`, in time order, every arrival with `time_s < until_s` not yet returned. Times are seconds
     /// from the window start, after time scaling.
     pub fn next_window(&mut self, until_s: f64, out: &mut Vec<TraceArrival>) -> Result<(), TraceError> {
+        let until_s = until_s.min(self.end_s);
         let until = self.window_start_s + until_s / self.time_scale;
         self.scratch.clear();
         // Arrivals held back last time (their scaled time rounded onto the bound) come first.

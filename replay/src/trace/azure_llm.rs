@@ -1,10 +1,12 @@
 //! Azure LLM inference traces (Patel et al., "Splitwise", ISCA 2024): `TIMESTAMP,ContextTokens,GeneratedTokens`.
 //! The 2023 files write `2023-11-16 18:17:03.9799600` (7 fractional digits, no zone), the 2024 week-long ones
 //! `2024-05-10 00:00:00.009930+00:00` (with or without the fraction). The whole file is one stream (named after the
-//! file stem); time 0 is the first row's timestamp; work is the weighted token count over the window's mean.
+//! file stem); time 0 is the first row's timestamp, and every row must lie within
+//! [`MAX_TRACE_TIME_S`](super::reader::MAX_TRACE_TIME_S) after it (a row before it is a bad row); work is the
+//! weighted token count over the window's mean.
 
 use super::error::RowError;
-use super::reader::{CsvFile, shown};
+use super::reader::{CsvFile, MAX_TRACE_TIME_S, shown};
 use super::rows::{Row, RowParser};
 
 /// Parses one row.
@@ -25,17 +27,31 @@ pub(crate) fn parse(csv: &CsvFile, p: &mut RowParser) -> Result<Row, RowError> {
             ns
         }
     };
+    // Both lie in i64 nanoseconds, so their difference fits in i128; as seconds it must be a trace time.
+    let t = (i128::from(ns) - i128::from(origin)) as f64 * 1e-9;
+    if !(0.0..=MAX_TRACE_TIME_S).contains(&t) {
+        let first = p.origin_text.as_deref().unwrap_or("");
+        let message = if t < 0.0 {
+            format!("timestamp {} is before the first row's, {first}, which is time 0", shown(raw))
+        } else {
+            format!(
+                "timestamp {} is more than {MAX_TRACE_TIME_S} s (366 days) after the first row's, {first}",
+                shown(raw)
+            )
+        };
+        return Err(csv.err(0, message));
+    }
     if p.key != p.file_key {
         p.key.clear();
         p.key.extend_from_slice(&p.file_key);
     }
-    let t = (ns - origin) as f64 * 1e-9;
     let tokens = p.prefill_weight * context as f64 + p.decode_weight * generated as f64;
     Ok(Row { order_t: t, t, tokens: Some(tokens), duration_s: None })
 }
 
 /// Parses `YYYY-MM-DD HH:MM:SS[.fraction][Z|+HH:MM|-HH:MM]` (a `T` may replace the space) to nanoseconds since
-/// 1970-01-01 UTC; a timestamp without a zone is read as UTC. `None` when malformed.
+/// 1970-01-01 UTC; a timestamp without a zone is read as UTC. `None` when malformed or outside what an i64 of
+/// nanoseconds holds (1677-09-21 to 2262-04-11).
 pub fn parse_timestamp_ns(s: &str) -> Option<i64> {
     timestamp_ns(s.as_bytes())
 }
@@ -110,7 +126,8 @@ pub(crate) fn timestamp_ns(b: &[u8]) -> Option<i64> {
     };
     let days = days_from_civil(year, month, day);
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
-    Some(secs * 1_000_000_000 + frac_ns)
+    // Nanoseconds since 1970 fit in an i64 from 1677 to 2262; a year outside is malformed here.
+    secs.checked_mul(1_000_000_000)?.checked_add(frac_ns)
 }
 
 fn days_in_month(year: i64, month: i64) -> i64 {
@@ -149,5 +166,9 @@ mod tests {
         assert_eq!(parse_timestamp_ns("2024-05-10 00:00:00."), None);
         assert_eq!(parse_timestamp_ns("2024-05-10 00:00:00+0000"), None);
         assert_eq!(parse_timestamp_ns("yesterday"), None);
+        // Outside an i64 of nanoseconds: refused, not wrapped (and no overflow panic).
+        assert_eq!(parse_timestamp_ns("9999-12-31 23:59:59.9999999"), None);
+        assert_eq!(parse_timestamp_ns("0001-01-01 00:00:00"), None);
+        assert_eq!(parse_timestamp_ns("2262-04-11 23:47:16"), Some(i64::MAX - 854_775_807));
     }
 }

@@ -1,5 +1,6 @@
 //! The generic CSV: `timestamp_s,tenant[,tokens...]` for users' own traces. `timestamp_s` is in seconds from the
-//! trace's time 0 (any order: pass 2 reorders within the measured horizon); `tenant` names the stream; optional
+//! trace's time 0, from 0 to [`MAX_TRACE_TIME_S`](super::reader::MAX_TRACE_TIME_S) (any order: pass 2 reorders
+//! within the measured horizon); `tenant` names the stream; optional
 //! token columns make the work: the first is weighted by `prefill_weight`, the second by `decode_weight`, further
 //! ones by 1.
 
@@ -12,7 +13,7 @@ use super::rows::{Row, RowParser};
 pub(crate) fn parse(csv: &CsvFile, p: &mut RowParser) -> Result<Row, RowError> {
     let columns = csv.header.len();
     csv.check_len(columns)?;
-    let t = csv.f64(0)?;
+    let t = csv.time_s(0)?;
     let tenant = csv.key(1)?;
     p.key.clear();
     p.key.extend_from_slice(tenant);

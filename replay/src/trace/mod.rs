@@ -43,6 +43,14 @@
 //! * **Generic**: `timestamp_s` in seconds from the trace start; optional token columns after `tenant`: the first is
 //!   weighted by `prefill_weight`, the second by `decode_weight`, any further ones by 1.
 //!
+//! ## Times
+//! Every time a row carries is a trace time, in seconds from the trace's time 0, from 0 to [`MAX_TRACE_TIME_S`] (366
+//! days): the generic `timestamp_s`, Azure 2021's `end_timestamp` (and `end_timestamp - duration >= 0`: an invocation
+//! starts within the trace), Alibaba's `creation_time`, `deletion_time` and `scheduled_time`, and Azure LLM timestamps
+//! measured from the first row's. A negative, non-finite or later time is a bad row naming its file, line and column
+//! (counted and skipped with [`TraceOptions::skip_bad_rows`]), so one corrupt value cannot stretch the window, and with
+//! it the run and every rate measured over it. Azure 2019 has no time field: its minutes are the header's columns.
+//!
 //! ## Conventions (all seeded by [`TraceOptions::seed`])
 //! Window selection ([`TraceOptions::window_start_s`], [`TraceOptions::window_duration_s`], in trace seconds), then
 //! time scaling (`t' = time_scale * (t - window_start)`), then rate scaling ([`TraceScan::arrivals`]: each invocation
@@ -86,6 +94,7 @@ pub use arrivals::ArrivalStream;
 pub use azure_llm::parse_timestamp_ns;
 pub use conventions::{CountsToArrivals, MigFit, Sample, SyntheticArrivals, mig_fit, profile_milli};
 pub use error::{RowError, TraceError};
+pub use reader::MAX_TRACE_TIME_S;
 pub use synthetic::{
     SyntheticDay, SyntheticDaySpec, generate_azure_functions_2019_day, generate_azure_functions_2019_day_report,
 };
@@ -526,10 +535,17 @@ impl TraceScan {
     /// Pass 2: the arrivals of the sampled streams, in time order. `rate_scale` thins (< 1) or duplicates (> 1)
     /// invocations, seeded per stream.
     pub fn arrivals(&self, rate_scale: f64) -> Result<ArrivalStream, TraceError> {
+        self.arrivals_before(rate_scale, f64::INFINITY)
+    }
+
+    /// Pass 2 cut at `end_s` (seconds from the window start, after time scaling): the arrivals before `end_s` only,
+    /// as [`TraceScan::arrivals`] gives them. Rows at or after it never enter memory, and the file is read no
+    /// further than `end_s` plus the reorder horizon: a run shorter than the window reads and holds only its part.
+    pub fn arrivals_before(&self, rate_scale: f64, end_s: f64) -> Result<ArrivalStream, TraceError> {
         if !(rate_scale.is_finite() && rate_scale >= 0.0) {
             return Err(TraceError::invalid("--rate-scale", rate_scale, "must be a non-negative number"));
         }
-        ArrivalStream::open(self, rate_scale)
+        ArrivalStream::open(self, rate_scale, end_s)
     }
 }
 

@@ -9,6 +9,17 @@ use super::error::{RowError, TraceError};
 /// How many bad rows are kept for the report when `skip_bad_rows` is on.
 pub const BAD_ROW_EXAMPLES: usize = 10;
 
+/// The latest trace time a row may carry, seconds from the trace's time 0: 366 days.
+///
+/// Every time field of every format is checked against `[0, MAX_TRACE_TIME_S]` (the Azure LLM timestamps relative
+/// to the first row's), and a row outside is a bad row naming its file, line and column. The longest public traces
+/// read here span 149 days (Alibaba GPU-sharing 2023: deletions up to 12.9 M s), 14 days (Azure Functions 2021), a
+/// week (Azure LLM 2024) and a day (Azure Functions 2019); a year and a day holds any year-long trace, leap day
+/// included. A time past it is not a longer trace but a wrong one: milliseconds or epoch seconds (1.7e9) written as
+/// seconds from the start, or a corrupt value such as `1e308`, which would stretch the trace's window and with it
+/// the run's length and every rate measured over it.
+pub const MAX_TRACE_TIME_S: f64 = 366.0 * 86_400.0;
+
 /// One CSV file read record by record (never loaded whole).
 pub(crate) struct CsvFile {
     pub path: PathBuf,
@@ -92,6 +103,28 @@ impl CsvFile {
             .ok_or_else(|| self.err(i, format!("expected a number, found {}", shown(self.field(i)))))
     }
 
+    /// Field `i` as a trace time: seconds from the trace's time 0, in `[0, MAX_TRACE_TIME_S]`. A number outside
+    /// (negative, too late, or non-finite: `inf`, `NaN`, `1e400`) is refused as a time, anything else as a number.
+    #[inline]
+    pub fn time_s(&self, i: usize) -> Result<f64, RowError> {
+        let f = self.field(i);
+        match parse_f64(f) {
+            Some(t) if (0.0..=MAX_TRACE_TIME_S).contains(&t) => Ok(t),
+            Some(_) => Err(self.err(i, time_message(f))),
+            None if std::str::from_utf8(trim(f)).is_ok_and(|s| s.parse::<f64>().is_ok()) => {
+                Err(self.err(i, time_message(f)))
+            }
+            None => Err(self.err(i, format!("expected a number, found {}", shown(f)))),
+        }
+    }
+
+    /// Field `i` as a trace time ([`CsvFile::time_s`]), `None` when empty.
+    #[inline]
+    pub fn opt_time_s(&self, i: usize) -> Result<Option<f64>, RowError> {
+        let f = trim(self.field(i));
+        if f.is_empty() { Ok(None) } else { self.time_s(i).map(Some) }
+    }
+
     /// Field `i` as a finite number, `None` when empty.
     #[inline]
     pub fn opt_f64(&self, i: usize) -> Result<Option<f64>, RowError> {
@@ -118,6 +151,14 @@ fn csv_error(path: &Path, e: csv::Error) -> TraceError {
             message: format!("{other:?}"),
         }),
     }
+}
+
+/// Why `field` is not a trace time.
+pub(crate) fn time_message(field: &[u8]) -> String {
+    format!(
+        "expected a time in seconds from the trace start, from 0 to {MAX_TRACE_TIME_S} (366 days), found {}",
+        shown(field)
+    )
 }
 
 /// A field quoted for an error message (at most 40 characters).

@@ -202,12 +202,14 @@ pub(crate) struct RowSource {
 }
 
 impl RowSource {
-    pub fn open(scan: &TraceScan) -> Result<RowSource, TraceError> {
+    /// Pass 2 over the scan's window cut at `end` (trace seconds): rows at or after it are skipped, and reading
+    /// stops once every later row must be.
+    pub fn open(scan: &TraceScan, end: f64) -> Result<RowSource, TraceError> {
         let Plan::Rows { keys, origin_ns } = &scan.plan else { unreachable!("row source on a non-row plan") };
         let csv = CsvFile::open(&scan.path)?;
         let mut parser = RowParser::new(scan.format, &scan.opts, &csv);
         parser.origin_ns = Some(*origin_ns);
-        let window = (scan.opts.window_start_s, scan.opts.window_end_s());
+        let window = (scan.opts.window_start_s, scan.opts.window_end_s().min(end));
         Ok(RowSource {
             csv,
             parser,
