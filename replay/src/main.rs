@@ -188,14 +188,9 @@ fn plan(a: PlanArgs) -> anyhow::Result<String> {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    // The shared `parse_or_exit`, but writing help and the version through `print_stdout`.
-    let cli = match Cli::try_parse() {
+    let cli = match tessera_sim::agent::cli::parse_or_exit::<Cli>() {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => return print_stdout(&e.to_string()),
-        Err(e) => {
-            note(format_args!("error: {}", tessera_sim::agent::cli::one_line::<Cli>(&e)));
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let result = match cli.command {
         Some(Command::Plan(a)) => plan(*a),
@@ -236,15 +231,11 @@ fn replay_cmd(f: impl FnOnce(&mut dyn Write) -> Result<(), ReplayError>) -> Exit
     }
 }
 
-/// Writes `text` to stdout. `print!` panics when the reader has closed the pipe (Rust ignores SIGPIPE, so a write
-/// fails with EPIPE instead of ending the process, and `replay --help | head -1` would end in a panic and exit code
-/// 101); here a closed stdout ends the command quietly with success, any other failure with a message and code 1.
+/// Writes `text` to stdout ([`tessera_sim::agent::cli::print_stdout`]: a closed pipe, `replay --help | head -1`,
+/// ends the output quietly with success instead of `print!`'s panic); any other failure is a message and code 1.
 fn print_stdout(text: &str) -> ExitCode {
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    match tessera_sim::agent::cli::print_stdout(text) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             note(format_args!("error: stdout: {e}"));
             ExitCode::from(1)
