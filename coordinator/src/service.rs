@@ -31,6 +31,25 @@ pub const LEADER_KEY: &str = "tessera-leader";
 /// Metadata key of a client's id for a write: a retry with the same id is applied at most once.
 pub const REQUEST_ID_KEY: &str = "tessera-request-id";
 
+/// Deadline of a call a follower forwards to the leader (a planning round over a large fleet included).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Most GPUs one node may register.
+pub const MAX_GPUS_PER_NODE: usize = 64;
+/// Longest `HOST:PORT` accepted for an agent or a member.
+pub const MAX_ADDRESS_BYTES: usize = 256;
+
+/// Checks a `HOST:PORT` address field: not empty, at most [`MAX_ADDRESS_BYTES`], no spaces or control characters.
+fn check_address(field: &str, address: &str) -> Result<(), Status> {
+    if address.is_empty() || address.len() > MAX_ADDRESS_BYTES {
+        return Err(bad(field, format!("must be HOST:PORT of 1 to {MAX_ADDRESS_BYTES} bytes, got {}", address.len())));
+    }
+    if !address.contains(':') || address.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad(field, format!("{address:?} is not HOST:PORT")));
+    }
+    Ok(())
+}
+
 /// The request id a write carries in its metadata, checked ([`crate::state::MAX_REQUEST_ID_BYTES`] printable ASCII
 /// bytes at most).
 fn request_id<T>(req: &Request<T>) -> Result<Option<String>, Status> {
@@ -137,7 +156,7 @@ impl Services {
                 if let Some(c) = channels.get(&address) {
                     return Ok(Some(c.clone()));
                 }
-                let channel = crate::net::channel(&address, Duration::from_secs(1), None)
+                let channel = crate::net::channel(&address, Duration::from_secs(1), Some(FORWARD_TIMEOUT))
                     .map_err(|e| Status::internal(format!("leader: {e}")))?;
                 channels.insert(address, channel.clone());
                 Ok(Some(channel))
@@ -409,9 +428,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         if r.id == 0 {
             return Err(bad("id", "must be > 0"));
         }
-        if !r.address.contains(':') {
-            return Err(bad("address", "must be HOST:PORT"));
-        }
+        check_address("address", &r.address)?;
         let index = self.node.add_member(r.id, &r.address).await.map_err(status)?;
         let members = self.node.members().into_iter().map(|(id, address)| v1::Member { id, address }).collect();
         Ok(Response::new(v1::MembersResponse { members, index }))
@@ -469,8 +486,9 @@ impl v1::coordinator_server::Coordinator for Services {
     async fn register(&self, req: Request<v1::RegisterRequest>) -> Result<Response<v1::RegisterResponse>, Status> {
         let r = req.into_inner();
         let node = NodeId::new(r.node_id).map_err(|e| bad("node_id", e))?;
-        if r.address.trim().is_empty() {
-            return Err(bad("address", "must not be empty"));
+        check_address("address", &r.address)?;
+        if r.gpus.len() > MAX_GPUS_PER_NODE {
+            return Err(bad("gpus", format!("{} GPUs; a node may have at most {MAX_GPUS_PER_NODE}", r.gpus.len())));
         }
         let gpus = r
             .gpus
