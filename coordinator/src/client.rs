@@ -36,6 +36,7 @@ pub enum Retry {
 pub struct Client {
     endpoints: Vec<String>,
     timeout: Duration,
+    tls: Option<tessera_auth::TlsFiles>,
 }
 
 impl Client {
@@ -53,11 +54,19 @@ impl Client {
                     }
                 })
                 .collect();
-        Client { endpoints, timeout }
+        Client { endpoints, timeout, tls: None }
+    }
+
+    /// Talks mutual TLS with `tls`: this client's certificate (its role), checked by the cluster, and the
+    /// coordinators' certificates checked against the CA and [`tessera_auth::COORDINATOR_SERVER_NAME`].
+    pub fn with_tls(mut self, tls: Option<tessera_auth::TlsFiles>) -> Client {
+        self.tls = tls;
+        self
     }
 
     fn connect(&self, endpoint: &str, left: Duration) -> Result<CoordinatorApiClient<Channel>, Status> {
-        let channel = crate::net::channel(endpoint, Duration::from_secs(1).min(left), Some(left))
+        let tls = self.tls.as_ref().map(|f| (f, tessera_auth::COORDINATOR_SERVER_NAME));
+        let channel = crate::net::channel(endpoint, Duration::from_secs(1).min(left), Some(left), tls)
             .map_err(Status::invalid_argument)?;
         Ok(CoordinatorApiClient::new(channel).max_decoding_message_size(64 * 1024 * 1024))
     }

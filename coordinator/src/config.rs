@@ -31,6 +31,11 @@
 //! forecaster = "ewma"                      # last | ewma | seasonal (as replay's --forecaster)
 //! replan_on_burst = false                  # on a virtual clock, also plan when a slot's bursts leave the bands
 //!
+//! [tls]                                    # optional: mutual TLS on every connection (coordinator certs init)
+//! cert = "certs/node-1.pem"
+//! key = "certs/node-1.key"
+//! ca = "certs/ca.pem"
+//!
 //! [failure_detection]                      # optional; the leader judges nodes by their heartbeats and pushes
 //! enabled = true                           # default: true on the wall clock, false on a virtual one
 //! suspect_after = "6s"                     # no heartbeat this long: suspect (keeps its work, gets no new work)
@@ -101,6 +106,8 @@ pub struct CoordinatorConfig {
     pub allow_fault_injection: bool,
     /// The leader's failure detector (`None`: off).
     pub failure_detection: Option<crate::planning::FailureDetection>,
+    /// Mutual TLS (`None`: plaintext, every caller may do everything).
+    pub tls: Option<tessera_auth::TlsFiles>,
 }
 
 #[derive(Deserialize, Default)]
@@ -123,6 +130,15 @@ struct RawConfig {
     planner: RawPlanner,
     #[serde(default)]
     failure_detection: RawFailureDetection,
+    tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: String,
+    key: String,
+    ca: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -205,6 +221,8 @@ pub struct Overrides {
     pub fail_after: Option<String>,
     /// `--no-failure-detection` (true when given).
     pub no_failure_detection: bool,
+    /// `--tls-cert`, `--tls-key`, `--tls-ca` (all three, or none: the file's `[tls]`).
+    pub tls: Option<tessera_auth::TlsFiles>,
     /// `--join`.
     pub join: bool,
     /// `--allow-fault-injection`.
@@ -370,6 +388,13 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     if suspect_push_failures == 0 {
         return Err(field("failure_detection.suspect_push_failures", "must be at least 1"));
     }
+    let tls = match (&over.tls, raw.tls) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(t)) => {
+            Some(tessera_auth::TlsFiles { cert: base.join(t.cert), key: base.join(t.key), ca: base.join(t.ca) })
+        }
+        (None, None) => None,
+    };
     let failure_detection =
         detect.then_some(crate::planning::FailureDetection { suspect_after, fail_after, suspect_push_failures });
     Ok(CoordinatorConfig {
@@ -393,6 +418,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         otlp_endpoint,
         allow_fault_injection: over.allow_fault_injection,
         failure_detection,
+        tls,
     })
 }
 

@@ -39,6 +39,9 @@ enum Cmd {
     /// Cluster membership (Raft configuration changes).
     #[command(subcommand)]
     Member(MemberCmd),
+    /// Certificates for mutual TLS.
+    #[command(subcommand)]
+    Certs(CertsCmd),
     /// Start a development cluster (3 replicas in this process, virtual workload clock by default), print its
     /// endpoints and serve until interrupted. `replay --mode cluster --coordinator ADDR` replays through it;
     /// `sim-agent run --coordinator ADDR` adds simulated GPU nodes.
@@ -120,6 +123,15 @@ struct ServeArgs {
     /// Turn the failure detector off (it is on by default on the wall clock).
     #[arg(long)]
     no_failure_detection: bool,
+    /// This member's certificate (`coordinator certs init` writes node-N.pem): mutual TLS on every connection.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Its private key.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
     /// Join an existing cluster (after `member add`) instead of bootstrapping.
     #[arg(long)]
     join: bool,
@@ -140,6 +152,15 @@ struct ClientArgs {
     /// Per-call deadline.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// This client's certificate (mutual TLS; its subject's OU is the role: admin, operator or reader).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The CA that signed the coordinators' certificates.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -181,6 +202,30 @@ enum TenantCmd {
         if_revision: Option<u64>,
         #[command(flatten)]
         c: ClientArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum CertsCmd {
+    /// Write a development PKI: DIR/ca.pem (and ca.key), and NAME.pem and NAME.key for node-1..node-N
+    /// (coordinators), the agents, and the clients admin, operator and reader.
+    Init {
+        /// Directory to write to.
+        #[arg(long)]
+        out: PathBuf,
+        /// Coordinator members (node-1..node-N).
+        #[arg(long, default_value_t = 3)]
+        nodes: u32,
+        /// Agents agent-1..agent-N (an agent's certificate names the node id it may speak for).
+        #[arg(long, default_value_t = 0)]
+        agents: u32,
+        /// Further agent names (node ids), e.g. --agent node-a-0.
+        #[arg(long = "agent", value_name = "NODE_ID")]
+        agent_names: Vec<String>,
+        /// Further host names the coordinators and agents are reached at (each certificate also names itself,
+        /// localhost and 127.0.0.1).
+        #[arg(long = "host", value_name = "NAME")]
+        hosts: Vec<String>,
     },
 }
 
@@ -269,8 +314,10 @@ enum MemberCmd {
     },
 }
 
-fn client(c: &ClientArgs) -> Client {
-    Client::new(&c.endpoints, c.timeout)
+fn client(c: &ClientArgs) -> anyhow::Result<Client> {
+    let tls = tessera_auth::TlsFiles::from_flags(c.tls_cert.clone(), c.tls_key.clone(), c.tls_ca.clone())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(Client::new(&c.endpoints, c.timeout).with_tls(tls))
 }
 
 /// Prints a client command's answer (a closed pipe ends the output quietly: `coordinator node list | head`).
@@ -325,6 +372,8 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 suspect_after: a.suspect_after,
                 fail_after: a.fail_after,
                 no_failure_detection: a.no_failure_detection,
+                tls: tessera_auth::TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca)
+                    .map_err(|e| anyhow::anyhow!(e))?,
                 join: a.join,
                 #[cfg(feature = "fault-injection")]
                 allow_fault_injection: a.allow_fault_injection,
@@ -344,7 +393,8 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             result
         }
         Cmd::Status(c) => {
-            let s = client(&c).call(|mut x| async move { x.cluster_status(v1::ClusterStatusRequest {}).await }).await?;
+            let s =
+                client(&c)?.call(|mut x| async move { x.cluster_status(v1::ClusterStatusRequest {}).await }).await?;
             let members: Vec<String> = s.members.iter().map(|m| format!("{}={}", m.id, m.address)).collect();
             print(
                 c.json,
@@ -378,7 +428,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                     specs.len()
                 );
             }
-            let cl = client(&c);
+            let cl = client(&c)?;
             let mut out = Vec::new();
             for spec in &specs {
                 let req = v1::TenantRequest { spec: Some(spec.into()), if_revision: if_revision.unwrap_or(0) };
@@ -412,7 +462,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
         }
         Cmd::Tenant(TenantCmd::List { c }) => {
             let r =
-                client(&c).call(|mut x| async move { x.list_tenants(v1::ListRequest { stale: false }).await }).await?;
+                client(&c)?.call(|mut x| async move { x.list_tenants(v1::ListRequest { stale: false }).await }).await?;
             let lines: Vec<String> = r
                 .tenants
                 .iter()
@@ -435,7 +485,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Tenant(TenantCmd::Get { id, c }) => {
-            let r = client(&c)
+            let r = client(&c)?
                 .call(|mut x| {
                     let id = id.clone();
                     async move { x.get_tenant(v1::TenantIdRequest { id, ..Default::default() }).await }
@@ -449,7 +499,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             if if_revision.is_some() && ids.len() != 1 {
                 anyhow::bail!("--if-revision needs exactly one tenant id, got {}", ids.len());
             }
-            let cl = client(&c);
+            let cl = client(&c)?;
             let mut out = Vec::new();
             for id in ids {
                 let request = Client::new_request_id();
@@ -481,7 +531,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
         }
         Cmd::Node(NodeCmd::List { c }) => {
             let r =
-                client(&c).call(|mut x| async move { x.list_nodes(v1::ListRequest { stale: false }).await }).await?;
+                client(&c)?.call(|mut x| async move { x.list_nodes(v1::ListRequest { stale: false }).await }).await?;
             let mut lines = Vec::new();
             let mut js = Vec::new();
             for n in &r.nodes {
@@ -518,7 +568,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 GpuCmd::Drain { gpu, c } => (gpu, true, c),
                 GpuCmd::Undrain { gpu, c } => (gpu, false, c),
             };
-            let r = client(&c)
+            let r = client(&c)?
                 .call(|mut x| {
                     let gpu = gpu.clone();
                     async move { x.drain_gpu(v1::DrainGpuRequest { gpu, drain }).await }
@@ -532,7 +582,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Plan(PlanCmd::Show { c }) => {
-            let r = client(&c).call(|mut x| async move { x.get_plan(v1::ListRequest { stale: false }).await }).await?;
+            let r = client(&c)?.call(|mut x| async move { x.get_plan(v1::ListRequest { stale: false }).await }).await?;
             let mut lines = vec![format!(
                 "epoch {}  policy {}  made at {} ms  expected goodput {:.1}",
                 r.epoch, r.policy, r.made_at_ms, r.expected_goodput
@@ -551,7 +601,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Plan(PlanCmd::Explain { gpu, c }) => {
-            let r = client(&c)
+            let r = client(&c)?
                 .call(|mut x| {
                     let gpu = gpu.clone();
                     async move { x.explain(v1::GpuRequest { gpu, stale: false }).await }
@@ -582,7 +632,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Plan(PlanCmd::History { gpu, c }) => {
-            let r = client(&c)
+            let r = client(&c)?
                 .call(|mut x| {
                     let gpu = gpu.clone();
                     async move { x.plan_history(v1::GpuRequest { gpu, stale: false }).await }
@@ -615,7 +665,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Plan(PlanCmd::Trigger { c }) => {
-            let r = client(&c)
+            let r = client(&c)?
                 .call_with(Retry::Once, |mut x| async move { x.trigger_plan(v1::TriggerPlanRequest {}).await })
                 .await?;
             print(
@@ -638,10 +688,19 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Plan(PlanCmd::DumpInput { c }) => {
-            let r = client(&c)
+            let r = client(&c)?
                 .call(|mut x| async move { x.dump_planner_input(v1::ListRequest { stale: false }).await })
                 .await?;
             out(&r.json);
+            Ok(())
+        }
+        Cmd::Certs(CertsCmd::Init { out: dir, nodes, agents, agent_names, hosts }) => {
+            let mut names: Vec<String> = (1..=agents).map(|i| format!("agent-{i}")).collect();
+            names.extend(agent_names);
+            let pki = tessera_auth::init_pki(&dir, nodes, &names, &hosts).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut lines = vec![format!("CA: {}", pki.ca.display())];
+            lines.extend(pki.identities.iter().map(|(n, c, k)| format!("{n}: {} {}", c.display(), k.display())));
+            out(&lines.join("\n"));
             Ok(())
         }
         Cmd::DevCluster(a) => {
@@ -662,7 +721,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Member(cmd) => {
             let (r, c) = match cmd {
                 MemberCmd::Add { id, address, c } => (
-                    client(&c)
+                    client(&c)?
                         .call_with(Retry::Once, |mut x| {
                             let address = address.clone();
                             async move { x.add_member(v1::AddMemberRequest { id, address }).await }
@@ -672,7 +731,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                     c,
                 ),
                 MemberCmd::Rm { id, c } => (
-                    client(&c)
+                    client(&c)?
                         .call_with(
                             Retry::Once,
                             |mut x| async move { x.remove_member(v1::RemoveMemberRequest { id }).await },
@@ -682,7 +741,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                     c,
                 ),
                 MemberCmd::List { c } => (
-                    client(&c)
+                    client(&c)?
                         .call(|mut x| async move { x.cluster_status(v1::ClusterStatusRequest {}).await })
                         .await?
                         .members,

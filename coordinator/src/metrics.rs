@@ -64,6 +64,7 @@ pub struct Metrics {
     gpus: Gauge,
     node_health_changes: Family<OneLabel, Counter>,
     proposals_dropped_late: Counter,
+    auth_refusals: Family<OneLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -91,6 +92,7 @@ impl Metrics {
             gpus: Gauge::default(),
             node_health_changes: Family::default(),
             proposals_dropped_late: Counter::default(),
+            auth_refusals: Family::default(),
             registry: Registry::default(),
         };
         registry.register("raft_term", "Current Raft term of this node", metrics.raft_term.clone());
@@ -147,6 +149,14 @@ impl Metrics {
             drop(metrics.node_health_changes.get_or_create(&[("health", health.to_owned())]));
         }
         registry.register(
+            "auth_refusals",
+            "Calls refused by mutual TLS checks, by kind (unauthenticated, permission_denied)",
+            metrics.auth_refusals.clone(),
+        );
+        for kind in ["unauthenticated", "permission_denied"] {
+            drop(metrics.auth_refusals.get_or_create(&[("kind", kind.to_owned())]));
+        }
+        registry.register(
             "proposals_dropped_late",
             "Proposals forwarded by a follower that arrived after their deadline and were dropped",
             metrics.proposals_dropped_late.clone(),
@@ -188,6 +198,11 @@ impl Metrics {
     /// Counts one node health verdict (`healthy`, `suspect`, `failed`).
     pub fn node_health(&self, health: &str) {
         self.node_health_changes.get_or_create(&[("health", health.to_owned())]).inc();
+    }
+
+    /// Counts one call refused by the TLS checks (`unauthenticated` or `permission_denied`).
+    pub fn auth_refusal(&self, kind: &str) {
+        self.auth_refusals.get_or_create(&[("kind", kind.to_owned())]).inc();
     }
 
     /// Counts forwarded proposals dropped because they arrived after their deadline.

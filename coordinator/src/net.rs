@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use hyper_util::client::legacy::connect::HttpConnector;
+use tessera_auth::TlsFiles;
 use tonic::transport::{Channel, Endpoint};
 
 /// Interval of HTTP/2 keepalive pings.
@@ -27,14 +28,17 @@ pub const USER_TIMEOUT: Duration = Duration::from_secs(3);
 /// Idle time before TCP keepalive probes start.
 pub const TCP_KEEPALIVE: Duration = Duration::from_secs(5);
 
-/// A lazily connected channel to `address` (`HOST:PORT`, or a URL with `http://`), with the settings above, a
-/// connect timeout and, when given, a deadline for each call.
-pub fn channel(address: &str, connect_timeout: Duration, call_timeout: Option<Duration>) -> Result<Channel, String> {
-    let uri = if address.starts_with("http://") || address.starts_with("https://") {
-        address.to_string()
-    } else {
-        format!("http://{address}")
-    };
+/// A lazily connected channel to `address` (`HOST:PORT`, or a URL), with the settings above, a connect timeout,
+/// when given a deadline for each call, and with `tls` mutual TLS (this process's certificate, the server checked
+/// against the CA and the name `server_name`).
+pub fn channel(
+    address: &str,
+    connect_timeout: Duration,
+    call_timeout: Option<Duration>,
+    tls: Option<(&TlsFiles, &str)>,
+) -> Result<Channel, String> {
+    let host = address.strip_prefix("http://").or_else(|| address.strip_prefix("https://")).unwrap_or(address);
+    let uri = if tls.is_some() { format!("https://{host}") } else { format!("http://{host}") };
     let mut endpoint = Endpoint::from_shared(uri)
         .map_err(|e| format!("bad address {address}: {e}"))?
         .connect_timeout(connect_timeout)
@@ -43,6 +47,11 @@ pub fn channel(address: &str, connect_timeout: Duration, call_timeout: Option<Du
         .keep_alive_while_idle(true);
     if let Some(t) = call_timeout {
         endpoint = endpoint.timeout(t);
+    }
+    if let Some((files, server_name)) = tls {
+        // Read at each new channel, so renewed certificate files take effect without a restart.
+        let config = files.client(server_name).map_err(|e| e.to_string())?;
+        endpoint = endpoint.tls_config(config).map_err(|e| format!("TLS settings for {address}: {e}"))?;
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -59,9 +68,9 @@ mod tests {
 
     #[tokio::test]
     async fn addresses_with_or_without_a_scheme_make_channels_and_bad_ones_are_named() {
-        channel("127.0.0.1:1", Duration::from_secs(1), None).unwrap();
-        channel("http://127.0.0.1:1", Duration::from_secs(1), Some(Duration::from_secs(2))).unwrap();
-        let e = channel("bad host:1", Duration::from_secs(1), None).unwrap_err();
+        channel("127.0.0.1:1", Duration::from_secs(1), None, None).unwrap();
+        channel("http://127.0.0.1:1", Duration::from_secs(1), Some(Duration::from_secs(2)), None).unwrap();
+        let e = channel("bad host:1", Duration::from_secs(1), None, None).unwrap_err();
         assert!(e.contains("bad host:1"), "{e}");
     }
 }

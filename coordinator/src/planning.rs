@@ -66,6 +66,8 @@ pub struct PlanningSettings {
     pub push_timeout: Duration,
     /// The failure detector (`None`: off).
     pub failure_detection: Option<FailureDetection>,
+    /// This member's certificate for mutual TLS with agents (`None`: plaintext).
+    pub tls: Option<tessera_auth::TlsFiles>,
 }
 
 /// When the leader's failure detector changes a node's health.
@@ -628,15 +630,18 @@ impl Planner {
         })
     }
 
-    fn agent(&self, address: &str) -> Result<AgentClient<Channel>, String> {
+    /// A client of node `node`'s agent at `address` (with mutual TLS, the agent must present `node`'s certificate).
+    fn agent(&self, node: &NodeId, address: &str) -> Result<AgentClient<Channel>, String> {
+        let key = format!("{node}@{address}");
         let mut agents = self.agents.lock().expect("agents lock");
-        if let Some(c) = agents.get(address) {
+        if let Some(c) = agents.get(&key) {
             return Ok(c.clone());
         }
-        let channel = crate::net::channel(address, Duration::from_secs(1), Some(self.settings.push_timeout))
+        let tls = self.settings.tls.as_ref().map(|f| (f, node.as_str()));
+        let channel = crate::net::channel(address, Duration::from_secs(1), Some(self.settings.push_timeout), tls)
             .map_err(|e| format!("agent: {e}"))?;
         let client = AgentClient::new(channel);
-        agents.insert(address.to_string(), client.clone());
+        agents.insert(key, client.clone());
         Ok(client)
     }
 
@@ -688,7 +693,7 @@ impl Planner {
                     }
                 })
                 .collect();
-            let client = self.agent(&address);
+            let client = self.agent(&node, &address);
             let timeout = self.settings.push_timeout;
             calls.push(async move {
                 let req = v1::ApplyLayoutRequest {
@@ -790,9 +795,10 @@ impl Planner {
 
     /// Moves every agent's virtual workload clock to `now_ms` (nodes on the wall clock refuse; that is logged).
     pub async fn advance_agents(&self, now_ms: u64) {
-        let addresses: Vec<String> = self.node.read(|s| s.fleet.nodes.values().map(|n| n.address.clone()).collect());
-        let calls = addresses.into_iter().map(|address| {
-            let client = self.agent(&address);
+        let addresses: Vec<(NodeId, String)> =
+            self.node.read(|s| s.fleet.nodes.iter().map(|(id, n)| (id.clone(), n.address.clone())).collect());
+        let calls = addresses.into_iter().map(|(node, address)| {
+            let client = self.agent(&node, &address);
             async move {
                 let mut c = client?;
                 c.advance_clock(v1::AdvanceClockRequest { to_ms: now_ms })

@@ -63,7 +63,8 @@ pub async fn serve_on(
     let store = SledStore::open(&config.data_dir.join("raft"))
         .map_err(|e| anyhow::anyhow!("cannot open the Raft store in {}: {e}", config.data_dir.display()))?;
     let metrics = Arc::new(Metrics::new());
-    let transport = Transport::new(config.raft.id, config.advertise.clone(), tokio::runtime::Handle::current());
+    let transport =
+        Transport::new(config.raft.id, config.advertise.clone(), tokio::runtime::Handle::current(), config.tls.clone());
     let node =
         Replica::start(config.raft.clone(), store, config.peers.clone(), config.join, transport, Arc::clone(&metrics))?;
     let planner = Planner::new(
@@ -80,16 +81,30 @@ pub async fn serve_on(
             replan_on_burst: config.replan_on_burst,
             push_timeout: Duration::from_secs(5),
             failure_detection: config.failure_detection.clone(),
+            tls: config.tls.clone(),
         },
         Arc::clone(&metrics),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    let services = Services::new(node.clone(), Arc::clone(&planner));
+    let auth = match &config.tls {
+        Some(_) => {
+            let m = Arc::clone(&metrics);
+            tessera_auth::Auth::mutual_tls().on_refusal(Arc::new(move |kind, _| m.auth_refusal(kind)))
+        }
+        None => {
+            tracing::warn!(
+                "no TLS: any client that reaches this port may do anything (use --tls-cert/--tls-key/--tls-ca)"
+            );
+            tessera_auth::Auth::insecure()
+        }
+    };
+    let services = Services::new(node.clone(), Arc::clone(&planner), auth.clone(), config.tls.clone());
     // The partition RPC exists only in builds made for fault tests.
     let raft = RaftService::new(
         node.clone(),
         cfg!(feature = "fault-injection") && config.allow_fault_injection,
         Arc::clone(&metrics),
+        auth,
     );
 
     let mut metrics_addr = None;
@@ -122,7 +137,13 @@ pub async fn serve_on(
     // Scripts and tests read this line to learn the bound address.
     ready(config.raft.id, local, metrics_addr);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        server = server
+            .tls_config(tls.server().map_err(|e| anyhow::anyhow!("TLS: {e}"))?)
+            .map_err(|e| anyhow::anyhow!("TLS settings: {e}"))?;
+    }
+    server
         // Bounded: a flood cannot queue unbounded work on one connection, and no client request (a tenant, a
         // registration, a heartbeat) comes near these sizes legitimately.
         .concurrency_limit_per_connection(MAX_IN_FLIGHT_PER_CONNECTION)

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tessera_auth::{Auth, Need, TlsFiles};
 use tessera_core::fleet::{Command, GpuHealth, Rejected, TenantStatus};
 use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::plan::Assignment;
@@ -114,12 +115,15 @@ pub struct Services {
     node: Replica,
     planner: Arc<Planner>,
     leader_channels: Arc<Mutex<std::collections::HashMap<String, Channel>>>,
+    auth: Auth,
+    tls: Option<TlsFiles>,
 }
 
 impl Services {
-    /// Services over a node and its planner.
-    pub fn new(node: Replica, planner: Arc<Planner>) -> Services {
-        Services { node, planner, leader_channels: Arc::default() }
+    /// Services over a node and its planner; `auth` checks each caller's role, and `tls` (this member's
+    /// certificate) is what it presents when it forwards a call to the leader.
+    pub fn new(node: Replica, planner: Arc<Planner>, auth: Auth, tls: Option<TlsFiles>) -> Services {
+        Services { node, planner, leader_channels: Arc::default(), auth, tls }
     }
 
     async fn read<R>(&self, stale: bool, f: impl FnOnce(&CoordState) -> R) -> Result<R, Status> {
@@ -156,7 +160,8 @@ impl Services {
                 if let Some(c) = channels.get(&address) {
                     return Ok(Some(c.clone()));
                 }
-                let channel = crate::net::channel(&address, Duration::from_secs(1), Some(FORWARD_TIMEOUT))
+                let tls = self.tls.as_ref().map(|f| (f, tessera_auth::COORDINATOR_SERVER_NAME));
+                let channel = crate::net::channel(&address, Duration::from_secs(1), Some(FORWARD_TIMEOUT), tls)
                     .map_err(|e| Status::internal(format!("leader: {e}")))?;
                 channels.insert(address, channel.clone());
                 Ok(Some(channel))
@@ -198,6 +203,7 @@ fn gpu_status(id: &GpuId, g: &tessera_core::fleet::GpuState) -> v1::GpuStatus {
 #[tonic::async_trait]
 impl v1::coordinator_api_server::CoordinatorApi for Services {
     async fn create_tenant(&self, req: Request<v1::TenantRequest>) -> Result<Response<v1::TenantResponse>, Status> {
+        self.auth.check(&req, Need::Operator)?;
         let request = request_id(&req)?;
         let spec = req.into_inner().spec.ok_or_else(|| bad("spec", "is required"))?;
         let spec = TenantSpec::try_from(spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
@@ -209,6 +215,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn update_tenant(&self, req: Request<v1::TenantRequest>) -> Result<Response<v1::TenantResponse>, Status> {
+        self.auth.check(&req, Need::Operator)?;
         let request = request_id(&req)?;
         let r = req.into_inner();
         let spec = r.spec.ok_or_else(|| bad("spec", "is required"))?;
@@ -224,6 +231,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         &self,
         req: Request<v1::TenantIdRequest>,
     ) -> Result<Response<v1::DeleteTenantResponse>, Status> {
+        self.auth.check(&req, Need::Operator)?;
         let request = request_id(&req)?;
         let r = req.into_inner();
         let id = TenantId::new(r.id).map_err(|e| bad("id", e))?;
@@ -234,6 +242,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn get_tenant(&self, req: Request<v1::TenantIdRequest>) -> Result<Response<v1::TenantResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
         let id = TenantId::new(req.into_inner().id).map_err(|e| bad("id", e))?;
         self.read(false, |s| tenant_response(s, &id, 0))
             .await?
@@ -242,6 +251,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn list_tenants(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::ListTenantsResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
         let tenants = self
             .read(req.into_inner().stale, |s| {
                 s.fleet.tenants.keys().filter_map(|id| tenant_response(s, id, 0)).collect()
@@ -251,6 +261,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn list_nodes(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::ListNodesResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
         let nodes = self
             .read(req.into_inner().stale, |s| {
                 s.fleet
@@ -279,6 +290,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn drain_gpu(&self, req: Request<v1::DrainGpuRequest>) -> Result<Response<v1::DrainGpuResponse>, Status> {
+        self.auth.check(&req, Need::Operator)?;
         let r = req.into_inner();
         let gpu: GpuId = r.gpu.parse().map_err(|e| bad("gpu", e))?;
         let health = if r.drain { GpuHealth::Draining } else { GpuHealth::Healthy };
@@ -287,6 +299,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn get_plan(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::PlanResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
         let r = self
             .read(req.into_inner().stale, |s| {
                 let Some(last) = &s.fleet.last_plan else { return v1::PlanResponse::default() };
@@ -310,6 +323,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn plan_history(&self, req: Request<v1::GpuRequest>) -> Result<Response<v1::PlanHistoryResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
         let r = req.into_inner();
         let gpu: GpuId = r.gpu.parse().map_err(|e| bad("gpu", e))?;
         let entries = self
@@ -335,6 +349,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         &self,
         req: Request<v1::TriggerPlanRequest>,
     ) -> Result<Response<v1::TriggerPlanResponse>, Status> {
+        self.auth.check(&req, Need::Operator)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.trigger_plan(req.into_inner()).await;
         }
@@ -353,6 +368,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn explain(&self, req: Request<v1::GpuRequest>) -> Result<Response<v1::ExplainResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.explain(req.into_inner()).await;
         }
@@ -385,6 +401,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         &self,
         req: Request<v1::ListRequest>,
     ) -> Result<Response<v1::DumpPlannerInputResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.dump_planner_input(req.into_inner()).await;
         }
@@ -397,8 +414,9 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
 
     async fn cluster_status(
         &self,
-        _req: Request<v1::ClusterStatusRequest>,
+        req: Request<v1::ClusterStatusRequest>,
     ) -> Result<Response<v1::ClusterStatusResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
         let st = self.node.status();
         let leader_address = self.node.leader().map(|(_, a)| a).unwrap_or_default();
         let (clock, epoch) = self.node.read(|s| (s.clock_ms, s.fleet.plan_epoch));
@@ -421,6 +439,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn add_member(&self, req: Request<v1::AddMemberRequest>) -> Result<Response<v1::MembersResponse>, Status> {
+        self.auth.check(&req, Need::Admin)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.add_member(req.into_inner()).await;
         }
@@ -438,6 +457,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         &self,
         req: Request<v1::RemoveMemberRequest>,
     ) -> Result<Response<v1::MembersResponse>, Status> {
+        self.auth.check(&req, Need::Admin)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.remove_member(req.into_inner()).await;
         }
@@ -454,6 +474,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         &self,
         req: Request<v1::AdvanceClockRequest>,
     ) -> Result<Response<v1::AdvanceClockResponse>, Status> {
+        self.auth.check(&req, Need::Operator)?;
         if self.planner.settings().clock != ClockMode::Virtual {
             return Err(Status::failed_precondition(
                 "this cluster runs on the wall clock (start it with --clock virtual)",
@@ -484,6 +505,8 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
 #[tonic::async_trait]
 impl v1::coordinator_server::Coordinator for Services {
     async fn register(&self, req: Request<v1::RegisterRequest>) -> Result<Response<v1::RegisterResponse>, Status> {
+        let claimed = req.get_ref().node_id.clone();
+        self.auth.check(&req, Need::AgentOf(&claimed))?;
         let r = req.into_inner();
         let node = NodeId::new(r.node_id).map_err(|e| bad("node_id", e))?;
         check_address("address", &r.address)?;
@@ -505,6 +528,8 @@ impl v1::coordinator_server::Coordinator for Services {
     }
 
     async fn heartbeat(&self, req: Request<v1::HeartbeatRequest>) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        let claimed = req.get_ref().state.as_ref().map(|s| s.node_id.clone()).unwrap_or_default();
+        self.auth.check(&req, Need::AgentOf(&claimed))?;
         // The leader plans, so it is the one that learns from what agents measure: a follower forwards.
         if let Some(channel) = self.leader_channel()? {
             return v1::coordinator_client::CoordinatorClient::new(channel).heartbeat(req.into_inner()).await;
@@ -619,25 +644,31 @@ pub struct RaftService {
     transport: Transport,
     fault_injection: bool,
     metrics: Arc<crate::metrics::Metrics>,
+    auth: Auth,
 }
 
 impl RaftService {
-    /// The peer service of `node`.
-    pub fn new(node: Replica, fault_injection: bool, metrics: Arc<crate::metrics::Metrics>) -> RaftService {
+    /// The peer service of `node`; with mutual TLS, a batch is accepted only from the member its certificate names.
+    pub fn new(node: Replica, fault_injection: bool, metrics: Arc<crate::metrics::Metrics>, auth: Auth) -> RaftService {
         let transport = node.transport().clone();
-        RaftService { node, transport, fault_injection, metrics }
+        RaftService { node, transport, fault_injection, metrics, auth }
     }
 }
 
 #[tonic::async_trait]
 impl v1::raft_server::Raft for RaftService {
     async fn step(&self, req: Request<v1::RaftBatch>) -> Result<Response<v1::RaftAck>, Status> {
+        self.auth.check(&req, Need::Member(req.get_ref().from))?;
         let batch = req.into_inner();
         if self.transport.is_blocked(batch.from) {
             return Err(Status::unavailable("partitioned (fault injection)"));
         }
-        self.transport.set_address(batch.from, &batch.from_address);
+        // A peer's address comes from the configuration or a committed membership change, never from a message.
         let mut messages = Transport::decode(&batch).map_err(|e| bad("messages", e))?;
+        // The batch's sender is what the certificate allowed; no message inside may claim another.
+        if let Some(m) = messages.iter().find(|m| m.from != batch.from) {
+            return Err(bad("messages", format!("a message from {} inside a batch from {}", m.from, batch.from)));
+        }
         let dropped = Transport::drop_expired_proposals(&mut messages, crate::replica::wall_ms());
         if dropped > 0 {
             self.metrics.proposals_dropped_late(dropped as u64);
@@ -648,6 +679,7 @@ impl v1::raft_server::Raft for RaftService {
     }
 
     async fn isolate(&self, req: Request<v1::IsolateRequest>) -> Result<Response<v1::RaftAck>, Status> {
+        self.auth.check(&req, Need::Admin)?;
         if !self.fault_injection {
             return Err(Status::permission_denied(
                 "fault injection is off (only test builds with the `fault-injection` feature accept it, when \

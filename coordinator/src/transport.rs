@@ -40,18 +40,26 @@ pub struct Transport {
 struct Inner {
     id: u64,
     own_address: String,
+    tls: Option<tessera_auth::TlsFiles>,
     runtime: tokio::runtime::Handle,
     peers: Mutex<BTreeMap<u64, Peer>>,
     blocked: RwLock<BTreeSet<u64>>,
 }
 
 impl Transport {
-    /// A transport for node `id` listening on `own_address`; sender tasks run on `runtime`.
-    pub fn new(id: u64, own_address: String, runtime: tokio::runtime::Handle) -> Transport {
+    /// A transport for node `id` listening on `own_address`; sender tasks run on `runtime`. With `tls`, each peer
+    /// `j` is reached over mutual TLS and must present the certificate of `node-<j>`.
+    pub fn new(
+        id: u64,
+        own_address: String,
+        runtime: tokio::runtime::Handle,
+        tls: Option<tessera_auth::TlsFiles>,
+    ) -> Transport {
         Transport {
             inner: Arc::new(Inner {
                 id,
                 own_address,
+                tls,
                 runtime,
                 peers: Mutex::new(BTreeMap::new()),
                 blocked: RwLock::new(BTreeSet::new()),
@@ -149,7 +157,9 @@ impl Transport {
 }
 
 async fn send_loop(inner: Arc<Inner>, peer: u64, endpoint: String, mut rx: mpsc::Receiver<Message>) {
-    let channel: Channel = match crate::net::channel(&endpoint, Duration::from_secs(1), Some(STEP_TIMEOUT)) {
+    let server_name = format!("node-{peer}");
+    let tls = inner.tls.as_ref().map(|f| (f, server_name.as_str()));
+    let channel: Channel = match crate::net::channel(&endpoint, Duration::from_secs(1), Some(STEP_TIMEOUT), tls) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(peer, %endpoint, error = %e, "bad peer address");

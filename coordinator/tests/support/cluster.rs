@@ -73,16 +73,27 @@ pub struct Cluster {
     peers: String,
     nodes: BTreeMap<u64, Proc>,
     common: Vec<String>,
+    /// With mutual TLS: the PKI directory (`coordinator certs init`); the test's own clients are `admin`.
+    tls: Option<PathBuf>,
 }
 
 impl Cluster {
     /// Starts `n` nodes (ids 1..=n) with `common` extra flags each, and waits until each printed its address.
     pub fn start(n: u64, common: &[&str]) -> Cluster {
+        Cluster::start_with(n, common, None)
+    }
+
+    /// [`Cluster::start`] with mutual TLS from the PKI in `pki` (node `i` presents `node-<i>.pem`).
+    pub fn start_tls(n: u64, common: &[&str], pki: &Path) -> Cluster {
+        Cluster::start_with(n, common, Some(pki.to_path_buf()))
+    }
+
+    fn start_with(n: u64, common: &[&str], tls: Option<PathBuf>) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let addrs: BTreeMap<u64, String> = (1..=n).map(|i| (i, format!("127.0.0.1:{}", free_port()))).collect();
         let peers = addrs.iter().map(|(i, a)| format!("{i}={a}")).collect::<Vec<_>>().join(",");
         let mut c =
-            Cluster { dir, peers, nodes: BTreeMap::new(), common: common.iter().map(|s| s.to_string()).collect() };
+            Cluster { dir, peers, nodes: BTreeMap::new(), common: common.iter().map(|s| s.to_string()).collect(), tls };
         for (id, addr) in addrs {
             let data_dir = c.dir.path().join(format!("node-{id}"));
             let log = c.dir.path().join(format!("node-{id}.log"));
@@ -117,6 +128,16 @@ impl Cluster {
             .arg(configs().join("models"))
             .args(&self.common)
             .args(&p.extra)
+            .args(self.tls.iter().flat_map(|d| {
+                [
+                    "--tls-cert".to_string(),
+                    d.join(format!("node-{id}.pem")).to_string_lossy().into_owned(),
+                    "--tls-key".to_string(),
+                    d.join(format!("node-{id}.key")).to_string_lossy().into_owned(),
+                    "--tls-ca".to_string(),
+                    d.join("ca.pem").to_string_lossy().into_owned(),
+                ]
+            }))
             .env("RUST_LOG", "info,raft=info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -173,11 +194,23 @@ impl Cluster {
     }
 
     fn channel(&self, id: u64) -> Channel {
-        Endpoint::from_shared(format!("http://{}", self.addr(id)))
+        match &self.tls {
+            Some(dir) => self.channel_as(id, Some(&tls_files(dir, "admin"))),
+            None => self.channel_as(id, None),
+        }
+    }
+
+    /// A channel to node `id`, with mutual TLS as `tls`'s identity when given.
+    pub fn channel_as(&self, id: u64, tls: Option<&tessera_auth::TlsFiles>) -> Channel {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut e = Endpoint::from_shared(format!("{scheme}://{}", self.addr(id)))
             .unwrap()
             .connect_timeout(Duration::from_millis(500))
-            .timeout(Duration::from_secs(10))
-            .connect_lazy()
+            .timeout(Duration::from_secs(10));
+        if let Some(t) = tls {
+            e = e.tls_config(t.client(tessera_auth::COORDINATOR_SERVER_NAME).unwrap()).unwrap();
+        }
+        e.connect_lazy()
     }
 
     /// An API client of node `id`.
@@ -253,6 +286,15 @@ impl Drop for Cluster {
                 let _ = c.wait();
             }
         }
+    }
+}
+
+/// The certificate, key and CA of identity `name` in a PKI directory written by `coordinator certs init`.
+pub fn tls_files(dir: &Path, name: &str) -> tessera_auth::TlsFiles {
+    tessera_auth::TlsFiles {
+        cert: dir.join(format!("{name}.pem")),
+        key: dir.join(format!("{name}.key")),
+        ca: dir.join("ca.pem"),
     }
 }
 

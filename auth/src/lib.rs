@@ -1,0 +1,451 @@
+//! # tessera-auth
+//!
+//! Who is calling, and what they may do. Tessera's connections are mutual TLS (rustls, through tonic): each side
+//! presents a certificate signed by the cluster's CA, and a certificate's subject names its holder. The
+//! organizational unit (OU) is the [`Role`] and the common name (CN) the name: `OU=operator, CN=operator`, or
+//! `OU=agent, CN=node-a-0` for the agent of node `node-a-0`, or `OU=coordinator, CN=node-2` for coordinator member 2.
+//! Nothing a message says about its sender counts; only the certificate does.
+//!
+//! - [`TlsFiles`]: a certificate, its key and the CA, as server and client TLS settings. A coordinator's certificate
+//!   carries the DNS names [`COORDINATOR_SERVER_NAME`] and `node-<id>`; an agent's, its node id. A client checks the
+//!   server it reached against those names, so a coordinator reaching peer 2 knows it talks to member 2.
+//! - [`Auth`]: the check every RPC makes ([`Auth::check`]): [`Need`] says which role may call it; a refusal is
+//!   `UNAUTHENTICATED` (no certificate) or `PERMISSION_DENIED` naming the role needed.
+//! - [`init_pki`]: a development PKI in one call (`coordinator certs init`).
+//!
+//! Roles nest: `admin` may do what an `operator` may, and an `operator` what a `reader` may. A `coordinator` is a
+//! member of the cluster: peers exchange Raft messages, and a follower forwards calls it has already checked to the
+//! leader, so a coordinator identity passes every check but an agent's own-node check.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tonic::transport::{Certificate, ClientTlsConfig, Identity as TlsIdentity, ServerTlsConfig};
+use tonic::{Request, Status};
+
+/// The DNS name every coordinator certificate carries; clients that do not know which member they reach (the CLI,
+/// agents) check the server against it.
+pub const COORDINATOR_SERVER_NAME: &str = "tessera-coordinator";
+
+/// What a certificate's holder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Status, lists, plans, explanations.
+    Reader,
+    /// A reader that may also change tenants, drain GPUs and trigger plans.
+    Operator,
+    /// An operator that may also change membership and inject faults.
+    Admin,
+    /// A node agent: registers, heartbeats and reports for its own node only.
+    Agent,
+    /// A coordinator member: Raft messages, pushes to agents, calls forwarded to the leader.
+    Coordinator,
+}
+
+impl Role {
+    /// The role's name, as in a certificate's OU.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Reader => "reader",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+            Role::Agent => "agent",
+            Role::Coordinator => "coordinator",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "reader" => Role::Reader,
+            "operator" => Role::Operator,
+            "admin" => Role::Admin,
+            "agent" => Role::Agent,
+            "coordinator" => Role::Coordinator,
+            _ => return None,
+        })
+    }
+}
+
+/// Who a peer certificate names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Its role (the subject's OU).
+    pub role: Role,
+    /// Its name (the subject's CN): a node id for an agent, `node-<id>` for a coordinator.
+    pub name: String,
+}
+
+impl Identity {
+    /// Reads the identity from a DER certificate's subject.
+    pub fn from_der(der: &[u8]) -> Result<Identity, String> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| format!("unreadable certificate: {e}"))?;
+        let subject = cert.subject();
+        let ou = subject
+            .iter_organizational_unit()
+            .next()
+            .and_then(|a| a.as_str().ok())
+            .ok_or("the certificate's subject has no OU (role)")?;
+        let role = Role::parse(ou).ok_or_else(|| format!("unknown role `{ou}` in the certificate's OU"))?;
+        let name = subject
+            .iter_common_name()
+            .next()
+            .and_then(|a| a.as_str().ok())
+            .ok_or("the certificate's subject has no CN (name)")?
+            .to_string();
+        Ok(Identity { role, name })
+    }
+
+    /// The coordinator member id of a coordinator identity (`node-<id>`).
+    pub fn member_id(&self) -> Option<u64> {
+        (self.role == Role::Coordinator).then(|| self.name.strip_prefix("node-")?.parse().ok()).flatten()
+    }
+}
+
+/// What a call needs of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need<'a> {
+    /// A reader (or more).
+    Reader,
+    /// An operator (or admin).
+    Operator,
+    /// An admin.
+    Admin,
+    /// The agent of this node (or a coordinator forwarding for it).
+    AgentOf(&'a str),
+    /// A coordinator member.
+    Coordinator,
+    /// Coordinator member `id` itself (Raft messages claiming to come from it).
+    Member(u64),
+}
+
+impl Need<'_> {
+    /// Whether `who` may make the call.
+    pub fn allows(&self, who: &Identity) -> bool {
+        match (*self, who.role) {
+            (Need::Member(id), Role::Coordinator) => who.member_id() == Some(id),
+            (Need::Member(_), _) => false,
+            (_, Role::Coordinator) => true,
+            (Need::Reader, r) => matches!(r, Role::Reader | Role::Operator | Role::Admin),
+            (Need::Operator, r) => matches!(r, Role::Operator | Role::Admin),
+            (Need::Admin, r) => r == Role::Admin,
+            (Need::AgentOf(node), Role::Agent) => who.name == node,
+            (Need::AgentOf(_), _) | (Need::Coordinator, _) => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Need::Reader => "role reader (or operator, admin)".into(),
+            Need::Operator => "role operator (or admin)".into(),
+            Need::Admin => "role admin".into(),
+            Need::AgentOf(node) => format!("the agent of node {node}"),
+            Need::Coordinator => "a coordinator member".into(),
+            Need::Member(id) => format!("coordinator member {id} (certificate CN node-{id})"),
+        }
+    }
+}
+
+/// Errors reading TLS files or making the PKI.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// A file could not be read or written.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// Certificate generation failed.
+    #[error("certificate generation: {0}")]
+    Generate(String),
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, AuthError> {
+    std::fs::read(path).map_err(|e| AuthError::File { path: path.to_path_buf(), message: format!("cannot read: {e}") })
+}
+
+/// A certificate, its private key and the CA that signs the cluster's certificates (PEM files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// This process's certificate.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The CA certificate peers must be signed by.
+    pub ca: PathBuf,
+}
+
+impl TlsFiles {
+    /// `--tls-cert`, `--tls-key` and `--tls-ca` together, or none of them (`Ok(None)`); one or two alone is an
+    /// error naming what is missing.
+    pub fn from_flags(
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+        ca: Option<PathBuf>,
+    ) -> Result<Option<TlsFiles>, String> {
+        match (cert, key, ca) {
+            (None, None, None) => Ok(None),
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(TlsFiles { cert, key, ca })),
+            (c, k, a) => {
+                let missing: Vec<&str> =
+                    [(c.is_none(), "--tls-cert"), (k.is_none(), "--tls-key"), (a.is_none(), "--tls-ca")]
+                        .into_iter()
+                        .filter_map(|(m, n)| m.then_some(n))
+                        .collect();
+                Err(format!("TLS needs --tls-cert, --tls-key and --tls-ca together; missing {}", missing.join(", ")))
+            }
+        }
+    }
+
+    fn identity(&self) -> Result<TlsIdentity, AuthError> {
+        Ok(TlsIdentity::from_pem(read(&self.cert)?, read(&self.key)?))
+    }
+
+    fn ca_cert(&self) -> Result<Certificate, AuthError> {
+        Ok(Certificate::from_pem(read(&self.ca)?))
+    }
+
+    /// This process's own identity, read from its certificate.
+    pub fn own_identity(&self) -> Result<Identity, AuthError> {
+        let pem = read(&self.cert)?;
+        let der = pem_to_der(&pem).ok_or_else(|| AuthError::File {
+            path: self.cert.clone(),
+            message: "no PEM certificate in the file".into(),
+        })?;
+        Identity::from_der(&der).map_err(|message| AuthError::File { path: self.cert.clone(), message })
+    }
+
+    /// Server settings: present this certificate, and require a client certificate signed by the CA.
+    pub fn server(&self) -> Result<ServerTlsConfig, AuthError> {
+        Ok(ServerTlsConfig::new().identity(self.identity()?).client_ca_root(self.ca_cert()?))
+    }
+
+    /// Client settings: present this certificate, and accept a server whose certificate the CA signed for
+    /// `server_name` (a DNS name in its subject alternative names).
+    pub fn client(&self, server_name: &str) -> Result<ClientTlsConfig, AuthError> {
+        Ok(ClientTlsConfig::new().identity(self.identity()?).ca_certificate(self.ca_cert()?).domain_name(server_name))
+    }
+}
+
+/// The DER bytes of the first certificate in a PEM file.
+fn pem_to_der(pem: &[u8]) -> Option<Vec<u8>> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    (pem.label == "CERTIFICATE").then_some(pem.contents)
+}
+
+/// A refusal counter: called with the refusal's kind (`unauthenticated` or `permission_denied`) and what was needed.
+pub type OnRefusal = Arc<dyn Fn(&'static str, &str) + Send + Sync>;
+
+/// How a server checks its callers.
+#[derive(Clone)]
+pub struct Auth {
+    secure: bool,
+    on_refusal: Option<OnRefusal>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth").field("secure", &self.secure).finish()
+    }
+}
+
+impl Auth {
+    /// No TLS: every caller may do everything (`--insecure`: local development and the in-process replay).
+    pub fn insecure() -> Auth {
+        Auth { secure: false, on_refusal: None }
+    }
+
+    /// Mutual TLS: callers are who their certificates say, and may do what their roles allow.
+    pub fn mutual_tls() -> Auth {
+        Auth { secure: true, on_refusal: None }
+    }
+
+    /// Calls `f` on every refusal (to count them).
+    pub fn on_refusal(mut self, f: OnRefusal) -> Auth {
+        self.on_refusal = Some(f);
+        self
+    }
+
+    /// Whether callers are checked.
+    pub fn is_secure(&self) -> bool {
+        self.secure
+    }
+
+    /// Checks that the caller of `req` may make a call that needs `need`. Returns who it is (`None` without TLS).
+    pub fn check<T>(&self, req: &Request<T>, need: Need<'_>) -> Result<Option<Identity>, Status> {
+        if !self.secure {
+            return Ok(None);
+        }
+        let refuse = |kind: &'static str, status: Status| {
+            if let Some(f) = &self.on_refusal {
+                f(kind, &need.describe());
+            }
+            Err(status)
+        };
+        let Some(der) = req.peer_certs().and_then(|c| c.first().map(|c| c.to_vec())) else {
+            return refuse(
+                "unauthenticated",
+                Status::unauthenticated(format!("no client certificate; this call needs {}", need.describe())),
+            );
+        };
+        let who = match Identity::from_der(&der) {
+            Ok(w) => w,
+            Err(e) => return refuse("unauthenticated", Status::unauthenticated(e)),
+        };
+        if need.allows(&who) {
+            Ok(Some(who))
+        } else {
+            refuse(
+                "permission_denied",
+                Status::permission_denied(format!(
+                    "{} `{}` may not make this call: it needs {}",
+                    who.role.name(),
+                    who.name,
+                    need.describe()
+                )),
+            )
+        }
+    }
+}
+
+/// What [`init_pki`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pki {
+    /// The CA certificate.
+    pub ca: PathBuf,
+    /// Each identity's name, certificate and key.
+    pub identities: Vec<(String, PathBuf, PathBuf)>,
+}
+
+/// Writes a development PKI to `out`: `ca.pem` and `ca.key`, and for each identity `NAME.pem` and `NAME.key`:
+/// coordinators `node-1`..`node-<nodes>` (server and client, DNS names `node-<i>`, [`COORDINATOR_SERVER_NAME`],
+/// `localhost` and `hosts`), agents named `agents` (server and client, DNS names the agent's name, `localhost` and
+/// `hosts`), and the clients `admin`, `operator` and `reader`. Keys are written readable by their owner only.
+/// Certificates are valid for a year.
+pub fn init_pki(out: &Path, nodes: u32, agents: &[String], hosts: &[String]) -> Result<Pki, AuthError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let gen_err = |e: rcgen::Error| AuthError::Generate(e.to_string());
+    std::fs::create_dir_all(out)
+        .map_err(|e| AuthError::File { path: out.to_path_buf(), message: format!("cannot create: {e}") })?;
+    let now = std::time::SystemTime::now();
+    let validity = |p: &mut CertificateParams| {
+        p.not_before = now.into();
+        p.not_after = (now + std::time::Duration::from_secs(366 * 24 * 3600)).into();
+    };
+    let ca_key = KeyPair::generate().map_err(gen_err)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(gen_err)?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "tessera development CA");
+    ca_params.distinguished_name = dn;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut ca_params);
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(gen_err)?;
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let write = |name: &str, contents: &str, private: bool| -> Result<PathBuf, AuthError> {
+        let path = out.join(name);
+        let err = |e: std::io::Error| AuthError::File { path: path.clone(), message: format!("cannot write: {e}") };
+        std::fs::write(&path, contents).map_err(err)?;
+        if private {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+            }
+        }
+        Ok(path)
+    };
+    let ca = write("ca.pem", &ca_cert.pem(), false)?;
+    write("ca.key", &issuer.key().serialize_pem(), true)?;
+
+    let mut wanted: Vec<(String, Role, Vec<String>)> = Vec::new();
+    for i in 1..=nodes {
+        let name = format!("node-{i}");
+        let mut dns = vec![name.clone(), COORDINATOR_SERVER_NAME.to_string(), "localhost".into()];
+        dns.extend(hosts.iter().cloned());
+        wanted.push((name, Role::Coordinator, dns));
+    }
+    for a in agents {
+        let mut dns = vec![a.clone(), "localhost".into()];
+        dns.extend(hosts.iter().cloned());
+        wanted.push((a.clone(), Role::Agent, dns));
+    }
+    for (name, role) in [("admin", Role::Admin), ("operator", Role::Operator), ("reader", Role::Reader)] {
+        wanted.push((name.to_string(), role, vec![name.to_string()]));
+    }
+    let mut identities = Vec::new();
+    for (name, role, dns) in wanted {
+        let mut sans = dns;
+        sans.push("127.0.0.1".into());
+        let mut params = CertificateParams::new(sans).map_err(gen_err)?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationalUnitName, role.name());
+        dn.push(DnType::CommonName, name.as_str());
+        params.distinguished_name = dn;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = match role {
+            Role::Coordinator | Role::Agent => {
+                vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
+            }
+            _ => vec![ExtendedKeyUsagePurpose::ClientAuth],
+        };
+        validity(&mut params);
+        let key = KeyPair::generate().map_err(gen_err)?;
+        let cert = params.signed_by(&key, &issuer).map_err(gen_err)?;
+        let cert_path = write(&format!("{name}.pem"), &cert.pem(), false)?;
+        let key_path = write(&format!("{name}.key"), &key.serialize_pem(), true)?;
+        identities.push((name, cert_path, key_path));
+    }
+    Ok(Pki { ca, identities })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pki_names_roles_and_members_and_roles_nest() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = init_pki(dir.path(), 2, &["agent-1".into()], &[]).unwrap();
+        let names: Vec<&str> = pki.identities.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(names, ["node-1", "node-2", "agent-1", "admin", "operator", "reader"]);
+        let who = |name: &str| {
+            let (_, cert, key) = pki.identities.iter().find(|(n, _, _)| n == name).unwrap();
+            TlsFiles { cert: cert.clone(), key: key.clone(), ca: pki.ca.clone() }.own_identity().unwrap()
+        };
+        let node2 = who("node-2");
+        assert_eq!((node2.role, node2.member_id()), (Role::Coordinator, Some(2)));
+        let reader = who("reader");
+        let operator = who("operator");
+        let admin = who("admin");
+        let agent = who("agent-1");
+        assert_eq!(agent, Identity { role: Role::Agent, name: "agent-1".into() });
+        assert!(Need::Reader.allows(&reader) && !Need::Operator.allows(&reader));
+        assert!(Need::Operator.allows(&operator) && !Need::Admin.allows(&operator));
+        assert!(Need::Admin.allows(&admin) && Need::Reader.allows(&admin));
+        assert!(Need::AgentOf("agent-1").allows(&agent) && !Need::AgentOf("node-0").allows(&agent));
+        assert!(!Need::Reader.allows(&agent) && !Need::Coordinator.allows(&admin));
+        assert!(Need::Member(2).allows(&node2) && !Need::Member(1).allows(&node2));
+        assert!(Need::Operator.allows(&node2), "a member forwards calls it checked");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join("admin.key")).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn tls_flags_come_together() {
+        assert_eq!(TlsFiles::from_flags(None, None, None), Ok(None));
+        let e = TlsFiles::from_flags(Some("c".into()), None, None).unwrap_err();
+        assert!(e.contains("--tls-key, --tls-ca"), "{e}");
+        let f = TlsFiles::from_flags(Some("c".into()), Some("k".into()), Some("a".into())).unwrap().unwrap();
+        let e = f.server().unwrap_err().to_string();
+        assert!(e.starts_with("c: cannot read"), "{e}");
+    }
+}
