@@ -11,6 +11,11 @@
 //! resync_interval = "5s"           # optional
 //! retry_interval = "200ms"         # optional
 //!
+//! [tls]                            # optional: mutual TLS (coordinator certs init --agent <node_id>)
+//! cert = "certs/node-1.pem"        # this node's certificate: its CN must be the node id
+//! key = "certs/node-1.key"
+//! ca = "certs/ca.pem"
+//!
 //! [coordinator]                    # optional: without it the agent only serves its API
 //! address = "coordinator-1:7000"   # or every node of the cluster: "c1:7000,c2:7000,c3:7000"
 //! heartbeat_interval = "2s"        # optional
@@ -73,6 +78,15 @@ struct RawConfig {
     resync_interval: Option<String>,
     retry_interval: Option<String>,
     coordinator: Option<RawCoordinator>,
+    tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: String,
+    key: String,
+    ca: String,
 }
 
 #[derive(Deserialize)]
@@ -149,6 +163,7 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
                 backoff_initial,
                 backoff_max,
                 rpc_timeout: duration("coordinator.rpc_timeout", c.rpc_timeout.as_deref(), DEFAULT_RPC_TIMEOUT)?,
+                tls: None,
             })
         }
     };
@@ -162,6 +177,11 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
             resync_interval: duration("resync_interval", raw.resync_interval.as_deref(), DEFAULT_RESYNC_INTERVAL)?,
             retry_interval: duration("retry_interval", raw.retry_interval.as_deref(), DEFAULT_RETRY_INTERVAL)?,
             coordinator,
+            tls: raw.tls.map(|t| tessera_auth::TlsFiles {
+                cert: base.join(t.cert),
+                key: base.join(t.key),
+                ca: base.join(t.ca),
+            }),
         },
     })
 }

@@ -36,6 +36,8 @@ pub struct ClientOptions {
     pub backoff_max: Duration,
     /// Deadline of one call.
     pub rpc_timeout: Duration,
+    /// Mutual TLS with the coordinators (this node's certificate; they must present a coordinator's).
+    pub tls: Option<tessera_auth::TlsFiles>,
 }
 
 /// What the client has done, for status and tests.
@@ -157,8 +159,16 @@ pub async fn run(
     // makes the agent move on to the next.
     let mut clients = Vec::new();
     for address in options.endpoint.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        let uri = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
-        match Endpoint::from_shared(uri) {
+        let host = address.split_once("://").map_or(address, |(_, h)| h);
+        let uri = if options.tls.is_some() { format!("https://{host}") } else { format!("http://{host}") };
+        let endpoint = Endpoint::from_shared(uri).map_err(|e| e.to_string()).and_then(|e| match &options.tls {
+            None => Ok(e),
+            Some(t) => t
+                .client(tessera_auth::COORDINATOR_SERVER_NAME)
+                .map_err(|e| e.to_string())
+                .and_then(|c| e.tls_config(c).map_err(|e| e.to_string())),
+        });
+        match endpoint {
             Ok(e) => clients.push((
                 address.to_string(),
                 CoordinatorClient::new(

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tessera_auth::{Auth, TlsFiles};
 
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
@@ -28,6 +29,9 @@ pub struct RuntimeOptions {
     pub retry_interval: Duration,
     /// The coordinator to register with, if any.
     pub coordinator: Option<ClientOptions>,
+    /// Mutual TLS for the Agent service (this node's certificate; only coordinator members may push) and the
+    /// coordinator client; `None`: plaintext.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Default for RuntimeOptions {
@@ -36,6 +40,7 @@ impl Default for RuntimeOptions {
             resync_interval: Duration::from_secs(5),
             retry_interval: Duration::from_millis(200),
             coordinator: None,
+            tls: None,
         }
     }
 }
@@ -43,6 +48,9 @@ impl Default for RuntimeOptions {
 /// The server could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// The TLS files could not be used.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The gRPC server failed.
     #[error("gRPC server on {addr}: {source}")]
     Serve {
@@ -62,6 +70,8 @@ pub struct Handles {
     pub wake: Arc<Notify>,
     /// The coordinator client's counters.
     pub client: Arc<ClientStats>,
+    /// Mutual TLS for the service.
+    pub tls: Option<TlsFiles>,
 }
 
 async fn reconcile_loop(
@@ -112,9 +122,11 @@ pub fn start(
     let mut tasks =
         vec![tokio::spawn(reconcile_loop(reconciler.clone(), wake.clone(), options.clone(), shutdown.clone()))];
     if let Some(c) = &options.coordinator {
-        tasks.push(tokio::spawn(coordinator::run(c.clone(), reconciler.clone(), client.clone(), shutdown)));
+        let mut c = c.clone();
+        c.tls = c.tls.or_else(|| options.tls.clone());
+        tasks.push(tokio::spawn(coordinator::run(c, reconciler.clone(), client.clone(), shutdown)));
     }
-    (Handles { reconciler, wake, client }, tasks)
+    (Handles { reconciler, wake, client, tls: options.tls.clone() }, tasks)
 }
 
 /// Serves the `Agent` service for `handles` on `listener` until `shutdown` completes.
@@ -124,8 +136,14 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RuntimeError> {
     let addr = listener.local_addr().map_or_else(|_| "?".to_string(), |a: SocketAddr| a.to_string());
-    let service = AgentService::new(handles.reconciler.clone(), handles.wake.clone()).into_server();
-    tonic::transport::Server::builder()
+    let auth = if handles.tls.is_some() { Auth::mutual_tls() } else { Auth::insecure() };
+    let service = AgentService::new(handles.reconciler.clone(), handles.wake.clone()).with_auth(auth).into_server();
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = &handles.tls {
+        let config = tls.server().map_err(|e| RuntimeError::Tls(e.to_string()))?;
+        server = server.tls_config(config).map_err(|e| RuntimeError::Tls(e.to_string()))?;
+    }
+    server
         .add_service(service)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use tessera_auth::{Auth, Need};
 use tessera_core::ids::TenantId;
 use tessera_core::plan::GpuPlan;
 use tessera_proto::v1;
@@ -125,12 +126,20 @@ pub fn targets_from_wire(targets: Vec<v1::GpuTarget>) -> Result<BTreeMap<u32, Gp
 pub struct AgentService {
     reconciler: Arc<Reconciler>,
     wake: Arc<Notify>,
+    auth: Auth,
 }
 
 impl AgentService {
     /// A service over `reconciler` that wakes the reconcile loop through `wake` when targets or time change.
     pub fn new(reconciler: Arc<Reconciler>, wake: Arc<Notify>) -> AgentService {
-        AgentService { reconciler, wake }
+        AgentService { reconciler, wake, auth: Auth::insecure() }
+    }
+
+    /// Checks callers with `auth`: with mutual TLS, only a coordinator member may push layouts or move the clock, a
+    /// reader (or more) may read the state, and an operator may deliver simulated arrivals.
+    pub fn with_auth(mut self, auth: Auth) -> AgentService {
+        self.auth = auth;
+        self
     }
 
     /// The tonic server for it.
@@ -145,6 +154,7 @@ impl v1::agent_server::Agent for AgentService {
         &self,
         request: Request<v1::ApplyLayoutRequest>,
     ) -> Result<Response<v1::ApplyLayoutResponse>, Status> {
+        self.auth.check(&request, Need::Coordinator)?;
         let req = request.into_inner();
         let targets = targets_from_wire(req.targets)?;
         let reconciler = self.reconciler.clone();
@@ -165,7 +175,8 @@ impl v1::agent_server::Agent for AgentService {
         Ok(Response::new(v1::ApplyLayoutResponse { status: status.into(), epoch }))
     }
 
-    async fn get_state(&self, _request: Request<v1::GetStateRequest>) -> Result<Response<v1::NodeState>, Status> {
+    async fn get_state(&self, request: Request<v1::GetStateRequest>) -> Result<Response<v1::NodeState>, Status> {
+        self.auth.check(&request, Need::Reader)?;
         let reconciler = self.reconciler.clone();
         let status = tokio::task::spawn_blocking(move || reconciler.status())
             .await
@@ -177,6 +188,7 @@ impl v1::agent_server::Agent for AgentService {
         &self,
         request: Request<v1::AdvanceClockRequest>,
     ) -> Result<Response<v1::AdvanceClockResponse>, Status> {
+        self.auth.check(&request, Need::Coordinator)?;
         let now_ms = self.reconciler.workload().advance_to(request.into_inner().to_ms)?;
         // Warm-ups may have completed: let the loop look.
         self.wake.notify_one();
@@ -184,6 +196,7 @@ impl v1::agent_server::Agent for AgentService {
     }
 
     async fn arrive(&self, request: Request<v1::ArriveRequest>) -> Result<Response<v1::ArriveResponse>, Status> {
+        self.auth.check(&request, Need::Operator)?;
         let req = request.into_inner();
         let mut parsed = Vec::with_capacity(req.arrivals.len());
         for (i, a) in req.arrivals.into_iter().enumerate() {

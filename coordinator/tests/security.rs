@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::cluster::{Cluster, binary, eventually, tenant, tls_files};
+use support::cluster::{Cluster, binary, eventually, start_sim_tls, tenant, tls_files};
 use tessera_proto::v1;
 use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 use tonic::Code;
@@ -93,6 +93,49 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     assert!(!ok && err.contains("operator"), "{err}");
     let (ok, _, err) = cli(&["status", "--endpoints", &endpoints, "--tls-cert", &cert]);
     assert!(!ok && err.contains("--tls-key, --tls-ca"), "{err}");
+
+    // A node agent over mutual TLS: it registers as itself, the leader pushes it a plan (presenting a member's
+    // certificate and checking the agent's), and nobody else may push to it.
+    let sim = start_sim_tls(&c.endpoints(), 1, 1, tessera_sim::node::ClockKind::Wall, "node", Some(pki.path())).await;
+    let agent_addr = sim.addr(0);
+    as_("operator").trigger_plan(v1::TriggerPlanRequest {}).await.ok();
+    eventually(T, "the TLS agent to apply a plan serving t1", || async {
+        as_("operator").trigger_plan(v1::TriggerPlanRequest {}).await.ok();
+        let r = as_("reader").list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
+        r.nodes
+            .iter()
+            .flat_map(|n| &n.gpus)
+            .any(|g| g.applied_assignments.iter().any(|a| a.tenant == "t1"))
+            .then_some(())
+    })
+    .await;
+    let agent_channel = |name: &str| {
+        let f = tls_files(pki.path(), name);
+        tonic::transport::Endpoint::from_shared(format!("https://{agent_addr}"))
+            .unwrap()
+            .tls_config(f.client("node-0").unwrap())
+            .unwrap()
+            .connect_lazy()
+    };
+    let mut rogue = v1::agent_client::AgentClient::new(agent_channel("operator"));
+    let e = rogue.apply_layout(v1::ApplyLayoutRequest { epoch: 1 << 63, targets: vec![] }).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("coordinator member"), "{e:?}");
+    let mut reader = v1::agent_client::AgentClient::new(agent_channel("reader"));
+    let st = reader.get_state(v1::GetStateRequest {}).await.unwrap().into_inner();
+    assert!(st.epoch > 0 && st.epoch < 1 << 63, "the rogue push changed nothing: {}", st.epoch);
+    // A certificate from another CA is refused in the handshake.
+    let other = tempfile::tempdir().unwrap();
+    tessera_auth::init_pki(other.path(), 1, &[], &[]).unwrap();
+    let f = tls_files(other.path(), "node-1");
+    let foreign = tonic::transport::Endpoint::from_shared(format!("https://{agent_addr}"))
+        .unwrap()
+        .tls_config(f.client("node-0").unwrap())
+        .unwrap()
+        .connect_lazy();
+    let mut foreign = v1::agent_client::AgentClient::new(foreign);
+    assert!(foreign.apply_layout(v1::ApplyLayoutRequest { epoch: 2, targets: vec![] }).await.is_err());
+    sim.stop().await;
 
     // Refusals are counted.
     let body = http_get(&c.metrics_addr(via).unwrap()).await;

@@ -485,6 +485,10 @@ pub struct RunArgs {
     /// Node ids are `<prefix>-<i>`.
     #[arg(long, default_value = "node")]
     pub node_prefix: String,
+    /// Mutual TLS from a PKI directory (`coordinator certs init --agent <node-id>`): node `ID` presents
+    /// `DIR/ID.pem` and `DIR/ID.key`, trusts `DIR/ca.pem`, and accepts pushes only from coordinator members.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// One simulated node, ready to serve.
@@ -561,6 +565,12 @@ pub async fn run(
                 backoff_initial: std::time::Duration::from_millis(100),
                 backoff_max: std::time::Duration::from_secs(5),
                 rpc_timeout: std::time::Duration::from_secs(2),
+                tls: None,
+            }),
+            tls: args.tls_dir.as_ref().map(|d| tessera_auth::TlsFiles {
+                cert: d.join(format!("{id}.pem")),
+                key: d.join(format!("{id}.key")),
+                ca: d.join("ca.pem"),
             }),
             ..RuntimeOptions::default()
         };

@@ -368,6 +368,18 @@ pub async fn start_sim(
     clock: tessera_sim::node::ClockKind,
     prefix: &str,
 ) -> SimNodes {
+    start_sim_tls(coordinator, nodes, gpus, clock, prefix, None).await
+}
+
+/// [`start_sim`] with mutual TLS from a PKI directory (node `ID` presents `ID.pem`).
+pub async fn start_sim_tls(
+    coordinator: &str,
+    nodes: u32,
+    gpus: u32,
+    clock: tessera_sim::node::ClockKind,
+    prefix: &str,
+    tls_dir: Option<&Path>,
+) -> SimNodes {
     let dir = tempfile::tempdir().unwrap();
     let args = tessera_sim::node::RunArgs {
         nodes,
@@ -379,6 +391,7 @@ pub async fn start_sim(
         coordinator: Some(coordinator.to_string()),
         state_dir: Some(dir.path().to_path_buf()),
         node_prefix: prefix.into(),
+        tls_dir: tls_dir.map(Path::to_path_buf),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (lines_tx, lines_rx) = tokio::sync::oneshot::channel::<Vec<String>>();
