@@ -42,6 +42,9 @@ enum Cmd {
     /// Certificates for mutual TLS.
     #[command(subcommand)]
     Certs(CertsCmd),
+    /// The audit log: every admin and operator action (who, what, when, result).
+    #[command(subcommand)]
+    Audit(AuditCmd),
     /// Start a development cluster (3 replicas in this process, virtual workload clock by default), print its
     /// endpoints and serve until interrupted. `replay --mode cluster --coordinator ADDR` replays through it;
     /// `sim-agent run --coordinator ADDR` adds simulated GPU nodes.
@@ -200,6 +203,18 @@ enum TenantCmd {
         /// With one id: delete only if the tenant's revision is still N.
         #[arg(long, value_name = "N")]
         if_revision: Option<u64>,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCmd {
+    /// List the recorded actions, oldest first.
+    List {
+        /// Read this member's own copy (may lag the leader) instead of a linearizable read.
+        #[arg(long)]
+        stale: bool,
         #[command(flatten)]
         c: ClientArgs,
     },
@@ -692,6 +707,21 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 .call(|mut x| async move { x.dump_planner_input(v1::ListRequest { stale: false }).await })
                 .await?;
             out(&r.json);
+            Ok(())
+        }
+        Cmd::Audit(AuditCmd::List { stale, c }) => {
+            let r = client(&c)?.call(|mut x| async move { x.list_audit(v1::ListRequest { stale }).await }).await?;
+            let lines: Vec<String> = r
+                .entries
+                .iter()
+                .map(|e| format!("{:>8}  {}  {:<20} {}  -> {}", e.index, e.at_ms, e.who, e.action, e.result))
+                .collect();
+            let js: Vec<_> = r
+                .entries
+                .iter()
+                .map(|e| json!({"index": e.index, "at_ms": e.at_ms, "who": e.who, "action": e.action, "result": e.result}))
+                .collect();
+            print(c.json, json!(js), if lines.is_empty() { "(no audited actions)".into() } else { lines.join("\n") });
             Ok(())
         }
         Cmd::Certs(CertsCmd::Init { out: dir, nodes, agents, agent_names, hosts }) => {

@@ -19,7 +19,7 @@ use tessera_core::fleet::Rejected;
 use tokio::sync::{oneshot, watch};
 
 use crate::metrics::Metrics;
-use crate::state::{CoordState, Op, Outcome, Proposal};
+use crate::state::{AuditEntry, CoordState, Op, Outcome, Proposal};
 use crate::storage::{RaftStore, StoreError};
 use crate::transport::Transport;
 
@@ -124,9 +124,19 @@ impl NodeStatus {
 type Reply<T> = oneshot::Sender<Result<T, ReplicaError>>;
 
 enum Request {
-    Propose { op: Op, client_request: Option<String>, reply: Reply<(u64, Outcome)> },
-    ReadIndex { reply: Reply<u64> },
-    ConfChange { change: ConfChange, reply: Reply<u64> },
+    Propose {
+        op: Box<Op>,
+        client_request: Option<String>,
+        audit: Option<Box<AuditEntry>>,
+        reply: Reply<(u64, Outcome)>,
+    },
+    ReadIndex {
+        reply: Reply<u64>,
+    },
+    ConfChange {
+        change: ConfChange,
+        reply: Reply<u64>,
+    },
     Step(Vec<Message>),
 }
 
@@ -259,18 +269,21 @@ impl Replica {
 
     /// Replicates `op`; answers once this node applied it, with its log index and outcome.
     pub async fn propose(&self, op: Op) -> Result<(u64, Outcome), ReplicaError> {
-        self.propose_request(op, None).await
+        self.propose_request(op, None, None).await
     }
 
     /// [`Replica::propose`] for a client write with its request id: a retry with the same id that finds the first
     /// attempt applied answers [`Outcome::Duplicate`] instead of applying it again.
+    /// With `audit`, the action is recorded in the replicated audit log with its result.
     pub async fn propose_request(
         &self,
         op: Op,
         client_request: Option<String>,
+        audit: Option<AuditEntry>,
     ) -> Result<(u64, Outcome), ReplicaError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Request::Propose { op, client_request, reply }).map_err(|_| ReplicaError::Stopped)?;
+        let (op, audit) = (Box::new(op), audit.map(Box::new));
+        self.tx.send(Request::Propose { op, client_request, audit, reply }).map_err(|_| ReplicaError::Stopped)?;
         self.wait(rx).await
     }
 
@@ -469,7 +482,7 @@ impl<S: RaftStore> Driver<S> {
 
     fn handle(&mut self, req: Request) {
         match req {
-            Request::Propose { op, client_request, reply } => {
+            Request::Propose { op, client_request, audit, reply } => {
                 if self.raw.raft.leader_id == 0 {
                     let _ = reply.send(Err(ReplicaError::NoLeader));
                     return;
@@ -478,8 +491,14 @@ impl<S: RaftStore> Driver<S> {
                 // The proposer stops waiting after the request timeout; a leader that receives the proposal later
                 // (forwarded through a connection that stalled) drops it rather than apply it after newer writes.
                 let deadline_ms = wall_ms() + self.settings.request_timeout.as_millis() as u64;
-                let proposal =
-                    Proposal { origin: self.settings.id, request, op, deadline_ms: Some(deadline_ms), client_request };
+                let proposal = Proposal {
+                    origin: self.settings.id,
+                    request,
+                    op: *op,
+                    deadline_ms: Some(deadline_ms),
+                    client_request,
+                    audit: audit.map(|a| *a),
+                };
                 let data = serde_json::to_vec(&proposal).expect("proposals serialise");
                 match self.raw.propose(vec![], data) {
                     Ok(()) => {

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tessera_auth::{Auth, Need, TlsFiles};
+use tessera_auth::{Auth, Identity, Need, TlsFiles};
 use tessera_core::fleet::{Command, GpuHealth, Rejected, TenantStatus};
 use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::plan::Assignment;
@@ -24,7 +24,7 @@ use tonic::{Request, Response, Status};
 use crate::config::ClockMode;
 use crate::planning::Planner;
 use crate::replica::{Replica, ReplicaError};
-use crate::state::{CoordState, Op, Outcome};
+use crate::state::{AuditEntry, CoordState, Op, Outcome};
 use crate::transport::Transport;
 
 /// Metadata key carrying the leader's address on a `NotLeader` answer.
@@ -97,6 +97,14 @@ fn rejected(r: Rejected) -> Status {
     }
 }
 
+/// `ok`, or the refusal's message, for the audit log.
+fn outcome_text<T>(result: &Result<Response<T>, Status>) -> String {
+    match result {
+        Ok(_) => "ok".into(),
+        Err(e) => format!("{:?}: {}", e.code(), e.message()),
+    }
+}
+
 fn bad(field: &str, e: impl std::fmt::Display) -> Status {
     Status::invalid_argument(format!("field `{field}`: {e}"))
 }
@@ -142,13 +150,33 @@ impl Services {
         tenant: &TenantId,
         if_revision: u64,
         request: Option<String>,
+        audit: Option<AuditEntry>,
     ) -> Result<(u64, Outcome), Status> {
         let op = if if_revision > 0 {
             Op::Guarded { command, tenant: tenant.clone(), revision: if_revision }
         } else {
             Op::Fleet { command }
         };
-        self.node.propose_request(op, request).await.map_err(status)
+        self.node.propose_request(op, request, audit).await.map_err(status)
+    }
+
+    /// The audit entry of an action by `who` (`None` for a call a member forwarded: the member that took it from
+    /// the client records it, with the client's identity).
+    fn audit(&self, who: &Option<Identity>, action: String) -> Option<AuditEntry> {
+        if who.as_ref().is_some_and(|w| w.role == tessera_auth::Role::Coordinator) {
+            return None;
+        }
+        let who = who.as_ref().map_or_else(|| "anonymous".to_string(), |w| format!("{}:{}", w.role.name(), w.name));
+        Some(AuditEntry { index: 0, at_ms: crate::replica::wall_ms(), who, action, result: String::new() })
+    }
+
+    /// Records an action that is not a fleet command once it is done (or failed), with its result.
+    async fn audit_done(&self, who: &Option<Identity>, action: String, result: String) {
+        let Some(mut entry) = self.audit(who, action) else { return };
+        entry.result = result;
+        if let Err(e) = self.node.propose(Op::Audit { entry }).await {
+            tracing::warn!(error = %e, "could not record an audit entry");
+        }
     }
 
     /// A channel to the leader, for calls this follower forwards; `None` when this node leads.
@@ -203,26 +231,28 @@ fn gpu_status(id: &GpuId, g: &tessera_core::fleet::GpuState) -> v1::GpuStatus {
 #[tonic::async_trait]
 impl v1::coordinator_api_server::CoordinatorApi for Services {
     async fn create_tenant(&self, req: Request<v1::TenantRequest>) -> Result<Response<v1::TenantResponse>, Status> {
-        self.auth.check(&req, Need::Operator)?;
+        let who = self.auth.check(&req, Need::Operator)?;
         let request = request_id(&req)?;
         let spec = req.into_inner().spec.ok_or_else(|| bad("spec", "is required"))?;
         let spec = TenantSpec::try_from(spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         tessera_core::config::validate_tenant(&spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         let id = spec.id.clone();
-        let (index, _) = self.propose_write(Command::CreateTenant { spec }, &id, 0, request).await?;
+        let audit = self.audit(&who, format!("create_tenant {id}"));
+        let (index, _) = self.propose_write(Command::CreateTenant { spec }, &id, 0, request, audit).await?;
         let r = self.node.read(|s| tenant_response(s, &id, index));
         r.map(Response::new).ok_or_else(|| Status::aborted("the tenant was deleted right after its creation"))
     }
 
     async fn update_tenant(&self, req: Request<v1::TenantRequest>) -> Result<Response<v1::TenantResponse>, Status> {
-        self.auth.check(&req, Need::Operator)?;
+        let who = self.auth.check(&req, Need::Operator)?;
         let request = request_id(&req)?;
         let r = req.into_inner();
         let spec = r.spec.ok_or_else(|| bad("spec", "is required"))?;
         let spec = TenantSpec::try_from(spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         tessera_core::config::validate_tenant(&spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         let id = spec.id.clone();
-        let (index, _) = self.propose_write(Command::UpdateTenant { spec }, &id, r.if_revision, request).await?;
+        let audit = self.audit(&who, format!("update_tenant {id} (if revision {})", r.if_revision));
+        let (index, _) = self.propose_write(Command::UpdateTenant { spec }, &id, r.if_revision, request, audit).await?;
         let r = self.node.read(|s| tenant_response(s, &id, index));
         r.map(Response::new).ok_or_else(|| Status::aborted("the tenant was deleted right after its update"))
     }
@@ -231,12 +261,13 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         &self,
         req: Request<v1::TenantIdRequest>,
     ) -> Result<Response<v1::DeleteTenantResponse>, Status> {
-        self.auth.check(&req, Need::Operator)?;
+        let who = self.auth.check(&req, Need::Operator)?;
         let request = request_id(&req)?;
         let r = req.into_inner();
         let id = TenantId::new(r.id).map_err(|e| bad("id", e))?;
+        let audit = self.audit(&who, format!("delete_tenant {id} (if revision {})", r.if_revision));
         let (index, _) =
-            self.propose_write(Command::DeleteTenant { id: id.clone() }, &id, r.if_revision, request).await?;
+            self.propose_write(Command::DeleteTenant { id: id.clone() }, &id, r.if_revision, request, audit).await?;
         let retiring = self.node.read(|s| s.fleet.retiring.contains(&id));
         Ok(Response::new(v1::DeleteTenantResponse { retiring, index }))
     }
@@ -290,11 +321,13 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn drain_gpu(&self, req: Request<v1::DrainGpuRequest>) -> Result<Response<v1::DrainGpuResponse>, Status> {
-        self.auth.check(&req, Need::Operator)?;
+        let who = self.auth.check(&req, Need::Operator)?;
         let r = req.into_inner();
         let gpu: GpuId = r.gpu.parse().map_err(|e| bad("gpu", e))?;
         let health = if r.drain { GpuHealth::Draining } else { GpuHealth::Healthy };
-        let (index, _) = self.propose(Command::SetGpuHealth { gpu, health }).await?;
+        let audit = self.audit(&who, format!("{} {gpu}", if r.drain { "drain_gpu" } else { "undrain_gpu" }));
+        let op = Op::Fleet { command: Command::SetGpuHealth { gpu, health } };
+        let (index, _) = self.node.propose_request(op, None, audit).await.map_err(status)?;
         Ok(Response::new(v1::DrainGpuResponse { index }))
     }
 
@@ -349,22 +382,31 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         &self,
         req: Request<v1::TriggerPlanRequest>,
     ) -> Result<Response<v1::TriggerPlanResponse>, Status> {
-        self.auth.check(&req, Need::Operator)?;
-        if let Some(mut leader) = self.leader_client()? {
-            return leader.trigger_plan(req.into_inner()).await;
+        let who = self.auth.check(&req, Need::Operator)?;
+        let result = async {
+            if let Some(mut leader) = self.leader_client()? {
+                return leader.trigger_plan(req.into_inner()).await;
+            }
+            let r = self.planner.round("api").await.map_err(status)?;
+            Ok(Response::new(v1::TriggerPlanResponse {
+                outcome: r.outcome,
+                epoch: r.epoch,
+                objective: r.objective,
+                bound: r.bound,
+                gap: r.gap,
+                solve_ms: r.solve_ms,
+                reason: r.reason,
+                pushed: r.pushed,
+                push_failures: r.push_failures,
+            }))
         }
-        let r = self.planner.round("api").await.map_err(status)?;
-        Ok(Response::new(v1::TriggerPlanResponse {
-            outcome: r.outcome,
-            epoch: r.epoch,
-            objective: r.objective,
-            bound: r.bound,
-            gap: r.gap,
-            solve_ms: r.solve_ms,
-            reason: r.reason,
-            pushed: r.pushed,
-            push_failures: r.push_failures,
-        }))
+        .await;
+        let what = match &result {
+            Ok(r) => format!("ok: {} epoch {}", r.get_ref().outcome, r.get_ref().epoch),
+            Err(e) => e.message().to_string(),
+        };
+        self.audit_done(&who, "trigger_plan".into(), what).await;
+        result
     }
 
     async fn explain(&self, req: Request<v1::GpuRequest>) -> Result<Response<v1::ExplainResponse>, Status> {
@@ -439,35 +481,66 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 
     async fn add_member(&self, req: Request<v1::AddMemberRequest>) -> Result<Response<v1::MembersResponse>, Status> {
-        self.auth.check(&req, Need::Admin)?;
-        if let Some(mut leader) = self.leader_client()? {
-            return leader.add_member(req.into_inner()).await;
+        let who = self.auth.check(&req, Need::Admin)?;
+        let action = format!("add_member {} {}", req.get_ref().id, req.get_ref().address);
+        let result = async {
+            if let Some(mut leader) = self.leader_client()? {
+                return leader.add_member(req.into_inner()).await;
+            }
+            let r = req.into_inner();
+            if r.id == 0 {
+                return Err(bad("id", "must be > 0"));
+            }
+            check_address("address", &r.address)?;
+            let index = self.node.add_member(r.id, &r.address).await.map_err(status)?;
+            let members = self.node.members().into_iter().map(|(id, address)| v1::Member { id, address }).collect();
+            Ok(Response::new(v1::MembersResponse { members, index }))
         }
-        let r = req.into_inner();
-        if r.id == 0 {
-            return Err(bad("id", "must be > 0"));
-        }
-        check_address("address", &r.address)?;
-        let index = self.node.add_member(r.id, &r.address).await.map_err(status)?;
-        let members = self.node.members().into_iter().map(|(id, address)| v1::Member { id, address }).collect();
-        Ok(Response::new(v1::MembersResponse { members, index }))
+        .await;
+        self.audit_done(&who, action, outcome_text(&result)).await;
+        result
     }
 
     async fn remove_member(
         &self,
         req: Request<v1::RemoveMemberRequest>,
     ) -> Result<Response<v1::MembersResponse>, Status> {
-        self.auth.check(&req, Need::Admin)?;
-        if let Some(mut leader) = self.leader_client()? {
-            return leader.remove_member(req.into_inner()).await;
+        let who = self.auth.check(&req, Need::Admin)?;
+        let action = format!("remove_member {}", req.get_ref().id);
+        let result = async {
+            if let Some(mut leader) = self.leader_client()? {
+                return leader.remove_member(req.into_inner()).await;
+            }
+            let r = req.into_inner();
+            if !self.node.status().voters.contains(&r.id) {
+                return Err(Status::not_found(format!("node {} is not a member", r.id)));
+            }
+            let index = self.node.remove_member(r.id).await.map_err(status)?;
+            let members = self.node.members().into_iter().map(|(id, address)| v1::Member { id, address }).collect();
+            Ok(Response::new(v1::MembersResponse { members, index }))
         }
-        let r = req.into_inner();
-        if !self.node.status().voters.contains(&r.id) {
-            return Err(Status::not_found(format!("node {} is not a member", r.id)));
-        }
-        let index = self.node.remove_member(r.id).await.map_err(status)?;
-        let members = self.node.members().into_iter().map(|(id, address)| v1::Member { id, address }).collect();
-        Ok(Response::new(v1::MembersResponse { members, index }))
+        .await;
+        self.audit_done(&who, action, outcome_text(&result)).await;
+        result
+    }
+
+    async fn list_audit(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::AuditResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
+        let entries = self
+            .read(req.into_inner().stale, |s| {
+                s.audit
+                    .iter()
+                    .map(|e| v1::AuditEntry {
+                        index: e.index,
+                        at_ms: e.at_ms,
+                        who: e.who.clone(),
+                        action: e.action.clone(),
+                        result: e.result.clone(),
+                    })
+                    .collect()
+            })
+            .await?;
+        Ok(Response::new(v1::AuditResponse { entries }))
     }
 
     async fn advance_clock(

@@ -16,6 +16,8 @@ use tessera_core::time::SimTime;
 pub const HISTORY_PER_GPU: usize = 32;
 /// How many client request ids the state remembers to answer a retried write without applying it twice.
 pub const REMEMBERED_REQUESTS: usize = 4096;
+/// How many audit entries the state keeps (the oldest go first).
+pub const AUDIT_KEPT: usize = 10_000;
 /// Longest client request id accepted, bytes.
 pub const MAX_REQUEST_ID_BYTES: usize = 64;
 
@@ -43,6 +45,12 @@ pub enum Op {
         /// The revision it must still have.
         revision: u64,
     },
+    /// An audited action that is not itself a fleet command (a membership change, a planning round, fault
+    /// injection): recorded as given.
+    Audit {
+        /// The entry (its `index` is set when applied).
+        entry: AuditEntry,
+    },
     /// Moves workload time forward (virtual time, driven by replay); an earlier time is ignored.
     Clock {
         /// The new workload time, ms.
@@ -67,6 +75,26 @@ pub struct Proposal {
     /// The client's id for this write: a retry with the same id is answered without applying it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request: Option<String>,
+    /// Who asked for it and what it is, when it is an audited action: the entry is recorded with its result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditEntry>,
+}
+
+/// One audited admin or operator action: who, what, when, and the result, replicated like everything else.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// The log index it was applied at.
+    #[serde(default)]
+    pub index: u64,
+    /// Wall-clock time the receiving member took the request, Unix ms.
+    pub at_ms: u64,
+    /// Who: `role:name` from the caller's certificate, or `anonymous` without TLS.
+    pub who: String,
+    /// What: the call and its subject (`create_tenant t1`, `add_member 4 host:7004`).
+    pub action: String,
+    /// `ok`, or why it was refused.
+    #[serde(default)]
+    pub result: String,
 }
 
 /// What applying an op produced.
@@ -113,6 +141,9 @@ pub struct CoordState {
     /// The last [`REMEMBERED_REQUESTS`] client request ids with the index each was applied at, oldest first.
     #[serde(default)]
     pub requests: VecDeque<(String, u64)>,
+    /// The last [`AUDIT_KEPT`] audited actions, oldest first.
+    #[serde(default)]
+    pub audit: VecDeque<AuditEntry>,
 }
 
 impl CoordState {
@@ -125,6 +156,13 @@ impl CoordState {
             return Ok(Outcome::Duplicate(*at));
         }
         let result = self.apply(index, proposal.op);
+        if let Some(mut entry) = proposal.audit {
+            entry.result = match &result {
+                Ok(_) => "ok".into(),
+                Err(e) => e.to_string(),
+            };
+            self.record(index, entry);
+        }
         if let (Ok(_), Some(id)) = (&result, proposal.client_request) {
             self.requests.push_back((id, index));
             while self.requests.len() > REMEMBERED_REQUESTS {
@@ -152,6 +190,18 @@ impl CoordState {
                 self.clock_ms = self.clock_ms.max(now_ms);
                 Ok(Outcome::Clock(self.clock_ms))
             }
+            Op::Audit { entry } => {
+                self.record(index, entry);
+                Ok(Outcome::Clock(self.clock_ms))
+            }
+        }
+    }
+
+    fn record(&mut self, index: u64, mut entry: AuditEntry) {
+        entry.index = index;
+        self.audit.push_back(entry);
+        while self.audit.len() > AUDIT_KEPT {
+            self.audit.pop_front();
         }
     }
 
@@ -262,7 +312,14 @@ mod tests {
     }
 
     fn proposal(op: Op, client_request: Option<&str>) -> Proposal {
-        Proposal { origin: 1, request: 0, op, deadline_ms: None, client_request: client_request.map(Into::into) }
+        Proposal {
+            origin: 1,
+            request: 0,
+            op,
+            deadline_ms: None,
+            client_request: client_request.map(Into::into),
+            audit: None,
+        }
     }
 
     #[test]

@@ -216,8 +216,14 @@ mod tests {
         let mut m = Message::default();
         m.set_msg_type(MessageType::MsgPropose);
         for d in deadlines {
-            let p =
-                Proposal { origin: 2, request: 1, op: Op::Clock { now_ms: 1 }, deadline_ms: *d, client_request: None };
+            let p = Proposal {
+                origin: 2,
+                request: 1,
+                op: Op::Clock { now_ms: 1 },
+                deadline_ms: *d,
+                client_request: None,
+                audit: None,
+            };
             m.entries.push(Entry { data: serde_json::to_vec(&p).unwrap().into(), ..Default::default() });
         }
         m

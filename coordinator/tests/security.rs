@@ -137,6 +137,32 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     assert!(foreign.apply_layout(v1::ApplyLayoutRequest { epoch: 2, targets: vec![] }).await.is_err());
     sim.stop().await;
 
+    // Admin and operator actions are in the audit log, on every member, with who did them and the result.
+    let [cert, key, ca] = flags("admin");
+    let (ok, _, err) =
+        cli(&["member", "rm", "9", "--endpoints", &endpoints, "--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca]);
+    assert!(!ok && err.contains("not a member"), "{err}");
+    for id in [1, 2, 3] {
+        let mut client = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "reader"))));
+        let log = eventually(T, &format!("member {id} to hold the audit entries"), || {
+            let mut client = client.clone();
+            async move {
+                let r = client.list_audit(v1::ListRequest { stale: true }).await.ok()?.into_inner();
+                let has =
+                    |who: &str, action: &str| r.entries.iter().any(|e| e.who == who && e.action.starts_with(action));
+                (has("operator:operator", "create_tenant t1") && has("admin:admin", "remove_member 9")).then_some(r)
+            }
+        })
+        .await;
+        let rm = log.entries.iter().find(|e| e.action.starts_with("remove_member")).unwrap();
+        assert!(rm.result.contains("not a member") && rm.at_ms > 0, "{rm:?}");
+        assert!(
+            !log.entries.iter().any(|e| e.who.starts_with("coordinator:")),
+            "forwarded calls are not audited twice"
+        );
+        let _ = client.list_audit(v1::ListRequest { stale: false }).await.unwrap();
+    }
+
     // Refusals are counted.
     let body = http_get(&c.metrics_addr(via).unwrap()).await;
     let denied = body
