@@ -11,6 +11,8 @@
 //! resync_interval = "5s"           # optional
 //! retry_interval = "200ms"         # optional
 //!
+//! insecure = false                 # listening beyond loopback needs [tls], or this set to true
+//!
 //! [tls]                            # optional: mutual TLS (coordinator certs init --agent <node_id>)
 //! cert = "certs/node-1.pem"        # this node's certificate: its CN must be the node id
 //! key = "certs/node-1.key"
@@ -79,6 +81,7 @@ struct RawConfig {
     retry_interval: Option<String>,
     coordinator: Option<RawCoordinator>,
     tls: Option<RawTls>,
+    insecure: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -126,11 +129,22 @@ fn duration(field: &str, value: Option<&str>, default: &str) -> Result<Duration,
 
 fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
     let field = |f: &str, m: String| FieldError { field: f.into(), message: m };
-    let node_id = NodeId::new(raw.node_id).map_err(|e| field("node_id", e.to_string()))?;
+    let node_id = NodeId::new(raw.node_id.clone()).map_err(|e| field("node_id", e.to_string()))?;
     let listen: SocketAddr = raw
         .listen
         .parse()
         .map_err(|e| field("listen", format!("`{}` is not host:port with an IP ({e})", raw.listen)))?;
+    // An agent reconfigures GPUs under running services: reachable beyond this host, it must check who pushes.
+    if !listen.ip().is_loopback() && raw.tls.is_none() && raw.insecure != Some(true) {
+        return Err(field(
+            "tls",
+            format!(
+                "listening on {listen} without [tls] would let anyone who reaches it reconfigure the GPUs; add [tls] \
+                 (certificates from `coordinator certs init --agent {}`) or set insecure = true",
+                raw.node_id
+            ),
+        ));
+    }
     let advertise = raw.advertise.unwrap_or_else(|| listen.to_string());
     if advertise.trim().is_empty() {
         return Err(field("advertise", "must not be empty".into()));
@@ -235,6 +249,10 @@ mod tests {
         assert!(e.contains("field `node_id`"), "{e}");
         let e = parse("node_id = \"n\"\nlisten = \"localhost\"\ndata_dir = \"d\"\n").unwrap_err();
         assert!(e.contains("field `listen`"), "{e}");
+        let e = parse("node_id = \"n\"\nlisten = \"0.0.0.0:1\"\ndata_dir = \"d\"\n").unwrap_err();
+        assert!(e.contains("field `tls`") && e.contains("insecure = true"), "{e}");
+        parse("node_id = \"n\"\nlisten = \"0.0.0.0:1\"\ndata_dir = \"d\"\ninsecure = true\n").unwrap();
+        parse("node_id = \"n\"\nlisten = \"127.0.0.1:1\"\ndata_dir = \"d\"\n").unwrap();
     }
 
     #[test]
@@ -242,5 +260,6 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/agent.toml");
         let c = load_agent_config(&path).unwrap_or_else(|e| panic!("{e}"));
         assert!(c.runtime.coordinator.is_some(), "the example shows the coordinator section");
+        assert!(c.runtime.tls.is_some(), "the example runs with mutual TLS");
     }
 }
