@@ -31,6 +31,8 @@
 //! forecaster = "ewma"                      # last | ewma | seasonal (as replay's --forecaster)
 //! replan_on_burst = false                  # on a virtual clock, also plan when a slot's bursts leave the bands
 //!
+//! insecure = false                         # plaintext beyond loopback needs this (or --insecure)
+//!
 //! [tls]                                    # optional: mutual TLS on every connection (coordinator certs init)
 //! cert = "certs/node-1.pem"
 //! key = "certs/node-1.key"
@@ -131,6 +133,7 @@ struct RawConfig {
     #[serde(default)]
     failure_detection: RawFailureDetection,
     tls: Option<RawTls>,
+    insecure: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -223,6 +226,8 @@ pub struct Overrides {
     pub no_failure_detection: bool,
     /// `--tls-cert`, `--tls-key`, `--tls-ca` (all three, or none: the file's `[tls]`).
     pub tls: Option<tessera_auth::TlsFiles>,
+    /// `--insecure` (true when given): plaintext beyond loopback.
+    pub insecure: bool,
     /// `--join`.
     pub join: bool,
     /// `--allow-fault-injection`.
@@ -395,6 +400,16 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         }
         (None, None) => None,
     };
+    // A coordinator reachable beyond this host decides what runs on every GPU: it must check who calls.
+    if !listen.ip().is_loopback() && tls.is_none() && !over.insecure && raw.insecure != Some(true) {
+        return Err(field(
+            "tls",
+            format!(
+                "listening on {listen} without TLS would let anyone who reaches it reconfigure the fleet; give \
+                 --tls-cert/--tls-key/--tls-ca (or [tls]; `coordinator certs init` makes them) or --insecure"
+            ),
+        ));
+    }
     let failure_detection =
         detect.then_some(crate::planning::FailureDetection { suspect_after, fail_after, suspect_push_failures });
     Ok(CoordinatorConfig {
@@ -497,6 +512,22 @@ mod tests {
         std::fs::write(&file, "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\nbogus = 1\n").unwrap();
         let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn plaintext_beyond_loopback_needs_insecure() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "id = 1\nlisten = \"0.0.0.0:7001\"\ndata_dir = \"d\"\n").unwrap();
+        let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("field `tls`") && e.contains("--insecure"), "{e}");
+        let over = Overrides { insecure: true, ..Default::default() };
+        assert!(CoordinatorConfig::load(Some(&file), &over).unwrap().tls.is_none());
+        let over = Overrides {
+            tls: Some(tessera_auth::TlsFiles { cert: "c".into(), key: "k".into(), ca: "a".into() }),
+            ..Default::default()
+        };
+        assert!(CoordinatorConfig::load(Some(&file), &over).unwrap().tls.is_some());
     }
 
     #[test]

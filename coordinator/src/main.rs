@@ -135,6 +135,10 @@ struct ServeArgs {
     /// The cluster's CA certificate.
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<PathBuf>,
+    /// Serve plaintext on an address beyond loopback (local development only: anyone who reaches the port may
+    /// do anything).
+    #[arg(long)]
+    insecure: bool,
     /// Join an existing cluster (after `member add`) instead of bootstrapping.
     #[arg(long)]
     join: bool,
@@ -389,6 +393,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 no_failure_detection: a.no_failure_detection,
                 tls: tessera_auth::TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca)
                     .map_err(|e| anyhow::anyhow!(e))?,
+                insecure: a.insecure,
                 join: a.join,
                 #[cfg(feature = "fault-injection")]
                 allow_fault_injection: a.allow_fault_injection,

@@ -489,6 +489,9 @@ pub struct RunArgs {
     /// `DIR/ID.pem` and `DIR/ID.key`, trusts `DIR/ca.pem`, and accepts pushes only from coordinator members.
     #[arg(long, value_name = "DIR")]
     pub tls_dir: Option<PathBuf>,
+    /// Serve plaintext on an address beyond loopback (anyone who reaches the ports may push layouts).
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// One simulated node, ready to serve.
@@ -534,6 +537,13 @@ pub async fn run(
     }
     if args.gpus_per_node == 0 {
         return Err("--gpus-per-node: must be at least 1".into());
+    }
+    if !args.listen_base.ip().is_loopback() && args.tls_dir.is_none() && !args.insecure {
+        return Err(format!(
+            "--listen-base {}: serving beyond loopback without --tls-dir would let anyone who reaches the ports push \
+             layouts; give --tls-dir (coordinator certs init) or --insecure",
+            args.listen_base
+        ));
     }
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

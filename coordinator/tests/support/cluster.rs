@@ -392,6 +392,7 @@ pub async fn start_sim_tls(
         state_dir: Some(dir.path().to_path_buf()),
         node_prefix: prefix.into(),
         tls_dir: tls_dir.map(Path::to_path_buf),
+        insecure: false,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (lines_tx, lines_rx) = tokio::sync::oneshot::channel::<Vec<String>>();
