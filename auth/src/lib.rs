@@ -336,6 +336,17 @@ pub fn init_pki(out: &Path, nodes: u32, agents: &[String], hosts: &[String]) -> 
         p.not_before = now.into();
         p.not_after = (now + std::time::Duration::from_secs(366 * 24 * 3600)).into();
     };
+    // Every identity is a file NAME.pem: an agent named like a member or a client would overwrite its certificate.
+    let reserved = |a: &str| {
+        ["admin", "operator", "reader", "ca"].contains(&a)
+            || a.strip_prefix("node-").and_then(|i| i.parse::<u32>().ok()).is_some_and(|i| (1..=nodes).contains(&i))
+    };
+    if let Some(a) = agents.iter().find(|a| reserved(a)) {
+        return Err(AuthError::Generate(format!(
+            "agent name `{a}` is also a coordinator's or a client's (node-1..node-{nodes}, admin, operator, reader): \
+             give the node another id (sim-agent run --node-prefix)"
+        )));
+    }
     let ca_key = KeyPair::generate().map_err(gen_err)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(gen_err)?;
     let mut dn = DistinguishedName::new();
@@ -437,6 +448,16 @@ mod tests {
             let mode = std::fs::metadata(dir.path().join("admin.key")).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+    }
+
+    #[test]
+    fn agents_may_not_take_a_member_or_client_name() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["node-1", "admin", "ca"] {
+            let e = init_pki(dir.path(), 3, &[bad.to_string()], &[]).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{bad}`")), "{e}");
+        }
+        init_pki(dir.path(), 3, &["node-0".into(), "node-4".into()], &[]).unwrap();
     }
 
     #[test]
