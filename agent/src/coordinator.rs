@@ -16,6 +16,7 @@ use tessera_proto::v1::coordinator_client::CoordinatorClient;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::authority::{Authority, Leadership, RefreshRequests};
 use crate::backend::{BackendError, MigBackend};
 use crate::reconcile::Reconciler;
 use crate::service::node_state_to_wire;
@@ -111,6 +112,16 @@ pub fn gpu_descriptors(backend: &dyn MigBackend) -> Result<Vec<GpuDescriptor>, B
     Ok(out)
 }
 
+/// What the client feeds [`Authority`]: the coordinators' answers about who leads, and calls on demand when a push
+/// needs checking against a fresh answer.
+#[derive(Debug)]
+pub struct Learner {
+    /// Where answers go.
+    pub authority: Arc<Authority>,
+    /// Requests for a call now.
+    pub refresh: RefreshRequests,
+}
+
 enum Step {
     Registered(Option<Duration>),
     Heartbeat { known: bool },
@@ -121,6 +132,7 @@ async fn call(
     reconciler: &Arc<Reconciler>,
     options: &ClientOptions,
     registered: bool,
+    authority: &Authority,
 ) -> Result<Step, tonic::Status> {
     let node_id = reconciler.node().to_string();
     let r = reconciler.clone();
@@ -129,6 +141,9 @@ async fn call(
         let status = tokio::task::spawn_blocking(move || r.status()).await.map_err(blocking_failed)?;
         let req = v1::HeartbeatRequest { state: Some(node_state_to_wire(&status, &node_id)) };
         let resp = client.heartbeat(req).await?.into_inner();
+        if let Some(l) = &resp.leadership {
+            authority.learn(Leadership::from(l));
+        }
         Ok(Step::Heartbeat { known: resp.registered })
     } else {
         let gpus = tokio::task::spawn_blocking(move || gpu_descriptors(r.backend().as_ref()))
@@ -141,22 +156,23 @@ async fn call(
             gpus: gpus.iter().map(Into::into).collect(),
         };
         let resp = client.register(req).await?.into_inner();
+        if let Some(l) = &resp.leadership {
+            authority.learn(Leadership::from(l));
+        }
         Ok(Step::Registered(
             (resp.heartbeat_interval_ms > 0).then(|| Duration::from_millis(resp.heartbeat_interval_ms)),
         ))
     }
 }
 
-/// Registers and heartbeats until `shutdown` turns true. Never returns an error: an unreachable or failing
-/// coordinator is retried with backoff.
-pub async fn run(
-    options: ClientOptions,
-    reconciler: Arc<Reconciler>,
-    stats: Arc<ClientStats>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    // One address or several (a coordinator cluster, comma-separated): any node serves an agent, and a failing one
-    // makes the agent move on to the next.
+/// The files' modification times.
+fn tls_stamp(files: &tessera_auth::TlsFiles) -> Vec<Option<std::time::SystemTime>> {
+    [&files.cert, &files.key, &files.ca].iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
+}
+
+/// A client for each coordinator address (one, or a cluster's, comma-separated: any member serves an agent, and a
+/// failing one makes the agent move on to the next).
+fn connect_all(options: &ClientOptions) -> Result<Vec<(String, CoordinatorClient<Channel>)>, String> {
     let mut clients = Vec::new();
     for address in options.endpoint.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         let host = address.split_once("://").map_or(address, |(_, h)| h);
@@ -168,31 +184,70 @@ pub async fn run(
                 .map_err(|e| e.to_string())
                 .and_then(|c| e.tls_config(c).map_err(|e| e.to_string())),
         });
-        match endpoint {
-            Ok(e) => clients.push((
-                address.to_string(),
-                CoordinatorClient::new(
-                    e.connect_timeout(options.rpc_timeout).timeout(options.rpc_timeout).connect_lazy(),
-                ),
-            )),
-            Err(e) => {
-                tracing::error!("coordinator address `{address}` is not a URI: {e}; not reporting");
-                return;
-            }
-        }
+        let e = endpoint.map_err(|e| format!("coordinator address `{address}`: {e}"))?;
+        clients.push((
+            address.to_string(),
+            CoordinatorClient::new(e.connect_timeout(options.rpc_timeout).timeout(options.rpc_timeout).connect_lazy()),
+        ));
     }
     if clients.is_empty() {
-        tracing::error!("no coordinator address given; not reporting");
-        return;
+        return Err("no coordinator address given".into());
     }
+    Ok(clients)
+}
+
+/// Registers and heartbeats until `shutdown` turns true. Never returns an error: an unreachable or failing
+/// coordinator is retried with backoff.
+pub async fn run(
+    options: ClientOptions,
+    reconciler: Arc<Reconciler>,
+    stats: Arc<ClientStats>,
+    learner: Learner,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Learner { authority, mut refresh } = learner;
+    // Refresh requests waiting for the next call to start.
+    let mut waiting = Vec::new();
+    let mut clients = match connect_all(&options) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}; not reporting");
+            return;
+        }
+    };
+    // Rotated certificates (new files) are used from the next call on: the connections are opened again.
+    let mut stamped = options.tls.as_ref().map(tls_stamp);
     let mut current = 0;
     let mut backoff = Backoff::new(options.backoff_initial, options.backoff_max);
     let mut interval = options.heartbeat_interval;
     let mut registered = false;
     loop {
+        if let Some(files) = &options.tls {
+            let stamp = tls_stamp(files);
+            if stamped.as_ref() != Some(&stamp) {
+                match connect_all(&options) {
+                    Ok(c) => {
+                        tracing::info!(node = %reconciler.node(), "TLS files changed; reconnecting to the coordinators");
+                        clients = c;
+                        current = 0;
+                    }
+                    Err(e) => tracing::error!("{e}; keeping the connections in use"),
+                }
+                stamped = Some(stamp);
+            }
+        }
         let (address, client) = &mut clients[current];
         let address = address.clone();
-        let wait = match call(client, &reconciler, &options, registered).await {
+        // Requests made before this call starts are answered when it returns.
+        while let Ok(r) = refresh.try_recv() {
+            waiting.push(r);
+        }
+        let answering = std::mem::take(&mut waiting);
+        let outcome = call(client, &reconciler, &options, registered, &authority).await;
+        for r in answering {
+            let _ = r.send(());
+        }
+        let wait = match outcome {
             Ok(Step::Registered(asked)) => {
                 registered = true;
                 stats.registered.store(true, Ordering::SeqCst);
@@ -230,6 +285,8 @@ pub async fn run(
         };
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
+            // A push to check: call at once.
+            Some(r) = refresh.recv() => waiting.push(r),
             _ = shutdown.changed() => return,
         }
         if *shutdown.borrow() {

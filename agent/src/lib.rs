@@ -22,6 +22,7 @@
 //! Choose layouts (the planner's job), reset GPUs (an operator's act), or drive a serving stack on real GPUs (the
 //! [`workload::Bookkeeping`] hook records what should run where; the serving system follows the agent's state).
 
+pub mod authority;
 pub mod backend;
 pub mod cli;
 pub mod config;

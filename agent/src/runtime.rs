@@ -10,12 +10,13 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_auth::{Auth, TlsFiles};
+use tessera_auth::{Auth, ServerTls, TlsFiles};
 
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::authority::Authority;
 use crate::coordinator::{self, ClientOptions, ClientStats};
 use crate::reconcile::Reconciler;
 use crate::service::AgentService;
@@ -72,6 +73,8 @@ pub struct Handles {
     pub client: Arc<ClientStats>,
     /// Mutual TLS for the service.
     pub tls: Option<TlsFiles>,
+    /// Who may push layouts, as the coordinators said.
+    pub authority: Arc<Authority>,
 }
 
 async fn reconcile_loop(
@@ -121,12 +124,19 @@ pub fn start(
     let client = Arc::new(ClientStats::default());
     let mut tasks =
         vec![tokio::spawn(reconcile_loop(reconciler.clone(), wake.clone(), options.clone(), shutdown.clone()))];
-    if let Some(c) = &options.coordinator {
-        let mut c = c.clone();
-        c.tls = c.tls.or_else(|| options.tls.clone());
-        tasks.push(tokio::spawn(coordinator::run(c, reconciler.clone(), client.clone(), shutdown)));
-    }
-    (Handles { reconciler, wake, client, tls: options.tls.clone() }, tasks)
+    let authority = match &options.coordinator {
+        Some(c) => {
+            let mut c = c.clone();
+            c.tls = c.tls.or_else(|| options.tls.clone());
+            let (authority, refresh) = Authority::with_client(c.rpc_timeout);
+            let authority = Arc::new(authority);
+            let learner = coordinator::Learner { authority: authority.clone(), refresh };
+            tasks.push(tokio::spawn(coordinator::run(c, reconciler.clone(), client.clone(), learner, shutdown)));
+            authority
+        }
+        None => Arc::new(Authority::standalone()),
+    };
+    (Handles { reconciler, wake, client, tls: options.tls.clone(), authority }, tasks)
 }
 
 /// Serves the `Agent` service for `handles` on `listener` until `shutdown` completes.
@@ -137,17 +147,23 @@ pub async fn serve(
 ) -> Result<(), RuntimeError> {
     let addr = listener.local_addr().map_or_else(|_| "?".to_string(), |a: SocketAddr| a.to_string());
     let auth = if handles.tls.is_some() { Auth::mutual_tls() } else { Auth::insecure() };
-    let service = AgentService::new(handles.reconciler.clone(), handles.wake.clone()).with_auth(auth).into_server();
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = &handles.tls {
-        let config = tls.server().map_err(|e| RuntimeError::Tls(e.to_string()))?;
-        server = server.tls_config(config).map_err(|e| RuntimeError::Tls(e.to_string()))?;
+    let service = AgentService::new(handles.reconciler.clone(), handles.wake.clone())
+        .with_auth(auth)
+        .with_authority(handles.authority.clone())
+        .into_server();
+    let router = tonic::transport::Server::builder().add_service(service);
+    match &handles.tls {
+        Some(files) => {
+            // Certificates are reloaded on SIGHUP or when their files change: new connections get the new one.
+            let tls = ServerTls::new(files.clone()).map_err(|e| RuntimeError::Tls(e.to_string()))?;
+            let watch = tls.watch(|| {});
+            let served = router.serve_with_incoming_shutdown(tessera_auth::incoming(listener, tls), shutdown).await;
+            watch.abort();
+            served
+        }
+        None => router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await,
     }
-    server
-        .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await
-        .map_err(|source| RuntimeError::Serve { addr, source })
+    .map_err(|source| RuntimeError::Serve { addr, source })
 }
 
 /// Runs one agent: reconcile loop, coordinator client and gRPC server on `listener`, until `shutdown` completes.

@@ -11,6 +11,7 @@ use tessera_proto::v1;
 use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 
+use crate::authority::Authority;
 use crate::reconcile::{Acceptance, GpuStatus, NodeStatus, ReconcileError, Reconciler};
 use crate::workload::{WorkloadError, WorkloadMetrics};
 
@@ -127,18 +128,25 @@ pub struct AgentService {
     reconciler: Arc<Reconciler>,
     wake: Arc<Notify>,
     auth: Auth,
+    authority: Arc<Authority>,
 }
 
 impl AgentService {
     /// A service over `reconciler` that wakes the reconcile loop through `wake` when targets or time change.
     pub fn new(reconciler: Arc<Reconciler>, wake: Arc<Notify>) -> AgentService {
-        AgentService { reconciler, wake, auth: Auth::insecure() }
+        AgentService { reconciler, wake, auth: Auth::insecure(), authority: Arc::new(Authority::standalone()) }
     }
 
     /// Checks callers with `auth`: with mutual TLS, only a coordinator member may push layouts or move the clock, a
     /// reader (or more) may read the state, and an operator may deliver simulated arrivals.
     pub fn with_auth(mut self, auth: Auth) -> AgentService {
         self.auth = auth;
+        self
+    }
+
+    /// Checks pushes against what the coordinators say about who leads ([`Authority`]).
+    pub fn with_authority(mut self, authority: Arc<Authority>) -> AgentService {
+        self.authority = authority;
         self
     }
 
@@ -154,8 +162,14 @@ impl v1::agent_server::Agent for AgentService {
         &self,
         request: Request<v1::ApplyLayoutRequest>,
     ) -> Result<Response<v1::ApplyLayoutResponse>, Status> {
-        self.auth.check(&request, Need::Coordinator)?;
+        let pusher = self.auth.check(&request, Need::Coordinator)?.and_then(|who| who.member_id());
         let req = request.into_inner();
+        // A member may push only as the leader it is known to be, and only an epoch the cluster could have committed.
+        if let Err(refusal) = self.authority.check(pusher, req.term, req.epoch).await {
+            tracing::warn!(node = %self.reconciler.node(), ?pusher, term = req.term, epoch = req.epoch,
+                "refused a push: {refusal}");
+            return Err(Status::failed_precondition(format!("push refused: {refusal}")));
+        }
         let targets = targets_from_wire(req.targets)?;
         let reconciler = self.reconciler.clone();
         let epoch = req.epoch;

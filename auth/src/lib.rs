@@ -12,16 +12,21 @@
 //! - [`Auth`]: the check every RPC makes ([`Auth::check`]): [`Need`] says which role may call it; a refusal is
 //!   `UNAUTHENTICATED` (no certificate) or `PERMISSION_DENIED` naming the role needed.
 //! - [`init_pki`]: a development PKI in one call (`coordinator certs init`).
+//! - [`reload`]: serving mutual TLS with certificates rotated without a restart (on `SIGHUP` or a changed file).
 //!
 //! Roles nest: `admin` may do what an `operator` may, and an `operator` what a `reader` may. A `coordinator` is a
 //! member of the cluster: peers exchange Raft messages, and a follower forwards calls it has already checked to the
 //! leader, so a coordinator identity passes every check but an agent's own-node check.
+
+pub mod reload;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tonic::transport::{Certificate, ClientTlsConfig, Identity as TlsIdentity, ServerTlsConfig};
 use tonic::{Request, Status};
+
+pub use reload::{ServerTls, incoming};
 
 /// The DNS name every coordinator certificate carries; clients that do not know which member they reach (the CLI,
 /// agents) check the server against it.
@@ -54,7 +59,8 @@ impl Role {
         }
     }
 
-    fn parse(s: &str) -> Option<Role> {
+    /// The role named `s` (as in a certificate's OU), if any.
+    pub fn parse(s: &str) -> Option<Role> {
         Some(match s {
             "reader" => Role::Reader,
             "operator" => Role::Operator,
@@ -322,20 +328,9 @@ pub struct Pki {
 /// coordinators `node-1`..`node-<nodes>` (server and client, DNS names `node-<i>`, [`COORDINATOR_SERVER_NAME`],
 /// `localhost` and `hosts`), agents named `agents` (server and client, DNS names the agent's name, `localhost` and
 /// `hosts`), and the clients `admin`, `operator` and `reader`. Keys are written readable by their owner only.
-/// Certificates are valid for a year.
 pub fn init_pki(out: &Path, nodes: u32, agents: &[String], hosts: &[String]) -> Result<Pki, AuthError> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-        KeyUsagePurpose,
-    };
-    let gen_err = |e: rcgen::Error| AuthError::Generate(e.to_string());
     std::fs::create_dir_all(out)
         .map_err(|e| AuthError::File { path: out.to_path_buf(), message: format!("cannot create: {e}") })?;
-    let now = std::time::SystemTime::now();
-    let validity = |p: &mut CertificateParams| {
-        p.not_before = now.into();
-        p.not_after = (now + std::time::Duration::from_secs(366 * 24 * 3600)).into();
-    };
     // Every identity is a file NAME.pem: an agent named like a member or a client would overwrite its certificate.
     let reserved = |a: &str| {
         ["admin", "operator", "reader", "ca"].contains(&a)
@@ -347,71 +342,139 @@ pub fn init_pki(out: &Path, nodes: u32, agents: &[String], hosts: &[String]) -> 
              give the node another id (sim-agent run --node-prefix)"
         )));
     }
-    let ca_key = KeyPair::generate().map_err(gen_err)?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(gen_err)?;
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "tessera development CA");
-    ca_params.distinguished_name = dn;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    validity(&mut ca_params);
+    let ca_key = rcgen::KeyPair::generate().map_err(gen_err)?;
+    let ca_params = ca_params();
     let ca_cert = ca_params.self_signed(&ca_key).map_err(gen_err)?;
+    let ca = write_file(&out.join("ca.pem"), &ca_cert.pem(), false)?;
+    write_file(&out.join("ca.key"), &ca_key.serialize_pem(), true)?;
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let write = |name: &str, contents: &str, private: bool| -> Result<PathBuf, AuthError> {
-        let path = out.join(name);
-        let err = |e: std::io::Error| AuthError::File { path: path.clone(), message: format!("cannot write: {e}") };
-        std::fs::write(&path, contents).map_err(err)?;
-        if private {
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
-            }
-        }
-        Ok(path)
-    };
-    let ca = write("ca.pem", &ca_cert.pem(), false)?;
-    write("ca.key", &issuer.key().serialize_pem(), true)?;
 
-    let mut wanted: Vec<(String, Role, Vec<String>)> = Vec::new();
-    for i in 1..=nodes {
-        let name = format!("node-{i}");
-        let mut dns = vec![name.clone(), COORDINATOR_SERVER_NAME.to_string(), "localhost".into()];
-        dns.extend(hosts.iter().cloned());
-        wanted.push((name, Role::Coordinator, dns));
-    }
-    for a in agents {
-        let mut dns = vec![a.clone(), "localhost".into()];
-        dns.extend(hosts.iter().cloned());
-        wanted.push((a.clone(), Role::Agent, dns));
-    }
-    for (name, role) in [("admin", Role::Admin), ("operator", Role::Operator), ("reader", Role::Reader)] {
-        wanted.push((name.to_string(), role, vec![name.to_string()]));
-    }
+    let mut wanted: Vec<(String, Role)> = Vec::new();
+    wanted.extend((1..=nodes).map(|i| (format!("node-{i}"), Role::Coordinator)));
+    wanted.extend(agents.iter().map(|a| (a.clone(), Role::Agent)));
+    wanted.extend(
+        [("admin", Role::Admin), ("operator", Role::Operator), ("reader", Role::Reader)].map(|(n, r)| (n.into(), r)),
+    );
     let mut identities = Vec::new();
-    for (name, role, dns) in wanted {
-        let mut sans = dns;
-        sans.push("127.0.0.1".into());
-        let mut params = CertificateParams::new(sans).map_err(gen_err)?;
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::OrganizationalUnitName, role.name());
-        dn.push(DnType::CommonName, name.as_str());
-        params.distinguished_name = dn;
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-        params.extended_key_usages = match role {
-            Role::Coordinator | Role::Agent => {
-                vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
-            }
-            _ => vec![ExtendedKeyUsagePurpose::ClientAuth],
-        };
-        validity(&mut params);
-        let key = KeyPair::generate().map_err(gen_err)?;
-        let cert = params.signed_by(&key, &issuer).map_err(gen_err)?;
-        let cert_path = write(&format!("{name}.pem"), &cert.pem(), false)?;
-        let key_path = write(&format!("{name}.key"), &key.serialize_pem(), true)?;
-        identities.push((name, cert_path, key_path));
+    for (name, role) in wanted {
+        let (cert, key) = issue_with(&issuer, out, &name, role, hosts)?;
+        identities.push((name, cert, key));
     }
     Ok(Pki { ca, identities })
+}
+
+/// Issues (or re-issues, to rotate it) the certificate of one identity with the CA of a PKI that [`init_pki`] wrote
+/// to `dir` (`ca.pem`, `ca.key`): a new key and certificate, `NAME.pem` and `NAME.key`, each replaced in one rename
+/// so a server reloading them never reads half a file. Returns their paths.
+pub fn issue(dir: &Path, name: &str, role: Role, hosts: &[String]) -> Result<(PathBuf, PathBuf), AuthError> {
+    let key_path = dir.join("ca.key");
+    let pem = String::from_utf8(read(&key_path)?)
+        .map_err(|_| AuthError::File { path: key_path.clone(), message: "not a PEM key".into() })?;
+    let ca_key = rcgen::KeyPair::from_pem(&pem)
+        .map_err(|e| AuthError::File { path: key_path.clone(), message: format!("not a CA key: {e}") })?;
+    // The issuer is named as in ca.pem; check that this key is the one ca.pem carries before signing with it.
+    let ca_pem = read(&dir.join("ca.pem"))?;
+    let ca_der = pem_to_der(&ca_pem).ok_or_else(|| AuthError::File {
+        path: dir.join("ca.pem"),
+        message: "no PEM certificate in the file".into(),
+    })?;
+    let (_, ca_cert) = x509_parser::parse_x509_certificate(&ca_der)
+        .map_err(|e| AuthError::File { path: dir.join("ca.pem"), message: format!("not a certificate: {e}") })?;
+    if ca_cert.public_key().subject_public_key.data.as_ref() != ca_key.public_key_raw() {
+        return Err(AuthError::File { path: key_path, message: "is not the key of ca.pem".into() });
+    }
+    // Rotating keeps an identity's role: another role under the same name would take over its file.
+    let existing = TlsFiles { cert: dir.join(format!("{name}.pem")), key: PathBuf::new(), ca: PathBuf::new() };
+    if existing.cert.exists() {
+        let had = existing.own_identity()?;
+        if had.role != role {
+            return Err(AuthError::Generate(format!(
+                "`{name}` is a {}'s certificate; not issuing it as a {} (pick another name)",
+                had.role.name(),
+                role.name()
+            )));
+        }
+    }
+    let issuer = rcgen::Issuer::new(ca_params(), ca_key);
+    issue_with(&issuer, dir, name, role, hosts)
+}
+
+fn gen_err(e: rcgen::Error) -> AuthError {
+    AuthError::Generate(e.to_string())
+}
+
+/// A year from now.
+fn validity(p: &mut rcgen::CertificateParams) {
+    let now = std::time::SystemTime::now();
+    p.not_before = now.into();
+    p.not_after = (now + std::time::Duration::from_secs(366 * 24 * 3600)).into();
+}
+
+/// The development CA's settings (its name is what issued certificates name as their issuer).
+fn ca_params() -> rcgen::CertificateParams {
+    use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyUsagePurpose};
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "tessera development CA");
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut params);
+    params
+}
+
+/// Writes `contents` to `path` through a temporary file and a rename; `private` files are readable by the owner only.
+fn write_file(path: &Path, contents: &str, private: bool) -> Result<PathBuf, AuthError> {
+    let err = |e: std::io::Error| AuthError::File { path: path.to_path_buf(), message: format!("cannot write: {e}") };
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).map_err(err)?;
+    if private {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+        }
+    }
+    std::fs::rename(&tmp, path).map_err(err)?;
+    Ok(path.to_path_buf())
+}
+
+fn issue_with(
+    issuer: &rcgen::Issuer<'_, rcgen::KeyPair>,
+    out: &Path,
+    name: &str,
+    role: Role,
+    hosts: &[String],
+) -> Result<(PathBuf, PathBuf), AuthError> {
+    use rcgen::{CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose};
+    let mut sans = match role {
+        Role::Coordinator => vec![name.to_string(), COORDINATOR_SERVER_NAME.to_string(), "localhost".into()],
+        Role::Agent => vec![name.to_string(), "localhost".into()],
+        _ => vec![name.to_string()],
+    };
+    if matches!(role, Role::Coordinator | Role::Agent) {
+        sans.extend(hosts.iter().cloned());
+    }
+    sans.push("127.0.0.1".into());
+    let mut params = CertificateParams::new(sans).map_err(gen_err)?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationalUnitName, role.name());
+    dn.push(DnType::CommonName, name);
+    params.distinguished_name = dn;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = match role {
+        Role::Coordinator | Role::Agent => {
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
+        }
+        _ => vec![ExtendedKeyUsagePurpose::ClientAuth],
+    };
+    validity(&mut params);
+    let key = KeyPair::generate().map_err(gen_err)?;
+    let cert = params.signed_by(&key, issuer).map_err(gen_err)?;
+    // The key first: a reload between the two renames fails (they do not match) and keeps the old pair.
+    let key_path = write_file(&out.join(format!("{name}.key")), &key.serialize_pem(), true)?;
+    let cert_path = write_file(&out.join(format!("{name}.pem")), &cert.pem(), false)?;
+    Ok((cert_path, key_path))
 }
 
 #[cfg(test)]
@@ -448,6 +511,27 @@ mod tests {
             let mode = std::fs::metadata(dir.path().join("admin.key")).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+    }
+
+    #[test]
+    fn a_reissued_certificate_is_new_signed_by_the_same_ca_and_keeps_its_role() {
+        let dir = tempfile::tempdir().unwrap();
+        init_pki(dir.path(), 2, &[], &[]).unwrap();
+        let before = std::fs::read(dir.path().join("node-2.pem")).unwrap();
+        let (cert, key) = issue(dir.path(), "node-2", Role::Coordinator, &[]).unwrap();
+        assert_ne!(std::fs::read(&cert).unwrap(), before);
+        let files = TlsFiles { cert, key, ca: dir.path().join("ca.pem") };
+        assert_eq!(files.own_identity().unwrap().member_id(), Some(2));
+        crate::reload::server_config(&files).expect("the new pair matches and the CA verifies it");
+        let e = issue(dir.path(), "node-2", Role::Admin, &[]).unwrap_err().to_string();
+        assert!(e.contains("coordinator's certificate"), "{e}");
+        issue(dir.path(), "ops-bot", Role::Operator, &[]).unwrap();
+        // A CA key that is not ca.pem's is refused.
+        let other = tempfile::tempdir().unwrap();
+        init_pki(other.path(), 1, &[], &[]).unwrap();
+        std::fs::copy(other.path().join("ca.key"), dir.path().join("ca.key")).unwrap();
+        let e = issue(dir.path(), "node-1", Role::Coordinator, &[]).unwrap_err().to_string();
+        assert!(e.contains("is not the key of ca.pem"), "{e}");
     }
 
     #[test]

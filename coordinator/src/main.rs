@@ -246,6 +246,22 @@ enum CertsCmd {
         #[arg(long = "host", value_name = "NAME")]
         hosts: Vec<String>,
     },
+    /// Issue a new key and certificate for one identity with the CA that `certs init` wrote to DIR: to rotate a
+    /// certificate (servers reload theirs on SIGHUP or when the files change) or to add an agent or client.
+    Issue {
+        /// The PKI directory (holds ca.pem and ca.key); NAME.pem and NAME.key are written there.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The identity: node-N for coordinator member N, a node id for an agent, any name for a client.
+        #[arg(long)]
+        name: String,
+        /// coordinator, agent, admin, operator or reader.
+        #[arg(long)]
+        role: String,
+        /// Further host names a coordinator or agent is reached at.
+        #[arg(long = "host", value_name = "NAME")]
+        hosts: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -736,6 +752,19 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             let mut lines = vec![format!("CA: {}", pki.ca.display())];
             lines.extend(pki.identities.iter().map(|(n, c, k)| format!("{n}: {} {}", c.display(), k.display())));
             out(&lines.join("\n"));
+            Ok(())
+        }
+        Cmd::Certs(CertsCmd::Issue { dir, name, role, hosts }) => {
+            let role = tessera_auth::Role::parse(&role).ok_or_else(|| {
+                anyhow::anyhow!("--role `{role}`: one of coordinator, agent, admin, operator, reader")
+            })?;
+            if role == tessera_auth::Role::Coordinator
+                && name.strip_prefix("node-").and_then(|i| i.parse::<u64>().ok()).is_none_or(|i| i == 0)
+            {
+                anyhow::bail!("--name `{name}`: a coordinator is node-N, N its member id");
+            }
+            let (cert, key) = tessera_auth::issue(&dir, &name, role, &hosts).map_err(|e| anyhow::anyhow!("{e}"))?;
+            out(&format!("{name}: {} {}", cert.display(), key.display()));
             Ok(())
         }
         Cmd::DevCluster(a) => {

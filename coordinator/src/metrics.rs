@@ -150,10 +150,11 @@ impl Metrics {
         }
         registry.register(
             "auth_refusals",
-            "Calls refused by mutual TLS checks, by kind (unauthenticated, permission_denied)",
+            "Calls refused by mutual TLS checks or bounds, by kind (unauthenticated, permission_denied, \
+             term_out_of_bounds)",
             metrics.auth_refusals.clone(),
         );
-        for kind in ["unauthenticated", "permission_denied"] {
+        for kind in ["unauthenticated", "permission_denied", "term_out_of_bounds"] {
             drop(metrics.auth_refusals.get_or_create(&[("kind", kind.to_owned())]));
         }
         registry.register(

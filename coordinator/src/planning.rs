@@ -631,6 +631,11 @@ impl Planner {
     }
 
     /// A client of node `node`'s agent at `address` (with mutual TLS, the agent must present `node`'s certificate).
+    /// Drops the connections to agents, so the next pushes open new ones (after the certificates were reloaded).
+    pub fn forget_agent_channels(&self) {
+        self.agents.lock().expect("agents lock").clear();
+    }
+
     fn agent(&self, node: &NodeId, address: &str) -> Result<AgentClient<Channel>, String> {
         let key = format!("{node}@{address}");
         let mut agents = self.agents.lock().expect("agents lock");
@@ -695,9 +700,11 @@ impl Planner {
                 .collect();
             let client = self.agent(&node, &address);
             let timeout = self.settings.push_timeout;
+            let term = self.node.status().term;
             calls.push(async move {
                 let req = v1::ApplyLayoutRequest {
                     epoch,
+                    term,
                     targets: targets
                         .iter()
                         .map(|(idx, plan)| v1::GpuTarget { gpu: *idx, plan: Some(plan.into()) })

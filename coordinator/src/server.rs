@@ -60,6 +60,11 @@ pub async fn serve_on(
     };
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| anyhow::anyhow!("cannot create data_dir {}: {e}", config.data_dir.display()))?;
+    // Read the certificates first: bad files stop the start-up with the file named.
+    let server_tls = match &config.tls {
+        Some(files) => Some(tessera_auth::ServerTls::new(files.clone()).map_err(|e| anyhow::anyhow!("TLS: {e}"))?),
+        None => None,
+    };
     let store = SledStore::open(&config.data_dir.join("raft"))
         .map_err(|e| anyhow::anyhow!("cannot open the Raft store in {}: {e}", config.data_dir.display()))?;
     let metrics = Arc::new(Metrics::new());
@@ -136,14 +141,30 @@ pub async fn serve_on(
     tracing::info!(id = config.raft.id, listen = %local, advertise = %config.advertise, peers = ?config.peers, "coordinator serving");
     // Scripts and tests read this line to learn the bound address.
     ready(config.raft.id, local, metrics_addr);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = &config.tls {
-        server = server
-            .tls_config(tls.server().map_err(|e| anyhow::anyhow!("TLS: {e}"))?)
-            .map_err(|e| anyhow::anyhow!("TLS settings: {e}"))?;
+    // Certificates are reloaded on SIGHUP or when their files change; outgoing connections are then reopened so
+    // peers and agents see the new certificate too.
+    let _reload = server_tls.as_ref().map(|tls| {
+        let transport = node.transport().clone();
+        let planner = Arc::clone(&planner);
+        let services = services.clone();
+        tls.watch(move || {
+            transport.renew_channels();
+            planner.forget_agent_channels();
+            services.forget_channels();
+        })
+    });
+    #[cfg(unix)]
+    if server_tls.is_none() {
+        // `systemctl reload` sends SIGHUP: without certificates there is nothing to reload, and it must not stop us.
+        if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    tracing::info!("SIGHUP: no TLS certificates to reload");
+                }
+            });
+        }
     }
-    server
+    let router = tonic::transport::Server::builder()
         // Bounded: a flood cannot queue unbounded work on one connection, and no client request (a tenant, a
         // registration, a heartbeat) comes near these sizes legitimately.
         .concurrency_limit_per_connection(MAX_IN_FLIGHT_PER_CONNECTION)
@@ -158,9 +179,14 @@ pub async fn serve_on(
             v1::raft_server::RaftServer::new(raft)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
+        );
+    match server_tls {
+        Some(tls) => router.serve_with_incoming_shutdown(tessera_auth::incoming(listener, tls), shutdown).await?,
+        None => {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            router.serve_with_incoming_shutdown(incoming, shutdown).await?;
+        }
+    }
     tracing::info!("coordinator stopped");
     Ok(())
 }

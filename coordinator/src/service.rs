@@ -198,6 +198,12 @@ impl Services {
         }
     }
 
+    /// Drops the connections to the leader, so the next forwarded call opens a new one (after the certificates were
+    /// reloaded).
+    pub fn forget_channels(&self) {
+        self.leader_channels.lock().expect("channels lock").clear();
+    }
+
     /// An API client of the leader, for calls this follower forwards; `None` when this node leads.
     fn leader_client(&self) -> Result<Option<CoordinatorApiClient<Channel>>, Status> {
         Ok(self.leader_channel()?.map(CoordinatorApiClient::new))
@@ -574,6 +580,15 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 }
 
+impl Services {
+    /// Who leads as this member knows it, for an agent to check the pushes it gets against.
+    fn leadership(&self) -> v1::Leadership {
+        let status = self.node.status();
+        let plan_epoch = self.node.read(|s| s.fleet.plan_epoch);
+        v1::Leadership { leader_id: status.leader_id, term: status.term, plan_epoch }
+    }
+}
+
 /// What agents call.
 #[tonic::async_trait]
 impl v1::coordinator_server::Coordinator for Services {
@@ -597,7 +612,7 @@ impl v1::coordinator_server::Coordinator for Services {
             .collect::<Result<Vec<_>, _>>()?;
         let at = SimTime::from_ms(self.planner.now_ms());
         self.propose(Command::RegisterNode { node, address: r.address, gpus, at }).await?;
-        Ok(Response::new(v1::RegisterResponse { heartbeat_interval_ms: 0 }))
+        Ok(Response::new(v1::RegisterResponse { heartbeat_interval_ms: 0, leadership: Some(self.leadership()) }))
     }
 
     async fn heartbeat(&self, req: Request<v1::HeartbeatRequest>) -> Result<Response<v1::HeartbeatResponse>, Status> {
@@ -610,7 +625,7 @@ impl v1::coordinator_server::Coordinator for Services {
         let state = req.into_inner().state.ok_or_else(|| bad("state", "is required"))?;
         let node = NodeId::new(state.node_id.clone()).map_err(|e| bad("state.node_id", e))?;
         if !self.node.read(|s| s.fleet.nodes.contains_key(&node)) {
-            return Ok(Response::new(v1::HeartbeatResponse { registered: false }));
+            return Ok(Response::new(v1::HeartbeatResponse { registered: false, leadership: Some(self.leadership()) }));
         }
         self.planner.saw(&node);
         if let Some(m) = &state.metrics {
@@ -627,7 +642,7 @@ impl v1::coordinator_server::Coordinator for Services {
                 Err(_) => tracing::debug!("heartbeat report not replicated within 1 s; the next beat retries"),
             }
         }
-        Ok(Response::new(v1::HeartbeatResponse { registered: true }))
+        Ok(Response::new(v1::HeartbeatResponse { registered: true, leadership: Some(self.leadership()) }))
     }
 }
 
@@ -741,6 +756,20 @@ impl v1::raft_server::Raft for RaftService {
         // The batch's sender is what the certificate allowed; no message inside may claim another.
         if let Some(m) = messages.iter().find(|m| m.from != batch.from) {
             return Err(bad("messages", format!("a message from {} inside a batch from {}", m.from, batch.from)));
+        }
+        // Even a real member may not move the cluster to a term far beyond this one's.
+        let own_term = self.node.status().term;
+        if let Some(m) = Transport::term_out_of_bounds(&messages, own_term) {
+            self.metrics.auth_refusal("term_out_of_bounds");
+            tracing::warn!(from = batch.from, term = m.term, own_term, "refused a Raft message with an unbounded term");
+            return Err(bad(
+                "messages",
+                format!(
+                    "term {} is more than {} beyond this member's term {own_term}",
+                    m.term,
+                    crate::transport::MAX_TERM_STEP
+                ),
+            ));
         }
         let dropped = Transport::drop_expired_proposals(&mut messages, crate::replica::wall_ms());
         if dropped > 0 {

@@ -25,6 +25,11 @@ const BATCH: usize = 512;
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest message a peer may send (snapshots travel as one message).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+/// How far beyond a member's own term a Raft message's term may be. Terms grow by one per election, and pre-vote
+/// keeps a cut-off member from raising its own, so a real peer is never this far ahead unless the receiver missed
+/// thousands of elections (hours of continuous leader changes); a forged term of 10^12 would otherwise move the whole
+/// cluster to it at once.
+pub const MAX_TERM_STEP: u64 = 10_000;
 
 struct Peer {
     address: String,
@@ -83,6 +88,18 @@ impl Transport {
         peers.insert(id, Peer { address: address.to_string(), queue: tx });
     }
 
+    /// Opens new connections to every peer (after this node's certificates were reloaded, so peers see the new
+    /// one); what was queued on the old ones is dropped, and Raft sends it again.
+    pub fn renew_channels(&self) {
+        let mut peers = self.inner.peers.lock().expect("peers lock");
+        for (id, peer) in peers.iter_mut() {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let endpoint = format!("http://{}", peer.address);
+            self.inner.runtime.spawn(send_loop(Arc::clone(&self.inner), *id, endpoint, rx));
+            peer.queue = tx;
+        }
+    }
+
     /// Forgets a peer (removed from the cluster); its sender task ends.
     pub fn remove(&self, id: u64) {
         self.inner.peers.lock().expect("peers lock").remove(&id);
@@ -128,6 +145,11 @@ impl Transport {
     /// Whether messages from `peer` are dropped.
     pub fn is_blocked(&self, peer: u64) -> bool {
         self.inner.blocked.read().expect("blocked lock").contains(&peer)
+    }
+
+    /// The first message whose term lies more than [`MAX_TERM_STEP`] beyond `own_term`, if any.
+    pub fn term_out_of_bounds(messages: &[Message], own_term: u64) -> Option<&Message> {
+        messages.iter().find(|m| m.term > own_term.saturating_add(MAX_TERM_STEP))
     }
 
     /// Removes forwarded proposals (the entries of `MsgPropose` messages) whose proposer's deadline has passed by
@@ -240,5 +262,14 @@ mod tests {
         assert_eq!(messages[0].entries.len(), 2);
         assert_eq!(messages[1].get_msg_type(), MessageType::MsgHeartbeat);
         assert_eq!(messages[2].entries.len(), 1, "a deadline not yet passed is kept");
+    }
+
+    #[test]
+    fn terms_far_beyond_the_receivers_are_out_of_bounds() {
+        let at = |term: u64| Message { term, ..Default::default() };
+        assert!(Transport::term_out_of_bounds(&[at(7), at(7 + MAX_TERM_STEP)], 7).is_none());
+        let messages = [at(8), at(1_000_000_000_000)];
+        assert_eq!(Transport::term_out_of_bounds(&messages, 7).map(|m| m.term), Some(1_000_000_000_000));
+        assert!(Transport::term_out_of_bounds(&[at(u64::MAX)], u64::MAX - 1).is_none(), "no overflow");
     }
 }

@@ -48,6 +48,28 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     let e = as_("node-0").add_member(v1::AddMemberRequest { id: 9, address: "127.0.0.1:1".into() }).await;
     assert_eq!(e.unwrap_err().code(), Code::PermissionDenied);
+    // A member's own certificate (a compromised member) may speak only as itself, and may not move the cluster to a
+    // term far beyond its own: one forged heartbeat with term 10^12 moved every member there before.
+    let bystander = [1, 2, 3].into_iter().find(|i| *i != leader && *i != via).unwrap();
+    let mut member =
+        v1::raft_client::RaftClient::new(c.channel_as(via, Some(&tls_files(pki.path(), &format!("node-{bystander}")))));
+    let heartbeat = |from: u64, term: u64| {
+        let mut m = raft::prelude::Message::default();
+        m.set_msg_type(raft::prelude::MessageType::MsgHeartbeat);
+        (m.from, m.to, m.term) = (from, via, term);
+        v1::RaftBatch {
+            from,
+            from_address: String::new(),
+            messages: vec![protobuf::Message::write_to_bytes(&m).unwrap()],
+        }
+    };
+    let e = member.step(heartbeat(leader, 5)).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "a member may not speak for another: {e:?}");
+    let e = member.step(heartbeat(bystander, 1_000_000_000_000)).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("beyond this member's term"), "{e:?}");
+    let status = as_("reader").cluster_status(v1::ClusterStatusRequest {}).await.unwrap().into_inner();
+    assert!(status.term < 1_000, "the forged term moved nothing: {}", status.term);
     let e = as_("operator").remove_member(v1::RemoveMemberRequest { id: 3 }).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "membership is the admin's");
     let mut agent =
@@ -118,7 +140,7 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
             .connect_lazy()
     };
     let mut rogue = v1::agent_client::AgentClient::new(agent_channel("operator"));
-    let e = rogue.apply_layout(v1::ApplyLayoutRequest { epoch: 1 << 63, targets: vec![] }).await.unwrap_err();
+    let e = rogue.apply_layout(v1::ApplyLayoutRequest { epoch: 1 << 63, targets: vec![], term: 1 }).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("coordinator member"), "{e:?}");
     let mut reader = v1::agent_client::AgentClient::new(agent_channel("reader"));
@@ -134,7 +156,38 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         .unwrap()
         .connect_lazy();
     let mut foreign = v1::agent_client::AgentClient::new(foreign);
-    assert!(foreign.apply_layout(v1::ApplyLayoutRequest { epoch: 2, targets: vec![] }).await.is_err());
+    assert!(foreign.apply_layout(v1::ApplyLayoutRequest { epoch: 2, targets: vec![], term: 1 }).await.is_err());
+    // Not even a member's certificate (a compromised member) can freeze the node: the agent takes layouts only from
+    // the leader the coordinators name, at its term, with an epoch near the committed one. Before, a push with epoch
+    // 2^63 made every later push stale.
+    let term = as_("reader").cluster_status(v1::ClusterStatusRequest {}).await.unwrap().into_inner().term;
+    let next = st.epoch + 1;
+    let mut member = v1::agent_client::AgentClient::new(agent_channel(&format!("node-{bystander}")));
+    let e = member.apply_layout(v1::ApplyLayoutRequest { epoch: next, targets: vec![], term }).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains(&format!("which member {leader} leads")), "{e:?}");
+    let mut leader_push = v1::agent_client::AgentClient::new(agent_channel(&format!("node-{leader}")));
+    for (epoch, term, says) in [
+        (1 << 63, term, "beyond the newest committed plan epoch"),
+        (next, term - 1, "leads term"),
+        (next, 1_000_000_000_000, "beyond the known term"),
+    ] {
+        let e = leader_push.apply_layout(v1::ApplyLayoutRequest { epoch, targets: vec![], term }).await;
+        let e = e.unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains(says), "{e:?}");
+    }
+    eventually(T, "a tenant added after the forged pushes to be served", || async {
+        add("operator", "t3").await.ok();
+        as_("operator").trigger_plan(v1::TriggerPlanRequest {}).await.ok();
+        let r = as_("reader").list_nodes(v1::ListRequest { stale: false }).await.ok()?.into_inner();
+        r.nodes
+            .iter()
+            .flat_map(|n| &n.gpus)
+            .any(|g| g.applied_assignments.iter().any(|a| a.tenant == "t3"))
+            .then_some(())
+    })
+    .await;
     sim.stop().await;
 
     // Admin and operator actions are in the audit log, on every member, with who did them and the result.
@@ -171,6 +224,78 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .unwrap_or(0.0);
     assert!(denied >= 5.0, "{body}");
+}
+
+/// Rotating a member's certificate: `certs issue` writes a new key and certificate, the member serves the new one
+/// without a restart (it watches its files), and the cluster keeps working through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_certificate_rotates_without_a_restart() {
+    let pki = tempfile::tempdir().unwrap();
+    let dir = pki.path().to_string_lossy().into_owned();
+    let (ok, _, err) = cli(&["certs", "init", "--out", &dir, "--nodes", "3"]);
+    assert!(ok, "{err}");
+    let c = Cluster::start_tls(3, &[], pki.path());
+    c.wait_leader(&[1, 2, 3], T).await;
+    let addr = c.endpoints().split(',').nth(1).unwrap().trim_start_matches("http://").to_string();
+    let reader = tls_files(pki.path(), "reader");
+    let served = |addr: String| {
+        let reader = reader.clone();
+        async move { presented_certificate(&addr, &reader).await }
+    };
+    let old = served(addr.clone()).await.expect("member 2 answers");
+    assert_eq!(old, pem_der(&pki.path().join("node-2.pem")));
+
+    let (ok, out, err) = cli(&["certs", "issue", "--dir", &dir, "--name", "node-2", "--role", "coordinator"]);
+    assert!(ok && out.contains("node-2.pem"), "{err}");
+    let new = pem_der(&pki.path().join("node-2.pem"));
+    assert_ne!(new, old);
+    eventually(T, "member 2 to present its new certificate", || {
+        let (addr, new) = (addr.clone(), new.clone());
+        async move { (served(addr).await? == new).then_some(()) }
+    })
+    .await;
+    // Still a member: it answers with the leader, and an operator's write through it is replicated.
+    let mut client = CoordinatorApiClient::new(c.channel_as(2, Some(&tls_files(pki.path(), "operator"))));
+    eventually(T, "a write through the rotated member", || {
+        let mut client = client.clone();
+        async move {
+            let spec = tenant("after-rotation", "resnet50", 1.0);
+            client.create_tenant(v1::TenantRequest { spec: Some(spec), ..Default::default() }).await.ok()
+        }
+    })
+    .await;
+    let status = client.cluster_status(v1::ClusterStatusRequest {}).await.unwrap().into_inner();
+    assert!(status.leader_id != 0, "{status:?}");
+    let (ok, _, err) = cli(&["certs", "issue", "--dir", &dir, "--name", "node-2", "--role", "reader"]);
+    assert!(!ok && err.contains("coordinator's certificate"), "{err}");
+}
+
+/// The DER of the first certificate in a PEM file.
+fn pem_der(path: &std::path::Path) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_file_iter(path).unwrap().next().unwrap().unwrap().to_vec()
+}
+
+/// The certificate the server at `addr` presents to a client holding `client`'s files.
+async fn presented_certificate(addr: &str, client: &tessera_auth::TlsFiles) -> Option<Vec<u8>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::pem_file_iter(&client.ca).ok()?.next()?.ok()?).ok()?;
+    let certs = vec![CertificateDer::pem_file_iter(&client.cert).ok()?.next()?.ok()?];
+    let key = PrivateKeyDer::from_pem_file(&client.key).ok()?;
+    let config =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(certs, key)
+            .ok()?;
+    let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let name = ServerName::try_from(tessera_auth::COORDINATOR_SERVER_NAME).ok()?;
+    let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.ok()?;
+    Some(stream.get_ref().1.peer_certificates()?.first()?.to_vec())
 }
 
 async fn http_get(addr: &str) -> String {

@@ -106,7 +106,7 @@ fn plan(layout: &str, assignments: Vec<Assignment>) -> v1::GpuPlan {
 }
 
 async fn apply(c: &mut AgentClient<Channel>, epoch: u64, gpu: u32, p: v1::GpuPlan) -> Result<v1::ApplyStatus> {
-    let req = v1::ApplyLayoutRequest { epoch, targets: vec![v1::GpuTarget { gpu, plan: Some(p) }] };
+    let req = v1::ApplyLayoutRequest { epoch, targets: vec![v1::GpuTarget { gpu, plan: Some(p) }], term: 0 };
     let resp = c.apply_layout(req).await?.into_inner();
     Ok(resp.status())
 }
@@ -292,7 +292,7 @@ impl v1::coordinator_server::Coordinator for TestCoordinator {
         request: tonic::Request<v1::RegisterRequest>,
     ) -> Result<tonic::Response<v1::RegisterResponse>, tonic::Status> {
         self.0.lock().unwrap().registrations.push(request.into_inner());
-        Ok(tonic::Response::new(v1::RegisterResponse { heartbeat_interval_ms: 100 }))
+        Ok(tonic::Response::new(v1::RegisterResponse { heartbeat_interval_ms: 100, leadership: None }))
     }
 
     async fn heartbeat(
@@ -303,7 +303,7 @@ impl v1::coordinator_server::Coordinator for TestCoordinator {
         let state = request.into_inner().state.unwrap_or_default();
         let known = r.registrations.iter().any(|g| g.node_id == state.node_id);
         r.heartbeats.push(state);
-        Ok(tonic::Response::new(v1::HeartbeatResponse { registered: known }))
+        Ok(tonic::Response::new(v1::HeartbeatResponse { registered: known, leadership: None }))
     }
 }
 
