@@ -270,16 +270,24 @@ fn duration(name: &str, value: Option<&str>, default: &str) -> Result<Duration, 
 impl CoordinatorConfig {
     /// Loads `file` (when given) and applies `over`. Errors name the file and field (or the flag).
     pub fn load(file: Option<&Path>, over: &Overrides) -> Result<CoordinatorConfig, ConfigError> {
-        let (raw, base, name) = match file {
-            Some(path) => {
-                let text = read_config(path)?;
-                let raw: RawConfig = from_toml(&text, path)?;
-                (raw, path.parent().map(Path::to_path_buf).unwrap_or_default(), path.to_path_buf())
-            }
-            None => (RawConfig::default(), PathBuf::new(), PathBuf::from("(command line)")),
-        };
+        match file {
+            Some(path) => CoordinatorConfig::parse(&read_config(path)?, path, over),
+            None => validate(RawConfig::default(), Path::new(""), over).map_err(|e| ConfigError {
+                file: PathBuf::from("(command line)"),
+                position: None,
+                field: Some(e.field),
+                message: e.message,
+            }),
+        }
+    }
+
+    /// Parses the text of a configuration file and applies `over`, as [`CoordinatorConfig::load`] does with the
+    /// file it reads: `file` names it in errors, and relative paths in it are resolved against its directory.
+    pub fn parse(text: &str, file: &Path, over: &Overrides) -> Result<CoordinatorConfig, ConfigError> {
+        let raw: RawConfig = from_toml(text, file)?;
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
         validate(raw, &base, over).map_err(|e| ConfigError {
-            file: name,
+            file: file.to_path_buf(),
             position: None,
             field: Some(e.field),
             message: e.message,

@@ -157,7 +157,13 @@ struct Flags {
 pub fn load(path: &Path) -> Result<StudyFile, ReplayError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ReplayError::Usage(format!("{}: cannot read: {e}", path.display())))?;
-    let study: StudyFile = toml::from_str(&text).map_err(|e| ReplayError::Usage(format!("{}: {e}", path.display())))?;
+    parse(&text, path)
+}
+
+/// Parses and checks the text of a study file, as [`load`] does with the file it reads; `path` names it in errors.
+/// The scenarios' options are checked by [`check`].
+pub fn parse(text: &str, path: &Path) -> Result<StudyFile, ReplayError> {
+    let study: StudyFile = toml::from_str(text).map_err(|e| ReplayError::Usage(format!("{}: {e}", path.display())))?;
     let bad = |what: String| ReplayError::Usage(format!("{}: {what}", path.display()));
     if study.seeds.is_empty() {
         return Err(bad("seeds: give at least one seed".into()));
@@ -175,6 +181,14 @@ pub fn load(path: &Path) -> Result<StudyFile, ReplayError> {
         return Err(bad("no [[scenario]]".into()));
     }
     Ok(study)
+}
+
+/// Everything `replay study` checks in a study file's text before it runs anything: [`parse`], then every
+/// scenario's options as `replay` flags. Returns the study and its number of scenarios.
+pub fn check(text: &str, path: &Path) -> Result<(StudyFile, usize), ReplayError> {
+    let study = parse(text, path)?;
+    let n = scenarios(&study, path)?.len();
+    Ok((study, n))
 }
 
 /// The flags of a TOML table of options.
