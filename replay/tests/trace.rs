@@ -322,6 +322,13 @@ fn t3_1_each_bad_row_kind_is_named() {
             format!("{POD_HEAD}p0,1000,100,one,500,,LS,Running,0,10,0\n"),
             "2: column num_gpu: expected an integer, found \"one\"",
         ),
+        // Found by the fuzzer (trace_alibaba): 4294967295 GPUs overflowed the rounding waste (a panic in a debug
+        // build) and asked for ~10^17 requests.
+        (
+            "pods.csv",
+            format!("{POD_HEAD}p0,1000,1024,4294967295,1,,LS,Running,0,100,0\n"),
+            "2: column num_gpu: expected at most 64 GPUs (a pod runs on one node), found 4294967295",
+        ),
     ];
     for (name, text, want) in cases {
         assert_eq!(bad_case(name, &text), want);

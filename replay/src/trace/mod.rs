@@ -28,9 +28,9 @@
 //! * **Azure LLM 2023/2024**: timestamps `2023-11-16 18:17:03.9799600` (no zone) or `2024-05-10 00:00:00.009930+00:00`
 //!   (with or without fraction); time 0 is the first row's timestamp. Work = `prefill_weight * ContextTokens +
 //!   decode_weight * GeneratedTokens`, divided by the window's mean so that the mean work is 1.
-//! * **Alibaba GPU-sharing 2023**: pods carry no requests, so each GPU pod (`num_gpu > 0`; CPU-only pods are counted
-//!   in [`TraceScan::skipped_rows`]) becomes a stream active from `creation_time` to `deletion_time` (or from
-//!   `scheduled_time` with [`TraceOptions::scheduled_pods_only`], which drops never-scheduled pods; a missing
+//! * **Alibaba GPU-sharing 2023**: pods carry no requests, so each GPU pod (`num_gpu` from 1 to 64; CPU-only pods
+//!   are counted in [`TraceScan::skipped_rows`]) becomes a stream active from `creation_time` to `deletion_time` (or
+//!   from `scheduled_time` with [`TraceOptions::scheduled_pods_only`], which drops never-scheduled pods; a missing
 //!   `deletion_time` means still running at the end of the trace) whose requests are a Poisson process of rate
 //!   `pod_rps_per_gpu * num_gpu * gpu_milli / 1000`. Its count in the window is drawn in pass 1 (so
 //!   [`StreamStats::requests`] is exact) and placed as sorted uniform points in pass 2. `gpu_milli` maps to the
