@@ -60,7 +60,15 @@ if [ "$build" = 1 ]; then
 fi
 bin="$root/target/$profile"
 endpoints=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003
-ctl() { "$bin/coordinator" "$@" --endpoints "$endpoints"; }
+# The cluster runs mutual TLS: a fresh development PKI; the containers (gid 65532) read their keys through the group.
+export TESSERA_PKI="$out/pki"
+rm -rf "$TESSERA_PKI"
+"$bin/coordinator" certs init --out "$TESSERA_PKI" --nodes 3 --agent node-a-0 --agent node-b-0 >/dev/null
+chgrp 65532 "$TESSERA_PKI"/node-*.key
+chmod 0640 "$TESSERA_PKI"/node-*.key
+chmod 0755 "$TESSERA_PKI"
+tls=(--tls-cert "$TESSERA_PKI/admin.pem" --tls-key "$TESSERA_PKI/admin.key" --tls-ca "$TESSERA_PKI/ca.pem")
+ctl() { "$bin/coordinator" "$@" --endpoints "$endpoints" "${tls[@]}"; }
 log() { printf '%s fault-test: %s\n' "$(date +%T)" "$*" >&2; }
 
 cleanup() {
@@ -96,7 +104,7 @@ wait_all_up() {
   while [ $SECONDS -lt $deadline ]; do
     n=0
     for p in 7001 7002 7003; do
-      if "$bin/coordinator" status --json --endpoints "127.0.0.1:$p" 2>/dev/null | grep -q '"leader_id": *[1-9]'; then
+      if "$bin/coordinator" status --json --endpoints "127.0.0.1:$p" "${tls[@]}" 2>/dev/null | grep -q '"leader_id": *[1-9]'; then
         n=$((n + 1))
       fi
     done
@@ -110,7 +118,7 @@ wait_all_up() {
 wait_leader >/dev/null
 wait_all_up
 log "cluster up; starting the client workload for $duration"
-"$bin/fault-check" --endpoints "$endpoints" --duration "$duration" --history "$out/history.jsonl" \
+"$bin/fault-check" --endpoints "$endpoints" "${tls[@]}" --duration "$duration" --history "$out/history.jsonl" \
   >"$out/check.out" 2>"$out/check.err" &
 check_pid=$!
 sleep 10
@@ -262,7 +270,7 @@ for ip in "${peer_ips[@]}"; do
 done
 # The late write goes through the cut follower at once (it still believes in the leader): its outcome is unknown.
 late_rc=0
-"$bin/coordinator" tenant add --update --file "$ghost_dir/late.toml" --endpoints "127.0.0.1:700$follower" \
+"$bin/coordinator" tenant add --update --file "$ghost_dir/late.toml" --endpoints "127.0.0.1:700$follower" "${tls[@]}" \
   --timeout 2s >/dev/null 2>&1 || late_rc=$?
 # A newer write through the majority is acknowledged.
 ctl tenant add --update --file "$ghost_dir/newer.toml" >/dev/null
@@ -278,7 +286,7 @@ log "follower answering with a leader $((SECONDS - healed)) s after the heal (la
 sleep 5
 ghost=no
 for p in 7001 7002 7003; do
-  slo=$("$bin/coordinator" tenant get ghost --json --endpoints "127.0.0.1:$p" | json_field "['spec']['slo_ms']")
+  slo=$("$bin/coordinator" tenant get ghost --json --endpoints "127.0.0.1:$p" "${tls[@]}" | json_field "['spec']['slo_ms']")
   log "coordinator at $p: ghost slo ${slo} ms"
   [ "${slo%.*}" = 555 ] || ghost=yes
 done

@@ -161,7 +161,24 @@ pub async fn serve(
             watch.abort();
             served
         }
-        None => router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await,
+        None => {
+            // `systemctl reload` sends SIGHUP: without certificates there is nothing to reload, and it must not stop
+            // the agent.
+            #[cfg(unix)]
+            let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok().map(|mut hup| {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::info!("SIGHUP: no TLS certificates to reload");
+                    }
+                })
+            });
+            let served = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await;
+            #[cfg(unix)]
+            if let Some(h) = hup {
+                h.abort();
+            }
+            served
+        }
     }
     .map_err(|source| RuntimeError::Serve { addr, source })
 }

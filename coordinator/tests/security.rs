@@ -70,6 +70,20 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     assert!(e.message().contains("beyond this member's term"), "{e:?}");
     let status = as_("reader").cluster_status(v1::ClusterStatusRequest {}).await.unwrap().into_inner();
     assert!(status.term < 1_000, "the forged term moved nothing: {}", status.term);
+    // Nor may it redirect what the receiver sends it: the address a batch names is not believed (2,148 such calls
+    // left the cluster leaderless before).
+    let address_of = |s: &v1::ClusterStatusResponse| {
+        s.members.iter().find(|m| m.id == bystander).map(|m| m.address.clone()).unwrap_or_default()
+    };
+    let before = address_of(&status);
+    for _ in 0..50 {
+        let hijack = v1::RaftBatch { from: bystander, from_address: "127.0.0.1:1".into(), messages: vec![] };
+        member.step(hijack).await.unwrap();
+    }
+    let mut via_status = CoordinatorApiClient::new(c.channel_as(via, Some(&tls_files(pki.path(), "reader"))));
+    let after = via_status.cluster_status(v1::ClusterStatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(address_of(&after), before, "the member's address is still the configured one");
+    eventually(T, "a write after the hijack attempts", || async { add("operator", "t-after-hijack").await.ok() }).await;
     let e = as_("operator").remove_member(v1::RemoveMemberRequest { id: 3 }).await.unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "membership is the admin's");
     let mut agent =

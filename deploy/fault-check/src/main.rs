@@ -68,6 +68,24 @@ struct Cli {
     /// Write the history here, one JSON object a line.
     #[arg(long)]
     history: Option<PathBuf>,
+    /// This client's certificate (mutual TLS; an operator's or admin's), with --tls-key and --tls-ca.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Its private key.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The CA that signs the coordinators' certificates.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+}
+
+impl Cli {
+    /// A client of the cluster, with mutual TLS when the flags ask for it.
+    fn client(&self) -> Client {
+        let tls = tessera_auth::TlsFiles::from_flags(self.tls_cert.clone(), self.tls_key.clone(), self.tls_ca.clone())
+            .expect("checked in run");
+        Client::new(&self.endpoints, *self.timeout).with_tls(tls)
+    }
 }
 
 /// The model every register tenant uses.
@@ -194,7 +212,7 @@ struct ClientRun {
 }
 
 async fn run_client(cli: Arc<Cli>, rec: Arc<Recorder>, c: u32, deadline: Instant) -> ClientRun {
-    let client = Client::new(&cli.endpoints, *cli.timeout);
+    let client = cli.client();
     let mut rng = ChaCha8Rng::seed_from_u64(cli.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(c)));
     let mut generation = 0u64;
     let mut seq = 0u64;
@@ -409,8 +427,10 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<bool> {
     anyhow::ensure!(cli.clients > 0 && cli.keys > 0, "--clients and --keys must be at least 1");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    tessera_auth::TlsFiles::from_flags(cli.tls_cert.clone(), cli.tls_key.clone(), cli.tls_ca.clone())
+        .map_err(|e| anyhow::anyhow!(e))?;
     let cli = Arc::new(cli);
-    let client = Client::new(&cli.endpoints, *cli.timeout);
+    let client = cli.client();
     runtime.block_on(setup(&client, cli.keys))?;
     let rec = Arc::new(Recorder {
         start: Instant::now(),
