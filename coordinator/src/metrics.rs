@@ -65,6 +65,8 @@ pub struct Metrics {
     node_health_changes: Family<OneLabel, Counter>,
     proposals_dropped_late: Counter,
     auth_refusals: Family<OneLabel, Counter>,
+    build_info: Family<OneLabel, Gauge>,
+    leader_known: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Metrics {
@@ -93,8 +95,12 @@ impl Metrics {
             node_health_changes: Family::default(),
             proposals_dropped_late: Counter::default(),
             auth_refusals: Family::default(),
+            build_info: Family::default(),
+            leader_known: std::sync::atomic::AtomicBool::new(false),
             registry: Registry::default(),
         };
+        registry.register("build_info", "1, labelled with the coordinator's version", metrics.build_info.clone());
+        metrics.build_info.get_or_create(&[("version", env!("CARGO_PKG_VERSION").to_owned())]).set(1);
         registry.register("raft_term", "Current Raft term of this node", metrics.raft_term.clone());
         registry.register(
             "raft_commit_index",
@@ -174,6 +180,11 @@ impl Metrics {
         self.raft_members.set(saturating_i64(members as u64));
     }
 
+    /// Records whether this member knows a leader (what `/readyz` answers).
+    pub fn set_leader_known(&self, known: bool) {
+        self.leader_known.store(known, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Counts one planning round with `outcome` (normally [`OUTCOME_PLANNED`], [`OUTCOME_INFEASIBLE`] or
     /// [`OUTCOME_ERROR`]) and records its duration in `plan_round_seconds`.
     pub fn observe_round(&self, outcome: &str, secs: f64) {
@@ -241,9 +252,23 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) -> 
     axum::serve(listener, router(metrics)).await
 }
 
-/// The axum router behind [`serve`], for embedding the endpoint in another server.
+/// The axum router behind [`serve`], for embedding the endpoint in another server: `/metrics`, `/healthz` (200
+/// while the process serves) and `/readyz` (200 once this member knows a leader, so its API can answer; 503 before,
+/// and during an election).
 pub fn router(metrics: Arc<Metrics>) -> Router {
-    Router::new().route("/metrics", get(get_metrics)).with_state(metrics)
+    Router::new()
+        .route("/metrics", get(get_metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(get_ready))
+        .with_state(metrics)
+}
+
+async fn get_ready(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    if metrics.leader_known.load(std::sync::atomic::Ordering::Relaxed) {
+        (axum::http::StatusCode::OK, "ready: a leader is known\n")
+    } else {
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader known\n")
+    }
 }
 
 async fn get_metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
@@ -351,6 +376,15 @@ mod tests {
 
         let response = http_get(addr, "/nope").await;
         assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+
+        // Liveness always; readiness once a leader is known.
+        assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(http_get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        metrics.set_leader_known(true);
+        assert!(http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        let body = http_get(addr, "/metrics").await;
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(body.contains(&format!("tessera_coordinator_build_info{{version=\"{version}\"}} 1")), "{body}");
 
         server.abort();
     }

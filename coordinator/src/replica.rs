@@ -775,6 +775,7 @@ impl<S: RaftStore> Driver<S> {
         };
         let members = status.voters.len();
         self.metrics.set_raft(status.term, status.commit, status.applied, status.role == StateRole::Leader, members);
+        self.metrics.set_leader_known(status.leader_id != 0);
         self.shared.status.send_if_modified(|s| {
             if *s != status {
                 *s = status;
