@@ -197,6 +197,11 @@ fn bad_input_is_named() {
     assert!(err.contains("--gpu-model") && err.contains("V100"), "{err}");
     let err = failed(&replay().args(["--plan-every", "15", "--slot", "10", "--duration", "1m"]).output().unwrap());
     assert!(err.contains("whole number"), "{err}");
+    // Durations and plain seconds alike (as `coordinator serve --plan-every 60s`).
+    let err = failed(&replay().args(["--plan-every", "15s", "--slot", "10s", "--duration", "1m"]).output().unwrap());
+    assert!(err.contains("whole number"), "{err}");
+    let err = failed(&replay().args(["--plan-every", "soon", "--duration", "1m"]).output().unwrap());
+    assert!(err.contains("--plan-every") && err.contains("duration"), "{err}");
     let err = failed(&replay().args(["--mode", "cluster"]).output().unwrap());
     assert!(err.contains("cluster"), "{err}");
     let err = failed(&replay().args(["--target-utilization", "1.5", "--duration", "1m"]).output().unwrap());

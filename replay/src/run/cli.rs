@@ -73,11 +73,13 @@ pub struct RunArgs {
     /// Stop after this much workload time (e.g. 30m, 24h) [default: the whole selected window of the trace].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
-    /// Planning interval, seconds (a whole number of slots).
-    #[arg(long, default_value_t = RoundSettings::default().plan_every_s)]
+    /// Planning interval: seconds (`60`) or a duration (`1m`, `90s`), a whole number of slots.
+    #[arg(long, value_name = "DURATION", default_value_t = RoundSettings::default().plan_every_s,
+          value_parser = crate::trace::args::parse_seconds)]
     pub plan_every: f64,
-    /// Planner slot length, seconds.
-    #[arg(long, default_value_t = RoundSettings::default().planner.slot_s)]
+    /// Planner slot length: seconds (`10`) or a duration (`10s`).
+    #[arg(long, value_name = "DURATION", default_value_t = RoundSettings::default().planner.slot_s,
+          value_parser = crate::trace::args::parse_seconds)]
     pub slot: f64,
     /// Planner horizon, slots.
     #[arg(long, default_value_t = RoundSettings::default().planner.horizon_slots)]

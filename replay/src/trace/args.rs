@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use super::{CountsToArrivals, GroupBy, Sample, SyntheticArrivals, TraceError, TraceFormat, TraceOptions};
 
 /// Seconds, as a number (`90`, `1.5`) or a duration (`90s`, `10m`, `2h 30m`).
-fn parse_seconds(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
     let t = s.trim();
     if let Ok(v) = t.parse::<f64>() {
         return Ok(v);

@@ -72,7 +72,7 @@
 //! files.
 
 mod alibaba;
-mod args;
+pub(crate) mod args;
 mod arrivals;
 mod azure2019;
 mod azure2021;
