@@ -151,7 +151,7 @@ struct ServeArgs {
 #[derive(Args, Clone)]
 struct ClientArgs {
     /// Coordinator endpoints, HOST:PORT,...
-    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:7001")]
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:7001", env = "TESSERA_ENDPOINTS")]
     endpoints: Vec<String>,
     /// Print JSON for scripts.
     #[arg(long)]
@@ -160,13 +160,13 @@ struct ClientArgs {
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     timeout: Duration,
     /// This client's certificate (mutual TLS; its subject's OU is the role: admin, operator or reader).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "TESSERA_TLS_CERT")]
     tls_cert: Option<PathBuf>,
     /// The certificate's private key.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "TESSERA_TLS_KEY")]
     tls_key: Option<PathBuf>,
     /// The CA that signed the coordinators' certificates.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "TESSERA_TLS_CA")]
     tls_ca: Option<PathBuf>,
 }
 
@@ -483,7 +483,15 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                     })
                     .await
                 }
-                .map_err(|s| anyhow::anyhow!("tenant {}: {}", spec.id, s.message()))?;
+                .map_err(|s| {
+                    // Messages about one tenant already name it.
+                    let prefix = format!("tenant {}", spec.id);
+                    if s.message().starts_with(&prefix) {
+                        anyhow::anyhow!("{}", s.message())
+                    } else {
+                        anyhow::anyhow!("{prefix}: {}", s.message())
+                    }
+                })?;
                 out.push((spec.id.to_string(), r.index));
             }
             print(

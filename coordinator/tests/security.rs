@@ -129,6 +129,14 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     assert!(!ok && err.contains("operator"), "{err}");
     let (ok, _, err) = cli(&["status", "--endpoints", &endpoints, "--tls-cert", &cert]);
     assert!(!ok && err.contains("--tls-key, --tls-ca"), "{err}");
+    // The same from the environment (TESSERA_ENDPOINTS, TESSERA_TLS_CERT/KEY/CA), as a shell profile would set it.
+    let out = std::process::Command::new(binary())
+        .args(["tenant", "list"])
+        .envs([("TESSERA_ENDPOINTS", &endpoints), ("TESSERA_TLS_CERT", &cert), ("TESSERA_TLS_KEY", &key)])
+        .env("TESSERA_TLS_CA", &ca)
+        .output()
+        .unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("t1"), "{out:?}");
 
     // A node agent over mutual TLS: it registers as itself, the leader pushes it a plan (presenting a member's
     // certificate and checking the agent's), and nobody else may push to it.

@@ -361,7 +361,7 @@ pub enum Rejected {
     #[error("no tenant {0}")]
     UnknownTenant(TenantId),
     /// The tenant's model profile is unknown.
-    #[error("tenant {tenant}: unknown model `{model}` (known: {})", known.join(", "))]
+    #[error("tenant {tenant}: unknown model `{model}` ({})", known_models(known))]
     UnknownModel {
         /// The tenant.
         tenant: TenantId,
@@ -835,4 +835,12 @@ fn check_fit(gpu: &GpuId, gpu_model: GpuModel, a: &Assignment, model: &ModelProf
         needed_gib,
         available_gib: spec.memory_gib,
     })
+}
+/// The known models as an error message lists them, or what to do when there are none.
+fn known_models(known: &[String]) -> String {
+    if known.is_empty() {
+        "no model profiles are loaded: start the coordinator with --models-dir (or models_dir in its config)".into()
+    } else {
+        format!("known: {}", known.join(", "))
+    }
 }

@@ -150,6 +150,8 @@ fn tenants_are_validated_against_models_and_the_fleet() {
     let mut s = fleet();
     let e = rejected(&mut s, Command::CreateTenant { spec: tenant("c", "nope") });
     assert_eq!(e.to_string(), "tenant c: unknown model `nope` (known: big, small)");
+    let none = Rejected::UnknownModel { tenant: TenantId::new("c").unwrap(), model: "nope".into(), known: vec![] };
+    assert!(none.to_string().contains("no model profiles are loaded: start the coordinator with --models-dir"));
     s.apply(Command::PutModel { profile: model("huge", 120.0, 200.0) }).unwrap();
     let e = rejected(&mut s, Command::CreateTenant { spec: tenant("c", "huge") });
     assert_eq!(
