@@ -141,10 +141,9 @@ fn parse(csv: &CsvFile, opts: &TraceOptions) -> Result<(Option<Pod>, f64), super
         return Ok((None, latest));
     }
     if num_gpu > MAX_POD_GPUS {
-        return Err(csv.err(
-            NUM_GPU,
-            format!("expected at most {MAX_POD_GPUS} GPUs (a pod runs on one node), found {num_gpu}"),
-        ));
+        return Err(
+            csv.err(NUM_GPU, format!("expected at most {MAX_POD_GPUS} GPUs (a pod runs on one node), found {num_gpu}"))
+        );
     }
     if !(1..=1000).contains(&gpu_milli) {
         return Err(csv.err(GPU_MILLI, format!("expected 1..=1000 for a GPU pod, found {gpu_milli}")));
