@@ -17,7 +17,7 @@
 #      after the link heals, every member must still hold the newer one
 # Then it waits for every node to report its committed layout, checks from each node's MIG change log that no
 # instance its target kept was ever destroyed, and checks the history fault-check recorded for linearizability
-# (stateright's LinearizabilityTester) and lost acknowledged writes. The last line is
+# (a memoised Wing & Gong search, todc-utils) and lost acknowledged writes. The last line is
 #   ops=N faults=N lost=N linearizable=yes|no max_unavailable_s=X converged=yes|no node_death=yes|no ghost_write=yes|no
 # and it exits non-zero unless lost=0, linearizable=yes, converged=yes, node_death=yes and ghost_write=no.
 #

@@ -10,7 +10,8 @@
 //! Every invocation and every answer is recorded in one real-time order. An operation that fails without a
 //! definite answer (a timeout, a lost connection) may or may not have taken effect: it stays in flight for ever and
 //! its client goes on as a new process, as in Jepsen's model. Then:
-//! - **linearizable**: each key's history (a register) is checked by `stateright`'s `LinearizabilityTester`
+//! - **linearizable**: each key's history (a register) is checked by the Wing & Gong search with Lowe's memoisation
+//!   (`todc-utils`' `WGLChecker`)
 //!   (linearizability is local, so keys are checked one by one);
 //! - **lost**: acknowledged creates missing from a final linearizable listing;
 //! - **max_unavailable_s**: the longest time in which no operation of any client succeeded.
@@ -18,7 +19,7 @@
 //! Prints `ops=N indeterminate=N lost=N linearizable=yes|no max_unavailable_s=X` as its last line (and `--history
 //! FILE` writes the history as JSON lines); exits 0 when the history is linearizable and nothing was lost.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -29,10 +30,11 @@ use clap::Parser;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
-use stateright::semantics::register::{Register, RegisterOp, RegisterRet};
-use stateright::semantics::{ConsistencyTester, LinearizabilityTester};
 use tessera_coordinator::client::Client;
 use tessera_proto::v1;
+use todc_utils::linearizability::WGLChecker;
+use todc_utils::linearizability::history::{Action, History};
+use todc_utils::specifications::Specification;
 use tonic::Code;
 
 #[derive(Parser)]
@@ -293,58 +295,126 @@ async fn run_client(cli: Arc<Cli>, rec: Arc<Recorder>, c: u32, deadline: Instant
     ClientRun { acked_creates }
 }
 
-/// The invocations of writes that never got an answer and whose value no read returned. Leaving them out keeps the
-/// check exact and keeps its search small: such a write, if it took effect, was overwritten before any read, so a
-/// linearization with it stays one without it, and one without it needs nothing from it. (Writes without an answer
-/// whose value was read stay in, in flight.)
-fn unobserved_unknown_writes(events: &[Event]) -> BTreeSet<usize> {
-    let observed: BTreeSet<(Option<u32>, u64)> = events
-        .iter()
-        .filter_map(|e| match e.kind {
-            Kind::Ok(Some(v)) => Some((e.key, v)),
-            _ => None,
-        })
-        .collect();
-    let mut pending: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
-    let mut out = BTreeSet::new();
+/// A register operation as the checker sees it: a read with the value it returned, or a write.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RegisterOp {
+    Read(Option<u64>),
+    Write(u64),
+}
+
+/// The register every `lin-K` tenant is: starts at 0, a read returns the last value written.
+struct RegisterSpec;
+
+impl Specification for RegisterSpec {
+    type State = u64;
+    type Operation = RegisterOp;
+
+    fn init() -> u64 {
+        0
+    }
+
+    fn apply(op: &RegisterOp, state: &u64) -> (bool, u64) {
+        match *op {
+            RegisterOp::Read(v) => (v == Some(*state), *state),
+            RegisterOp::Write(v) => (true, v),
+        }
+    }
+}
+
+/// One key's history for the checker: (process, call or response), in real-time order.
+type RegisterHistory = Vec<(usize, Action<RegisterOp>)>;
+
+/// Each key's history as complete operations (every call has its response), for the Wing & Gong checker with Lowe's
+/// memoisation (`todc-utils`), which needs complete histories and whose search stays small on them.
+///
+/// Operations without a definite answer are made complete without changing the verdict (values written are unique):
+/// - a read without an answer constrains nothing: left out (the recorder already voids them);
+/// - a write without an answer whose value no read returned, if it took effect, was overwritten before any read, so
+///   a linearization with it stays one without it and one without it needs nothing from it: left out;
+/// - a write without an answer whose value a read returned did take effect, before the first such read returned:
+///   it gets a response just before that read's response (just after its own call, where the read came first, which
+///   no linearization allows).
+///
+/// An answer without a call, or a call while the process has one in flight, is a
+/// malformed history.
+fn register_histories(events: &[Event], keys: u32) -> Result<Vec<RegisterHistory>, String> {
+    // Each call with the index of its definite answer, if any.
+    let mut pending: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut calls: Vec<(usize, Option<usize>)> = Vec::new();
     for (i, e) in events.iter().enumerate() {
         match &e.kind {
             Kind::Invoke(_) => {
-                pending.insert(e.process, i);
-            }
-            Kind::Ok(_) => {
-                pending.remove(&e.process);
-            }
-            Kind::Unknown(_) => {
-                if let Some(at) = pending.remove(&e.process)
-                    && let Kind::Invoke(Op::Write(v)) = events[at].kind
-                    && !observed.contains(&(events[at].key, v))
-                {
-                    out.insert(at);
+                if pending.insert(e.process, i).is_some() {
+                    return Err(format!("event {}: process {} calls with a call in flight", i + 1, e.process));
                 }
+            }
+            Kind::Ok(_) | Kind::Unknown(_) => {
+                let Some(call) = pending.remove(&e.process) else {
+                    return Err(format!("event {}: process {} answers without a call", i + 1, e.process));
+                };
+                calls.push((call, matches!(e.kind, Kind::Ok(_)).then_some(i)));
             }
         }
     }
-    out
+    // A history cut short: what was in flight has no definite answer.
+    calls.extend(pending.into_values().map(|call| (call, None)));
+
+    let mut first_read: BTreeMap<(u32, u64), usize> = BTreeMap::new();
+    for &(call, answer) in &calls {
+        if let (Some(k), Some(a)) = (events[call].key, answer)
+            && let Kind::Ok(Some(v)) = events[a].kind
+        {
+            let at = first_read.entry((k, v)).or_insert(a);
+            *at = (*at).min(a);
+        }
+    }
+
+    // Entries sorted by (event index, rank): a synthetic response (rank 0) goes just before the event it is placed
+    // at (rank 1), or just after a call (rank 2).
+    type Placed = ((usize, u8), usize, Action<RegisterOp>);
+    let mut per_key: Vec<Vec<Placed>> = vec![Vec::new(); keys as usize];
+    for &(call, answer) in &calls {
+        let e = &events[call];
+        let Some(k) = e.key else { continue };
+        let entries =
+            per_key.get_mut(k as usize).ok_or_else(|| format!("event {}: key {k} beyond the {keys} keys", call + 1))?;
+        let (op, response) = match (&e.kind, answer) {
+            (Kind::Invoke(Op::Read), Some(a)) => match events[a].kind {
+                Kind::Ok(Some(v)) => (RegisterOp::Read(None), ((a, 1), RegisterOp::Read(Some(v)))),
+                _ => return Err(format!("event {}: a read answered without a value", a + 1)),
+            },
+            (Kind::Invoke(Op::Write(v)), Some(a)) => (RegisterOp::Write(*v), ((a, 1), RegisterOp::Write(*v))),
+            (Kind::Invoke(Op::Write(v)), None) => match first_read.get(&(k, *v)) {
+                Some(&r) if r > call => (RegisterOp::Write(*v), ((r, 0), RegisterOp::Write(*v))),
+                Some(_) => (RegisterOp::Write(*v), ((call, 2), RegisterOp::Write(*v))),
+                None => continue,
+            },
+            _ => continue,
+        };
+        // Each operation is its own process: real-time order is all linearizability asks of a process's operations,
+        // and a process that lost an answer must not have its later calls paired with a made-up response.
+        let process = entries.len() / 2;
+        entries.push(((call, 1), process, Action::Call(op)));
+        entries.push((response.0, process, Action::Response(response.1)));
+    }
+    Ok(per_key
+        .into_iter()
+        .map(|mut entries| {
+            entries.sort_by_key(|(at, _, _)| *at);
+            entries.into_iter().map(|(_, p, action)| (p, action)).collect()
+        })
+        .collect())
 }
 
-/// Whether every key's history is linearizable as a register starting at 0.
+/// Whether every key's history is linearizable as a register starting at 0 (linearizability is local, so keys are
+/// checked one by one).
 fn linearizable(events: &[Event], keys: u32) -> Result<bool, String> {
-    let skip = unobserved_unknown_writes(events);
-    for k in 0..keys {
-        let mut tester = LinearizabilityTester::new(Register(0u64));
-        for e in events.iter().enumerate().filter(|(i, e)| e.key == Some(k) && !skip.contains(i)).map(|(_, e)| e) {
-            match &e.kind {
-                Kind::Invoke(Op::Write(v)) => tester.on_invoke(e.process, RegisterOp::Write(*v)).map(|_| ())?,
-                Kind::Invoke(Op::Read) => tester.on_invoke(e.process, RegisterOp::Read).map(|_| ())?,
-                Kind::Invoke(Op::Create(_)) => {}
-                Kind::Ok(Some(v)) => tester.on_return(e.process, RegisterRet::ReadOk(*v)).map(|_| ())?,
-                Kind::Ok(None) => tester.on_return(e.process, RegisterRet::WriteOk).map(|_| ())?,
-                Kind::Unknown(_) => {}
-            }
+    for (k, actions) in register_histories(events, keys)?.into_iter().enumerate() {
+        if actions.is_empty() {
+            continue;
         }
-        if tester.serialized_history().is_none() {
-            eprintln!("fault-check: the history of {} is not linearizable", key_id(k));
+        if !WGLChecker::<RegisterSpec>::is_linearizable(History::from_actions(actions)) {
+            eprintln!("fault-check: the history of {} is not linearizable", key_id(k as u32));
             return Ok(false);
         }
     }
@@ -475,11 +545,10 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
     }
     let ops = events.iter().filter(|e| matches!(e.kind, Kind::Invoke(_))).count();
     let indeterminate = events.iter().filter(|e| matches!(e.kind, Kind::Unknown(_))).count();
-    // The search recurses once per operation of a key: give it a deep stack.
     let keys = cli.keys;
     // The search is exponential in the worst case: bounded by --check-timeout.
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new().stack_size(1 << 30).spawn(move || {
+    std::thread::Builder::new().spawn(move || {
         let _ = tx.send(linearizable(&events, keys));
     })?;
     let checked = match rx.recv_timeout(*cli.check_timeout) {
@@ -568,8 +637,120 @@ mod tests {
             ev(4, Kind::Invoke(Op::Write(9))),
             ev(4, Kind::Ok(None)),
         ];
-        assert_eq!(unobserved_unknown_writes(&events), BTreeSet::from([0]));
+        let h = register_histories(&events, 1).unwrap();
+        let ops: Vec<_> = h[0].iter().map(|(p, a)| (*p, a.clone())).collect();
+        // Write 7 is gone; write 8 ends just before the read that returned it.
+        assert_eq!(
+            ops,
+            vec![
+                (0, Action::Call(RegisterOp::Write(8))),
+                (1, Action::Call(RegisterOp::Read(None))),
+                (0, Action::Response(RegisterOp::Write(8))),
+                (1, Action::Response(RegisterOp::Read(Some(8)))),
+                (2, Action::Call(RegisterOp::Write(9))),
+                (2, Action::Response(RegisterOp::Write(9))),
+            ]
+        );
         assert!(linearizable(&events, 1).unwrap());
+    }
+
+    #[test]
+    fn an_unanswered_write_may_take_effect_until_its_value_is_first_read() {
+        // Read 0 after the write lost its answer, then 7: the write took effect between the two reads.
+        let late = vec![
+            ev(1, Kind::Invoke(Op::Write(7))),
+            ev(1, Kind::Unknown("deadline".into())),
+            ev(2, Kind::Invoke(Op::Read)),
+            ev(2, Kind::Ok(Some(0))),
+            ev(3, Kind::Invoke(Op::Read)),
+            ev(3, Kind::Ok(Some(7))),
+        ];
+        assert!(linearizable(&late, 1).unwrap());
+        // A value read before anyone wrote it.
+        let prescient = vec![
+            ev(2, Kind::Invoke(Op::Read)),
+            ev(2, Kind::Ok(Some(7))),
+            ev(1, Kind::Invoke(Op::Write(7))),
+            ev(1, Kind::Unknown("deadline".into())),
+        ];
+        assert!(!linearizable(&prescient, 1).unwrap());
+        // Once an acknowledged write overwrote it, the lost write's value cannot come back.
+        let resurrected = vec![
+            ev(1, Kind::Invoke(Op::Write(7))),
+            ev(1, Kind::Unknown("deadline".into())),
+            ev(2, Kind::Invoke(Op::Read)),
+            ev(2, Kind::Ok(Some(7))),
+            ev(3, Kind::Invoke(Op::Write(9))),
+            ev(3, Kind::Ok(None)),
+            ev(2, Kind::Invoke(Op::Read)),
+            ev(2, Kind::Ok(Some(7))),
+        ];
+        assert!(!linearizable(&resurrected, 1).unwrap());
+    }
+
+    #[test]
+    fn a_malformed_history_is_an_error_naming_the_event() {
+        let answer_first = vec![ev(1, Kind::Ok(None))];
+        assert_eq!(linearizable(&answer_first, 1).unwrap_err(), "event 1: process 1 answers without a call");
+        let twice = vec![ev(1, Kind::Invoke(Op::Read)), ev(1, Kind::Invoke(Op::Read))];
+        assert_eq!(linearizable(&twice, 1).unwrap_err(), "event 2: process 1 calls with a call in flight");
+    }
+
+    /// A long, concurrent, linearizable history with lost answers, as a register run by `clients` processes would
+    /// record it: each operation takes effect at a random point between its call and its answer.
+    fn simulated_history(seed: u64, clients: u64, steps: usize) -> Vec<Event> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut register = 0u64;
+        let mut next_value = 0u64;
+        // Per client: its process, and its operation in flight with the result once it took effect.
+        type InFlight = Option<(Op, Option<Option<u64>>)>;
+        let mut state: Vec<(u64, InFlight)> = (0..clients).map(|c| (c, None)).collect();
+        let mut events = Vec::new();
+        for _ in 0..steps {
+            let c = rng.random_range(0..clients) as usize;
+            let (process, slot) = &mut state[c];
+            match slot.take() {
+                None => {
+                    let op = if rng.random_bool(0.5) {
+                        next_value += 1;
+                        Op::Write(next_value)
+                    } else {
+                        Op::Read
+                    };
+                    events.push(ev(*process, Kind::Invoke(op.clone())));
+                    *slot = Some((op, None));
+                }
+                Some((op, None)) => {
+                    let result = match op {
+                        Op::Write(v) => {
+                            register = v;
+                            None
+                        }
+                        _ => Some(register),
+                    };
+                    *slot = Some((op, Some(result)));
+                }
+                Some((op, Some(result))) => {
+                    if matches!(op, Op::Write(_)) && rng.random_bool(0.05) {
+                        events.push(ev(*process, Kind::Unknown("deadline".into())));
+                        *process += clients;
+                    } else {
+                        events.push(ev(*process, Kind::Ok(result)));
+                    }
+                }
+            }
+        }
+        events
+    }
+
+    #[test]
+    fn long_concurrent_histories_with_lost_answers_are_checked_and_found_linearizable() {
+        for seed in 0..4 {
+            let events = simulated_history(seed, 8, 12_000);
+            let lost = events.iter().filter(|e| matches!(e.kind, Kind::Unknown(_))).count();
+            assert!(lost > 20, "seed {seed}: only {lost} lost answers");
+            assert!(linearizable(&events, 1).unwrap(), "seed {seed}");
+        }
     }
 
     #[test]
