@@ -165,11 +165,6 @@ async fn call(
     }
 }
 
-/// The files' modification times.
-fn tls_stamp(files: &tessera_auth::TlsFiles) -> Vec<Option<std::time::SystemTime>> {
-    [&files.cert, &files.key, &files.ca].iter().map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok()).collect()
-}
-
 /// A client for each coordinator address (one, or a cluster's, comma-separated: any member serves an agent, and a
 /// failing one makes the agent move on to the next).
 fn connect_all(options: &ClientOptions) -> Result<Vec<(String, CoordinatorClient<Channel>)>, String> {
@@ -216,14 +211,14 @@ pub async fn run(
         }
     };
     // Rotated certificates (new files) are used from the next call on: the connections are opened again.
-    let mut stamped = options.tls.as_ref().map(tls_stamp);
+    let mut stamped = options.tls.as_ref().map(tessera_auth::TlsFiles::stamps);
     let mut current = 0;
     let mut backoff = Backoff::new(options.backoff_initial, options.backoff_max);
     let mut interval = options.heartbeat_interval;
     let mut registered = false;
     loop {
         if let Some(files) = &options.tls {
-            let stamp = tls_stamp(files);
+            let stamp = files.stamps();
             if stamped.as_ref() != Some(&stamp) {
                 match connect_all(&options) {
                     Ok(c) => {

@@ -82,17 +82,21 @@ pub fn server_config(files: &TlsFiles) -> Result<rustls::ServerConfig, AuthError
     Ok(config)
 }
 
-fn stamps(files: &TlsFiles) -> Vec<Option<SystemTime>> {
-    [&files.cert, &files.key, &files.ca]
-        .into_iter()
-        .map(|p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .collect()
+impl TlsFiles {
+    /// The modification times of the certificate, key and CA files (`None` for a file that cannot be read): when
+    /// they change, the files were rewritten and are worth loading again.
+    pub fn stamps(&self) -> Vec<Option<SystemTime>> {
+        [&self.cert, &self.key, &self.ca]
+            .into_iter()
+            .map(|p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+            .collect()
+    }
 }
 
 impl ServerTls {
     /// Reads `files` now: an error names the file at fault.
     pub fn new(files: TlsFiles) -> Result<Arc<ServerTls>, AuthError> {
-        let stamps = stamps(&files);
+        let stamps = files.stamps();
         let config = server_config(&files)?;
         Ok(Arc::new(ServerTls {
             files,
@@ -120,7 +124,7 @@ impl ServerTls {
     /// Reads the files again and, if they make valid settings, serves them to new connections. On an error the
     /// settings in use stay.
     pub fn reload(&self) -> Result<(), AuthError> {
-        let stamps = stamps(&self.files);
+        let stamps = self.files.stamps();
         let config = server_config(&self.files)?;
         *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(config);
         *self.stamps.write().unwrap_or_else(std::sync::PoisonError::into_inner) = stamps;
@@ -130,7 +134,7 @@ impl ServerTls {
 
     /// Whether a file's modification time differs from when it was last read.
     pub fn changed(&self) -> bool {
-        *self.stamps.read().unwrap_or_else(std::sync::PoisonError::into_inner) != stamps(&self.files)
+        *self.stamps.read().unwrap_or_else(std::sync::PoisonError::into_inner) != self.files.stamps()
     }
 
     /// Reloads on `SIGHUP` and when the files change, calling `on_reload` after each successful reload, until the
