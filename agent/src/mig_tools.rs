@@ -279,7 +279,10 @@ fn render_plan(model: GpuModel, from: &Layout, to: &Layout, plan: &ReconfigPlan)
     out
 }
 
-/// `agent mig import`: the layouts of a mig-parted configuration with explicit placements.
+/// `agent mig import`: the layouts of a mig-parted file's configurations (or of one) for GPUs of `model`, with
+/// explicit placements and where they come from. The file may be the GPU Operator's ConfigMap. With every
+/// configuration, those that are not for the model (no device group applies to it, or one names another model's
+/// profiles) are listed on a last line; with `--config`, that is an error.
 pub fn import(model: GpuModel, file: &str, config: Option<&str>) -> Result<String, MigToolError> {
     let text = std::fs::read_to_string(file).map_err(|error| MigToolError::Io { file: file.to_string(), error })?;
     let err = |error| MigToolError::MigParted { file: file.to_string(), error };
@@ -289,20 +292,49 @@ pub fn import(model: GpuModel, file: &str, config: Option<&str>) -> Result<Strin
         None => parsed.mig_configs.keys().cloned().collect(),
     };
     let mut out = String::new();
+    let mut elsewhere = Vec::new();
     for name in names {
-        for g in migparted::import(&parsed, &name, model).map_err(err)? {
+        let groups = match migparted::import(&parsed, &name, model) {
+            Ok(g) => g,
+            Err(migparted::MigPartedError::NotForModel { .. } | migparted::MigPartedError::UnknownProfile { .. })
+                if config.is_none() =>
+            {
+                elsewhere.push(name);
+                continue;
+            }
+            Err(e) => return Err(err(e)),
+        };
+        for g in groups {
             let devices = match &g.devices {
                 migparted::Devices::All(_) => "all".to_string(),
                 migparted::Devices::List(v) => v.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
             };
             let layout = if g.mig_enabled { g.layout.to_string() } else { "MIG disabled".to_string() };
-            let _ = writeln!(out, "{name:<16} devices {devices:<8} {layout}");
+            let source = match &g.placements {
+                migparted::PlacementSource::Nothing => String::new(),
+                migparted::PlacementSource::Annotation => "  (placements: the file's tessera.placements line)".into(),
+                migparted::PlacementSource::Chosen { ignored: None } => {
+                    "  (placements: chosen by Tessera; mig-parted files give counts only)".into()
+                }
+                migparted::PlacementSource::Chosen { ignored: Some(why) } => {
+                    format!("  (placements: chosen by Tessera; the file's tessera.placements line was not used: {why})")
+                }
+            };
+            let _ = writeln!(out, "{name:<20} devices {devices:<8} {layout}{source}");
         }
+    }
+    if !elsewhere.is_empty() {
+        let _ = writeln!(
+            out,
+            "# not for {model} ({} configurations: no group for its device IDs, or other models' profiles): {}",
+            elsewhere.len(),
+            elsewhere.join(", ")
+        );
     }
     Ok(out)
 }
 
-/// `agent mig export`: a mig-parted file applying a layout to all devices.
+/// `agent mig export`: a mig-parted file applying a layout to every GPU of `model` (see [`migparted::export`]).
 pub fn export(model: GpuModel, layout: &Layout, name: &str) -> String {
     migparted::export(name, model, layout)
 }

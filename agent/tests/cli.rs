@@ -61,16 +61,43 @@ fn mig_parted_files_round_trip_through_the_cli() {
     let dir = std::env::temp_dir().join(format!("tessera-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("exported.yaml");
-    let o = agent(&["mig", "export", "--gpu", "H100-80GB", "--layout", "1g@0 1g@1 2g@2 3g@4", "--name", "mine"]);
+    // Placements the driver's default order would not pick come back as they were.
+    let o = agent(&["mig", "export", "--gpu", "H100-80GB", "--layout", "3g@4 2g@0 1g@2 1g@3", "--name", "mine"]);
     assert!(o.status.success(), "{}", stderr(&o));
     std::fs::write(&file, o.stdout).unwrap();
     let o = agent(&["mig", "import", "--gpu", "H100-80GB", "--file", file.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
-        stdout(&o).split_whitespace().collect::<Vec<_>>(),
-        ["mine", "devices", "all", "1g@0", "1g@1", "2g@2", "3g@4"]
+        stdout(&o),
+        "mine                 devices all      2g@0 1g@2 1g@3 3g@4  (placements: the file's tessera.placements line)\n"
     );
+    // The file is for H100-80GB boards only.
+    let o = agent(&["mig", "import", "--gpu", "A100-80GB", "--file", file.to_str().unwrap(), "--config", "mine"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("mig-configs.mine: no device group applies to A100-80GB"), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_gpu_operators_configmap_imports_as_shipped() {
+    let configmap = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../core/tests/fixtures/nvidia/gpu-operator-default-mig-parted-config.yaml"
+    );
+    let o = agent(&["mig", "import", "--gpu", "H100-80GB", "--file", configmap, "--config", "all-1g.10gb"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "all-1g.10gb          devices all      1g@0 1g@1 1g@2 1g@3 1g@4 1g@5 1g@6  (placements: chosen by Tessera; \
+         mig-parted files give counts only)\n"
+    );
+    let o = agent(&["mig", "import", "--gpu", "A100-40GB", "--file", configmap]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("all-balanced         devices all      1g@0 1g@1 2g@2 3g@4"), "{out}");
+    assert!(out.contains("all-1g.10gb          devices all      1g.2x@0 1g.2x@2 1g.2x@4 1g.2x@6"), "{out}");
+    let last = out.lines().last().unwrap();
+    assert!(last.starts_with("# not for A100-40GB (") && last.contains("all-7g.80gb"), "{last}");
 }
 
 #[test]

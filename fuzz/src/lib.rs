@@ -197,7 +197,12 @@ pub fn migparted_yaml(data: &[u8]) {
                     .and_then(|f| migparted::import(&f, name, model))
                     .unwrap_or_else(|e| panic!("export of {} does not import: {e}\n{exported}", g.layout));
                 assert_eq!(back.len(), 1, "{exported}");
-                assert_eq!(back[0].layout, g.layout, "{exported}");
+                // The placements travel in a comment line, left out where the name cannot be written on one.
+                if exported.contains("# tessera.placements:") || g.layout.is_empty() {
+                    assert_eq!(back[0].layout, g.layout, "{exported}");
+                } else {
+                    assert_eq!(back[0].layout.profile_counts(), g.layout.profile_counts(), "{exported}");
+                }
             }
         }
     }
