@@ -208,7 +208,7 @@ pub struct Overrides {
     pub forecaster: Option<String>,
     /// `--slot`.
     pub slot: Option<String>,
-    /// `--horizon-slots`.
+    /// `--horizon`.
     pub horizon_slots: Option<usize>,
     /// `--target-utilization`.
     pub target_utilization: Option<f64>,

@@ -11,8 +11,27 @@ use tessera_coordinator::client::{Client, Retry, assignments_text, layout_text};
 use tessera_coordinator::config::{CoordinatorConfig, Overrides};
 use tessera_proto::v1;
 
+/// Exit statuses of every command, printed under `--help` (docs/operations.md has the same table).
+const EXIT_CODES: &str = "\
+Exit status:
+  0  done
+  1  failed for another reason (a file that cannot be read or written, an internal error)
+  2  usage: unknown flag, missing argument, flags that do not go together
+  3  the cluster did not answer in time or has no leader (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED):
+     worth retrying
+  4  refused: no or unknown certificate, or a role that may not do this (UNAUTHENTICATED, PERMISSION_DENIED)
+  5  not found (NOT_FOUND)
+  6  conflict: already exists, a stale --if-revision, not possible in the current state (ALREADY_EXISTS,
+     FAILED_PRECONDITION, ABORTED)
+  7  invalid input: a bad file, or a request the cluster refuses as invalid (INVALID_ARGUMENT, OUT_OF_RANGE)";
+
 #[derive(Parser)]
-#[command(name = "coordinator", version, about = "Tessera's Raft-replicated coordinator and its client")]
+#[command(
+    name = "coordinator",
+    version,
+    about = "Tessera's Raft-replicated coordinator and its client",
+    after_help = EXIT_CODES
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -98,8 +117,8 @@ struct ServeArgs {
     /// Planner slot length (e.g. 10s).
     #[arg(long)]
     slot: Option<String>,
-    /// Slots in the planning horizon.
-    #[arg(long)]
+    /// Slots in the planning horizon (`--horizon-slots` is accepted too).
+    #[arg(long = "horizon", alias = "horizon-slots", value_name = "SLOTS")]
     horizon_slots: Option<usize>,
     /// Share of an instance's SLO throughput plans use, in (0, 1] (default 0.8).
     #[arg(long)]
@@ -148,12 +167,24 @@ struct ServeArgs {
     allow_fault_injection: bool,
 }
 
+/// How a client command prints its answer.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    /// Text for people.
+    Table,
+    /// JSON for scripts.
+    Json,
+}
+
 #[derive(Args, Clone)]
 struct ClientArgs {
     /// Coordinator endpoints, HOST:PORT,...
     #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:7001", env = "TESSERA_ENDPOINTS")]
     endpoints: Vec<String>,
-    /// Print JSON for scripts.
+    /// Output format.
+    #[arg(short = 'w', long = "output", value_enum, default_value_t = Output::Table, env = "TESSERA_OUTPUT")]
+    output: Output,
+    /// Same as `-w json`.
     #[arg(long)]
     json: bool,
     /// Per-call deadline.
@@ -349,9 +380,107 @@ enum MemberCmd {
     },
 }
 
+impl ClientArgs {
+    /// Whether the answer is printed as JSON (`-w json` or `--json`).
+    fn json(&self) -> bool {
+        self.json || self.output == Output::Json
+    }
+}
+
+/// A failed command with its exit status (see [`EXIT_CODES`]) and one-line message.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    /// Flags that do not go together: exit status 2.
+    fn usage(message: impl Into<String>) -> anyhow::Error {
+        Failure { code: 2, message: message.into() }.into()
+    }
+
+    /// A bad input file or value: exit status 7.
+    fn input(message: impl Into<String>) -> anyhow::Error {
+        Failure { code: 7, message: message.into() }.into()
+    }
+
+    /// The cluster's answer about `object` (left out where the message already starts with it).
+    fn status(object: &str, s: &tonic::Status) -> anyhow::Error {
+        let message = if s.message().starts_with(object) {
+            format!("{} ({})", s.message().trim(), status_kind(s.code()))
+        } else {
+            format!("{object}: {}", status_text(s))
+        };
+        Failure { code: exit_status(s.code()), message }.into()
+    }
+}
+
+/// The exit status for a gRPC status code (see [`EXIT_CODES`]).
+fn exit_status(code: tonic::Code) -> u8 {
+    use tonic::Code;
+    match code {
+        Code::Ok => 0,
+        Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted | Code::Cancelled => 3,
+        Code::Unauthenticated | Code::PermissionDenied => 4,
+        Code::NotFound => 5,
+        Code::AlreadyExists | Code::FailedPrecondition | Code::Aborted => 6,
+        Code::InvalidArgument | Code::OutOfRange => 7,
+        Code::Unknown | Code::Internal | Code::Unimplemented | Code::DataLoss => 1,
+    }
+}
+
+/// A cluster's answer on one line: `permission denied: role reader may not ...`, not tonic's `code: '...'` dump.
+fn status_text(s: &tonic::Status) -> String {
+    let what = status_kind(s.code());
+    let message = s.message().trim();
+    if message.is_empty() { what.to_string() } else { format!("{what}: {message}") }
+}
+
+/// A gRPC status code in a few words.
+fn status_kind(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "failed",
+        Code::InvalidArgument => "invalid",
+        Code::DeadlineExceeded => "no answer in time",
+        Code::NotFound => "not found",
+        Code::AlreadyExists => "already exists",
+        Code::PermissionDenied => "permission denied",
+        Code::ResourceExhausted => "too busy",
+        Code::FailedPrecondition => "conflict",
+        Code::Aborted => "conflict",
+        Code::OutOfRange => "out of range",
+        Code::Unimplemented => "not supported by this coordinator",
+        Code::Internal => "internal error",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data loss",
+        Code::Unauthenticated => "not authenticated",
+    }
+}
+
+/// A failed command's exit status and one-line message.
+fn report(e: &anyhow::Error) -> (u8, String) {
+    if let Some(f) = e.downcast_ref::<Failure>() {
+        return (f.code, f.message.clone());
+    }
+    let mut parts = Vec::new();
+    for cause in e.chain() {
+        if let Some(s) = cause.downcast_ref::<tonic::Status>() {
+            parts.push(status_text(s));
+            return (exit_status(s.code()), parts.join(": "));
+        }
+        parts.push(cause.to_string());
+    }
+    (1, format!("{e:#}"))
+}
+
 fn client(c: &ClientArgs) -> anyhow::Result<Client> {
     let tls = tessera_auth::TlsFiles::from_flags(c.tls_cert.clone(), c.tls_key.clone(), c.tls_ca.clone())
-        .map_err(|e| anyhow::anyhow!(e))?;
+        .map_err(Failure::usage)?;
     Ok(Client::new(&c.endpoints, c.timeout).with_tls(tls))
 }
 
@@ -433,7 +562,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 client(&c)?.call(|mut x| async move { x.cluster_status(v1::ClusterStatusRequest {}).await }).await?;
             let members: Vec<String> = s.members.iter().map(|m| format!("{}={}", m.id, m.address)).collect();
             print(
-                c.json,
+                c.json(),
                 json!({
                     "id": s.id, "role": s.role, "leader_id": s.leader_id, "leader_address": s.leader_address,
                     "term": s.term, "commit_index": s.commit_index, "applied_index": s.applied_index,
@@ -456,13 +585,13 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Tenant(TenantCmd::Add { file, update, if_revision, c }) => {
-            let specs = tessera_core::config::load_tenants(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let specs = tessera_core::config::load_tenants(&file).map_err(|e| Failure::input(e.to_string()))?;
             if if_revision.is_some() && specs.len() != 1 {
-                anyhow::bail!(
+                return Err(Failure::usage(format!(
                     "--if-revision needs a file of exactly one tenant; {} has {}",
                     file.display(),
                     specs.len()
-                );
+                )));
             }
             let cl = client(&c)?;
             let mut out = Vec::new();
@@ -483,19 +612,11 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                     })
                     .await
                 }
-                .map_err(|s| {
-                    // Messages about one tenant already name it.
-                    let prefix = format!("tenant {}", spec.id);
-                    if s.message().starts_with(&prefix) {
-                        anyhow::anyhow!("{}", s.message())
-                    } else {
-                        anyhow::anyhow!("{prefix}: {}", s.message())
-                    }
-                })?;
+                .map_err(|s| Failure::status(&format!("tenant {}", spec.id), &s))?;
                 out.push((spec.id.to_string(), r.index));
             }
             print(
-                c.json,
+                c.json(),
                 json!(out.iter().map(|(id, i)| json!({"id": id, "index": i})).collect::<Vec<_>>()),
                 out.iter()
                     .map(|(id, i)| format!("{} tenant {id} (index {i})", if update { "updated" } else { "created" }))
@@ -522,7 +643,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 })
                 .collect();
             print(
-                c.json,
+                c.json(),
                 r.tenants.iter().map(tenant_json).collect(),
                 if lines.is_empty() { "(no tenants)".into() } else { lines.join("\n") },
             );
@@ -536,12 +657,12 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 })
                 .await?;
             let j = tenant_json(&r);
-            print(c.json, j.clone(), serde_json::to_string_pretty(&j)?);
+            print(c.json(), j.clone(), serde_json::to_string_pretty(&j)?);
             Ok(())
         }
         Cmd::Tenant(TenantCmd::Rm { ids, if_revision, c }) => {
             if if_revision.is_some() && ids.len() != 1 {
-                anyhow::bail!("--if-revision needs exactly one tenant id, got {}", ids.len());
+                return Err(Failure::usage(format!("--if-revision needs exactly one tenant id, got {}", ids.len())));
             }
             let cl = client(&c)?;
             let mut out = Vec::new();
@@ -554,11 +675,11 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                         async move { x.delete_tenant(req).await }
                     })
                     .await
-                    .map_err(|s| anyhow::anyhow!("tenant {id}: {}", s.message()))?;
+                    .map_err(|s| Failure::status(&format!("tenant {id}"), &s))?;
                 out.push((id, r.retiring));
             }
             print(
-                c.json,
+                c.json(),
                 json!(out.iter().map(|(id, r)| json!({"id": id, "retiring": r})).collect::<Vec<_>>()),
                 out.iter()
                     .map(|(id, r)| {
@@ -604,7 +725,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                     "health_since_ms": n.health_since_ms, "gpus": gj,
                 }));
             }
-            print(c.json, json!(js), if lines.is_empty() { "(no nodes)".into() } else { lines.join("\n") });
+            print(c.json(), json!(js), if lines.is_empty() { "(no nodes)".into() } else { lines.join("\n") });
             Ok(())
         }
         Cmd::Gpu(cmd) => {
@@ -619,7 +740,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 })
                 .await?;
             print(
-                c.json,
+                c.json(),
                 json!({"gpu": gpu, "draining": drain, "index": r.index}),
                 format!("{gpu} {}", if drain { "draining" } else { "healthy" }),
             );
@@ -638,7 +759,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 gj.push(json!({"gpu": g.gpu, "layout": layout_text(&p.layout), "assignments": assignments_text(&p.assignments), "expected_goodput": p.expected_goodput, "explanation": p.explanation}));
             }
             print(
-                c.json,
+                c.json(),
                 json!({"epoch": r.epoch, "policy": r.policy, "made_at_ms": r.made_at_ms, "expected_goodput": r.expected_goodput, "gpus": gj}),
                 lines.join("\n"),
             );
@@ -654,7 +775,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             let p = r.plan.clone().unwrap_or_default();
             let forecasts: Vec<String> = r.forecasts.iter().map(|(k, v)| format!("{k}={v:.1} rps")).collect();
             print(
-                c.json,
+                c.json(),
                 json!({"gpu": r.gpu, "epoch": r.epoch, "policy": r.policy, "explanation": r.explanation, "layout": layout_text(&p.layout),
                        "assignments": assignments_text(&p.assignments), "status": r.status, "objective": r.objective, "bound": r.bound,
                        "tenants": r.tenants, "forecasts": r.forecasts}),
@@ -705,7 +826,11 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                     json!({"epoch": e.epoch, "made_at_ms": e.made_at_ms, "policy": e.policy, "layout": layout_text(&p.layout), "assignments": assignments_text(&p.assignments)})
                 })
                 .collect();
-            print(c.json, json!(js), if lines.is_empty() { "(no committed target)".into() } else { lines.join("\n") });
+            print(
+                c.json(),
+                json!(js),
+                if lines.is_empty() { "(no committed target)".into() } else { lines.join("\n") },
+            );
             Ok(())
         }
         Cmd::Plan(PlanCmd::Trigger { c }) => {
@@ -713,7 +838,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 .call_with(Retry::Once, |mut x| async move { x.trigger_plan(v1::TriggerPlanRequest {}).await })
                 .await?;
             print(
-                c.json,
+                c.json(),
                 json!({"outcome": r.outcome, "epoch": r.epoch, "objective": r.objective, "bound": r.bound, "gap": r.gap,
                        "solve_ms": r.solve_ms, "reason": r.reason, "pushed": r.pushed, "push_failures": r.push_failures}),
                 format!(
@@ -750,7 +875,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 .iter()
                 .map(|e| json!({"index": e.index, "at_ms": e.at_ms, "who": e.who, "action": e.action, "result": e.result}))
                 .collect();
-            print(c.json, json!(js), if lines.is_empty() { "(no audited actions)".into() } else { lines.join("\n") });
+            print(c.json(), json!(js), if lines.is_empty() { "(no audited actions)".into() } else { lines.join("\n") });
             Ok(())
         }
         Cmd::Certs(CertsCmd::Init { out: dir, nodes, agents, agent_names, hosts }) => {
@@ -764,12 +889,12 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
         }
         Cmd::Certs(CertsCmd::Issue { dir, name, role, hosts }) => {
             let role = tessera_auth::Role::parse(&role).ok_or_else(|| {
-                anyhow::anyhow!("--role `{role}`: one of coordinator, agent, admin, operator, reader")
+                Failure::usage(format!("--role `{role}`: one of coordinator, agent, admin, operator, reader"))
             })?;
             if role == tessera_auth::Role::Coordinator
                 && name.strip_prefix("node-").and_then(|i| i.parse::<u64>().ok()).is_none_or(|i| i == 0)
             {
-                anyhow::bail!("--name `{name}`: a coordinator is node-N, N its member id");
+                return Err(Failure::usage(format!("--name `{name}`: a coordinator is node-N, N its member id")));
             }
             let (cert, key) = tessera_auth::issue(&dir, &name, role, &hosts).map_err(|e| anyhow::anyhow!("{e}"))?;
             out(&format!("{name}: {} {}", cert.display(), key.display()));
@@ -821,7 +946,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 ),
             };
             print(
-                c.json,
+                c.json(),
                 members_json(&r),
                 r.iter().map(|m| format!("{} {}", m.id, m.address)).collect::<Vec<_>>().join("\n"),
             );
@@ -842,8 +967,9 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            let (code, message) = report(&e);
+            eprintln!("error: {message}");
+            ExitCode::from(code)
         }
     }
 }

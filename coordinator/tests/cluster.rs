@@ -114,8 +114,18 @@ async fn a_follower_that_fell_behind_catches_up_from_a_snapshot() {
 }
 
 fn cli(args: &[&str]) -> (bool, String, String) {
+    let (code, out, err) = cli_status(args);
+    (code == 0, out, err)
+}
+
+/// The exit status, stdout and stderr of a CLI command.
+fn cli_status(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(support::cluster::binary()).args(args).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,9 +155,12 @@ async fn members_are_added_and_removed_from_the_command_line() {
     let ids: Vec<u64> = status["members"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
     assert_eq!(ids, vec![1, 2, 3], "{out}");
 
-    // Bad input is named.
-    let (ok, _, err) = cli(&["member", "add", "0", "x:1", "--endpoints", &endpoints]);
-    assert!(!ok && err.contains("id"), "{err}");
+    // Bad input is named, and exits with 7; a cluster that does not answer with 3.
+    let (code, _, err) = cli_status(&["member", "add", "0", "x:1", "--endpoints", &endpoints]);
+    assert!(code == 7 && err.contains("id"), "{code}: {err}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let (code, _, err) = cli_status(&["status", "--endpoints", &closed, "--timeout", "1s"]);
+    assert!(code == 3, "{code}: {err}");
     let (ok, _, err) = cli(&["serve", "--id", "1", "--listen", "nonsense", "--data-dir", "x"]);
     assert!(!ok && err.contains("listen"), "{err}");
 }
@@ -203,14 +216,25 @@ async fn the_cli_rides_out_an_election_and_conditional_updates_lose_to_newer_wri
     let (ok, _, err) =
         cli(&["tenant", "add", "--update", "--if-revision", &rev, "--file", &newer, "--endpoints", &endpoints]);
     assert!(ok, "{err}");
-    let (ok, _, err) =
-        cli(&["tenant", "add", "--update", "--if-revision", &rev, "--file", &late, "--endpoints", &endpoints]);
-    assert!(!ok && err.contains(&format!("not {revision}")), "{err}");
-    let (_, out, _) = cli(&["tenant", "get", "e0", "--endpoints", &endpoints, "--json"]);
+    // A conflict exits with 6 and one line naming the tenant (no gRPC status dump).
+    let (code, _, err) =
+        cli_status(&["tenant", "add", "--update", "--if-revision", &rev, "--file", &late, "--endpoints", &endpoints]);
+    assert!(code == 6 && err.contains(&format!("not {revision}")), "{code}: {err}");
+    assert!(
+        err.starts_with("error: tenant e0 is at revision ")
+            && err.ends_with(&format!(", not {revision}: it changed since it was read (conflict)\n"))
+            && err.lines().count() == 1,
+        "{err}"
+    );
+    let (_, out, _) = cli(&["tenant", "get", "e0", "--endpoints", &endpoints, "-w", "json"]);
     let got: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(got["spec"]["slo_ms"].as_f64(), Some(222.0), "{out}");
-    let (ok, _, err) = cli(&["tenant", "rm", "e0", "--if-revision", &rev, "--endpoints", &endpoints]);
-    assert!(!ok && err.contains("revision"), "{err}");
+    let (code, _, err) = cli_status(&["tenant", "rm", "e0", "--if-revision", &rev, "--endpoints", &endpoints]);
+    assert!(code == 6 && err.contains("revision"), "{code}: {err}");
+    let (code, _, err) = cli_status(&["tenant", "get", "nobody", "--endpoints", &endpoints]);
+    assert!(code == 5 && err.starts_with("error: not found: "), "{code}: {err}");
+    let (code, _, err) = cli_status(&["tenant", "rm", "a", "b", "--if-revision", "1", "--endpoints", &endpoints]);
+    assert!(code == 2 && err.contains("--if-revision needs exactly one tenant id"), "{code}: {err}");
 
     // The API validates tenants as replay does (a selector is a stream, not a file) and bounds every field and
     // the request itself.

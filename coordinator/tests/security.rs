@@ -127,8 +127,28 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         &ca,
     ]);
     assert!(!ok && err.contains("operator"), "{err}");
+    assert!(err.starts_with("error: tenant t1: permission denied: reader `reader` may not"), "{err}");
+    let code = |args: &[&str]| std::process::Command::new(binary()).args(args).output().unwrap().status.code();
+    assert_eq!(
+        code(&[
+            "tenant",
+            "rm",
+            "t1",
+            "--endpoints",
+            &endpoints,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-ca",
+            &ca
+        ]),
+        Some(4),
+        "a refusal exits with 4"
+    );
     let (ok, _, err) = cli(&["status", "--endpoints", &endpoints, "--tls-cert", &cert]);
     assert!(!ok && err.contains("--tls-key, --tls-ca"), "{err}");
+    assert_eq!(code(&["status", "--endpoints", &endpoints, "--tls-cert", &cert]), Some(2), "usage");
     // The same from the environment (TESSERA_ENDPOINTS, TESSERA_TLS_CERT/KEY/CA), as a shell profile would set it.
     let out = std::process::Command::new(binary())
         .args(["tenant", "list"])

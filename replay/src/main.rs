@@ -128,7 +128,7 @@ struct PlanArgs {
     #[arg(long)]
     max_nodes: Option<u64>,
     /// Model profiles for the synthetic input.
-    #[arg(long, default_value = "configs/models", value_name = "DIR")]
+    #[arg(long = "models-dir", alias = "models", default_value = "configs/models", value_name = "DIR")]
     models: PathBuf,
     /// Write the planner input used to FILE (JSON), for `--input` later.
     #[arg(long, value_name = "FILE")]

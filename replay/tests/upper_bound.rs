@@ -61,7 +61,7 @@ fn no_policy_ever_exceeds_the_upper_bound() {
             &seed.to_string(),
             "--policy",
             &policies,
-            "--models",
+            "--models-dir",
             &root.join("configs/models").to_string_lossy(),
         ]
         .iter()

@@ -62,7 +62,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub tenants_count: Option<usize>,
     /// Model profiles.
-    #[arg(long, default_value = "configs/models", value_name = "DIR")]
+    #[arg(long = "models-dir", alias = "models", default_value = "configs/models", value_name = "DIR")]
     pub models: PathBuf,
     /// Mean inference demand as a fraction of the fleet's compute slices (at each model's best rate per slice
     /// within its SLO). Derived tenants share it in proportion to their streams' popularity, at most 4 slices each;
