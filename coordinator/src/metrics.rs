@@ -1,19 +1,22 @@
 //! Prometheus / OpenMetrics metrics of the coordinator and the HTTP endpoint that serves them.
 //!
 //! Every family is named `tessera_coordinator_*`: gauges for the Raft state (`raft_term`, `raft_commit_index`,
-//! `raft_applied_index`, `raft_is_leader`, `raft_members`) and the fleet (`tenants`, `gpus`); counters
-//! `proposals_total`, `plan_rounds_total{outcome}`, `pushes_total{result}` and `reconfigurations_total`; histogram
-//! `plan_round_seconds`. [`Metrics`] is `Send + Sync`: share it as `Arc<Metrics>` and update
-//! it from any task; [`serve`] exposes it at `GET /metrics`.
+//! `raft_applied_index`, `raft_is_leader`, `raft_members`), the fleet (`tenants`, `gpus`) and the last planning round
+//! (`plan_epoch`, `plan_objective`, `plan_bound`, `plan_gap`); per GPU (labels `gpu`, `model`), read from the
+//! replicated state when scraped: `gpu_applied_epoch`, `gpu_target_epoch`, `gpu_instances{profile}` (applied) and
+//! `gpu_drift_instances` (instances the applied layout has and the target has not, or the reverse); counters
+//! `proposals_total`, `plan_rounds_total{outcome}`, `pushes_total{result}` and `reconfigurations_total`; histograms
+//! `plan_round_seconds` and `reconfiguration_seconds` (from the push of a GPU's new target to the agent's report that
+//! it is applied, as the leader sees it: heartbeats make it up to one heartbeat interval long). [`Metrics`] is
+//! `Send + Sync`: share it as `Arc<Metrics>` and update it from any task; [`serve`] exposes it at `GET /metrics`
+//! with `/healthz` and `/readyz` (`tessera-metrics`).
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::get;
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -23,8 +26,8 @@ use prometheus_client::registry::{Registry, Unit};
 /// Prefix of every metric family name (an underscore separates it from the rest).
 pub const PREFIX: &str = "tessera_coordinator";
 
-/// `Content-Type` of [`Metrics::encode`]'s output, as served by [`serve`].
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// `Content-Type` of [`Metrics::encode`]'s output (what [`serve`] answers a scraper that asks for OpenMetrics).
+pub const CONTENT_TYPE: &str = tessera_metrics::OPENMETRICS;
 
 /// `outcome` label of `plan_rounds_total` for a round that produced a plan.
 pub const OUTCOME_PLANNED: &str = "planned";
@@ -44,6 +47,36 @@ pub const DURATION_BUCKETS: [f64; 16] =
 
 /// A label set with one label whose value is chosen at run time.
 type OneLabel = [(&'static str, String); 1];
+/// `gpu` and `model`.
+type GpuLabels = [(&'static str, String); 2];
+/// `gpu`, `model` and `profile`.
+type ProfileLabels = [(&'static str, String); 3];
+
+/// One GPU as the per-GPU families report it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuGauges {
+    /// `NODE/INDEX`.
+    pub gpu: String,
+    /// The model's short name.
+    pub model: String,
+    /// The epoch of the layout the agent last reported applied.
+    pub applied_epoch: u64,
+    /// The epoch of the committed target (0 without one).
+    pub target_epoch: u64,
+    /// Applied instances by profile short name.
+    pub instances: BTreeMap<String, usize>,
+    /// Instances in the applied layout and not in the target, or the reverse (0 without a target).
+    pub drift_instances: usize,
+}
+
+/// Where the per-GPU families come from at scrape time.
+struct GpuSource(Box<dyn Fn() -> Vec<GpuGauges> + Send + Sync>);
+
+impl std::fmt::Debug for GpuSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GpuSource")
+    }
+}
 
 /// The coordinator's metrics registry. Cheap to update from many tasks (atomics throughout); encode it with
 /// [`Metrics::encode`] or serve it with [`serve`].
@@ -66,6 +99,18 @@ pub struct Metrics {
     proposals_dropped_late: Counter,
     auth_refusals: Family<OneLabel, Counter>,
     build_info: Family<OneLabel, Gauge>,
+    plan_epoch: Gauge,
+    plan_objective: Gauge<f64, AtomicU64>,
+    plan_bound: Gauge<f64, AtomicU64>,
+    plan_gap: Gauge<f64, AtomicU64>,
+    reconfiguration_seconds: Histogram,
+    gpu_applied_epoch: Family<GpuLabels, Gauge>,
+    gpu_target_epoch: Family<GpuLabels, Gauge>,
+    gpu_drift_instances: Family<GpuLabels, Gauge>,
+    gpu_instances: Family<ProfileLabels, Gauge>,
+    gpu_source: OnceLock<GpuSource>,
+    /// Per GPU, the target epoch last pushed and when, until the agent reports it applied.
+    pushed: Mutex<HashMap<String, (u64, Instant)>>,
     leader_known: std::sync::atomic::AtomicBool,
 }
 
@@ -96,6 +141,17 @@ impl Metrics {
             proposals_dropped_late: Counter::default(),
             auth_refusals: Family::default(),
             build_info: Family::default(),
+            plan_epoch: Gauge::default(),
+            plan_objective: Gauge::default(),
+            plan_bound: Gauge::default(),
+            plan_gap: Gauge::default(),
+            reconfiguration_seconds: Histogram::new(DURATION_BUCKETS),
+            gpu_applied_epoch: Family::default(),
+            gpu_target_epoch: Family::default(),
+            gpu_drift_instances: Family::default(),
+            gpu_instances: Family::default(),
+            gpu_source: OnceLock::new(),
+            pushed: Mutex::new(HashMap::new()),
             leader_known: std::sync::atomic::AtomicBool::new(false),
             registry: Registry::default(),
         };
@@ -168,7 +224,97 @@ impl Metrics {
             "Proposals forwarded by a follower that arrived after their deadline and were dropped",
             metrics.proposals_dropped_late.clone(),
         );
+        registry.register(
+            "plan_epoch",
+            "Epoch of the last plan this node committed as leader",
+            metrics.plan_epoch.clone(),
+        );
+        registry.register(
+            "plan_objective",
+            "Planning value of the last round this node ran as leader (expected goodput plus retraining value)",
+            metrics.plan_objective.clone(),
+        );
+        registry.register("plan_bound", "Proven upper bound on that round's objective", metrics.plan_bound.clone());
+        registry.register(
+            "plan_gap",
+            "Relative gap between that round's objective and bound",
+            metrics.plan_gap.clone(),
+        );
+        registry.register_with_unit(
+            "reconfiguration",
+            "Time from pushing a GPU's new target to the agent's report that it is applied (heartbeat granularity)",
+            Unit::Seconds,
+            metrics.reconfiguration_seconds.clone(),
+        );
+        registry.register(
+            "gpu_applied_epoch",
+            "Epoch of the layout the GPU's agent last reported applied",
+            metrics.gpu_applied_epoch.clone(),
+        );
+        registry.register("gpu_target_epoch", "Epoch of the GPU's committed target", metrics.gpu_target_epoch.clone());
+        registry.register(
+            "gpu_drift_instances",
+            "Instances in the applied layout and not in the target, or the reverse",
+            metrics.gpu_drift_instances.clone(),
+        );
+        registry.register("gpu_instances", "Applied GPU instances, by profile", metrics.gpu_instances.clone());
         Self { registry, ..metrics }
+    }
+
+    /// Where the per-GPU families are read from when scraped (the server passes a read of the replicated state);
+    /// only the first call counts.
+    pub fn set_gpu_source(&self, source: impl Fn() -> Vec<GpuGauges> + Send + Sync + 'static) {
+        let _ = self.gpu_source.set(GpuSource(Box::new(source)));
+    }
+
+    /// Records a committed round: its epoch, objective, bound and gap.
+    pub fn set_round(&self, epoch: u64, objective: f64, bound: f64, gap: f64) {
+        self.plan_epoch.set(saturating_i64(epoch));
+        self.plan_objective.set(objective);
+        self.plan_bound.set(bound);
+        self.plan_gap.set(gap);
+    }
+
+    /// Notes that GPU `gpu`'s target of `epoch` was pushed now (a GPU already waiting keeps its first push time).
+    pub fn target_pushed(&self, gpu: &str, epoch: u64) {
+        let mut pushed = self.pushed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match pushed.get(gpu) {
+            Some((e, _)) if *e >= epoch => {}
+            _ => {
+                pushed.insert(gpu.to_string(), (epoch, Instant::now()));
+            }
+        }
+    }
+
+    /// Notes the agent's report that GPU `gpu` applied `epoch`: observes `reconfiguration_seconds` if that is the
+    /// epoch pushed (or a newer one).
+    pub fn layout_applied(&self, gpu: &str, epoch: u64) {
+        let mut pushed = self.pushed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((e, at)) = pushed.get(gpu).copied()
+            && epoch >= e
+        {
+            pushed.remove(gpu);
+            self.reconfiguration_seconds.observe(at.elapsed().as_secs_f64());
+        }
+    }
+
+    fn refresh_gpus(&self) {
+        let Some(source) = self.gpu_source.get() else { return };
+        let gpus = (source.0)();
+        self.gpu_applied_epoch.clear();
+        self.gpu_target_epoch.clear();
+        self.gpu_drift_instances.clear();
+        self.gpu_instances.clear();
+        for g in gpus {
+            let labels = [("gpu", g.gpu.clone()), ("model", g.model.clone())];
+            self.gpu_applied_epoch.get_or_create(&labels).set(saturating_i64(g.applied_epoch));
+            self.gpu_target_epoch.get_or_create(&labels).set(saturating_i64(g.target_epoch));
+            self.gpu_drift_instances.get_or_create(&labels).set(saturating_i64(g.drift_instances as u64));
+            for (profile, n) in &g.instances {
+                let labels = [("gpu", g.gpu.clone()), ("model", g.model.clone()), ("profile", profile.clone())];
+                self.gpu_instances.get_or_create(&labels).set(saturating_i64(*n as u64));
+            }
+        }
     }
 
     /// Sets the Raft gauges: term, commit and applied index, leadership (1/0) and number of voting members.
@@ -228,12 +374,53 @@ impl Metrics {
         self.gpus.set(saturating_i64(gpus as u64));
     }
 
-    /// The whole registry in the OpenMetrics text format (ending in `# EOF`), as served with [`CONTENT_TYPE`].
+    /// The whole registry in the OpenMetrics text format (ending in `# EOF`), the per-GPU families read afresh.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
-        out
+        self.refresh_gpus();
+        tessera_metrics::encode(&self.registry)
     }
+}
+
+impl tessera_metrics::Exposition for Metrics {
+    fn openmetrics(&self) -> String {
+        self.encode()
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        if self.leader_known.load(std::sync::atomic::Ordering::Relaxed) {
+            Ok(())
+        } else {
+            Err("no leader known".into())
+        }
+    }
+}
+
+/// The per-GPU families' values for every GPU of `fleet`.
+pub fn gpu_gauges(fleet: &tessera_core::fleet::FleetState) -> Vec<GpuGauges> {
+    fleet
+        .gpus
+        .iter()
+        .map(|(id, g)| {
+            let drift_instances = g.target.as_ref().map_or(0, |t| {
+                let missing = t.layout.placements().iter().filter(|p| !g.applied.contains(**p)).count();
+                let extra = g.applied.placements().iter().filter(|p| !t.layout.contains(**p)).count();
+                missing + extra
+            });
+            GpuGauges {
+                gpu: id.to_string(),
+                model: g.model.to_string(),
+                applied_epoch: g.applied_epoch,
+                target_epoch: g.target_epoch,
+                instances: g
+                    .applied
+                    .profile_counts()
+                    .into_iter()
+                    .map(|(p, n)| (p.short_name().to_string(), n))
+                    .collect(),
+                drift_instances,
+            }
+        })
+        .collect()
 }
 
 fn saturating_i64(v: u64) -> i64 {
@@ -246,33 +433,16 @@ const _: () = {
     send_sync::<Metrics>();
 };
 
-/// Serves `metrics` over HTTP/1.1 on `listener` until the listener fails: `GET /metrics` answers the OpenMetrics text
-/// ([`CONTENT_TYPE`]); any other path is 404 and other methods on `/metrics` are 405.
+/// Serves `metrics` over HTTP/1.1 on `listener` until the listener fails: `GET /metrics` (OpenMetrics for a scraper
+/// that asks for it, the Prometheus text format otherwise), `/healthz` (200 while the process serves) and `/readyz`
+/// (200 once this member knows a leader, so its API can answer; 503 before, and during an election).
 pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics)).await
+    tessera_metrics::serve(listener, metrics).await
 }
 
-/// The axum router behind [`serve`], for embedding the endpoint in another server: `/metrics`, `/healthz` (200
-/// while the process serves) and `/readyz` (200 once this member knows a leader, so its API can answer; 503 before,
-/// and during an election).
+/// The router behind [`serve`], for embedding the endpoints in another server.
 pub fn router(metrics: Arc<Metrics>) -> Router {
-    Router::new()
-        .route("/metrics", get(get_metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(get_ready))
-        .with_state(metrics)
-}
-
-async fn get_ready(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
-    if metrics.leader_known.load(std::sync::atomic::Ordering::Relaxed) {
-        (axum::http::StatusCode::OK, "ready: a leader is known\n")
-    } else {
-        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader known\n")
-    }
-}
-
-async fn get_metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.encode())
+    tessera_metrics::router(metrics)
 }
 
 #[cfg(test)]
@@ -292,6 +462,22 @@ mod tests {
         m.proposal();
         m.reconfigurations(5);
         m.set_fleet(12, 8);
+        m.set_round(9, 41.5, 42.0, 0.012);
+        m.set_gpu_source(|| {
+            vec![GpuGauges {
+                gpu: "node-0/0".into(),
+                model: "A100-40GB".into(),
+                applied_epoch: 8,
+                target_epoch: 9,
+                instances: BTreeMap::from([("1g".to_string(), 2), ("3g".to_string(), 1)]),
+                drift_instances: 2,
+            }]
+        });
+        m.target_pushed("node-0/0", 9);
+        m.target_pushed("node-0/0", 9);
+        m.layout_applied("node-0/0", 8);
+        m.layout_applied("node-0/0", 9);
+        m.layout_applied("node-0/0", 9);
         m
     }
 
@@ -315,6 +501,15 @@ mod tests {
             "# UNIT tessera_coordinator_plan_round_seconds seconds",
             "tessera_coordinator_tenants 12",
             "tessera_coordinator_gpus 8",
+            "tessera_coordinator_plan_epoch 9",
+            "tessera_coordinator_plan_objective 41.5",
+            "tessera_coordinator_plan_gap 0.012",
+            "tessera_coordinator_gpu_applied_epoch{gpu=\"node-0/0\",model=\"A100-40GB\"} 8",
+            "tessera_coordinator_gpu_target_epoch{gpu=\"node-0/0\",model=\"A100-40GB\"} 9",
+            "tessera_coordinator_gpu_drift_instances{gpu=\"node-0/0\",model=\"A100-40GB\"} 2",
+            "tessera_coordinator_gpu_instances{gpu=\"node-0/0\",model=\"A100-40GB\",profile=\"3g\"} 1",
+            // One push of epoch 9, reported applied once (the report of epoch 8 and the repeat do not count).
+            "tessera_coordinator_reconfiguration_seconds_count 1",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
         }
@@ -323,6 +518,10 @@ mod tests {
         // Label values nobody used yet are reported at 0.
         assert!(text.contains("tessera_coordinator_plan_rounds_total{outcome=\"error\"} 0"), "{text}");
         assert!(text.contains("tessera_coordinator_pushes_total{result=\"error\"} 0"), "{text}");
+        // What Prometheus' own linter says of the text format (when CI provides promtool).
+        if let Some(r) = tessera_metrics::promtool_check(&tessera_metrics::to_prometheus_text(&text)) {
+            r.unwrap();
+        }
     }
 
     #[test]
@@ -348,7 +547,9 @@ mod tests {
 
     async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/openmetrics-text\r\nConnection: close\r\n\r\n"
+        );
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).await.unwrap();

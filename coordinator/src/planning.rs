@@ -482,6 +482,9 @@ impl Planner {
             Ok(r) => {
                 span.record("outcome", r.outcome.as_str());
                 self.metrics.observe_round(&r.outcome, started.elapsed().as_secs_f64());
+                if r.epoch > 0 {
+                    self.metrics.set_round(r.epoch, r.objective, r.bound, r.gap);
+                }
             }
             Err(e) => {
                 span.record("outcome", "error");
@@ -613,6 +616,9 @@ impl Planner {
             .collect();
         self.node.propose(Op::Fleet { command: Command::CommitPlan { plan } }).await?;
         self.observations.lock().expect("observations lock").rounds.planned(Some(&report));
+        for (gpu, _, _) in &changed {
+            self.metrics.target_pushed(&gpu.to_string(), epoch);
+        }
         let (pushed, push_failures) = self.push_all(Some(span), &changed).await;
         span.record("pushed", pushed);
         span.record("push_failures", push_failures);
@@ -628,6 +634,11 @@ impl Planner {
             pushed,
             push_failures,
         })
+    }
+
+    /// Notes an agent's report that `gpu` applied the target of `epoch` (the `reconfiguration_seconds` metric).
+    pub fn layout_applied(&self, gpu: &GpuId, epoch: u64) {
+        self.metrics.layout_applied(&gpu.to_string(), epoch);
     }
 
     /// A client of node `node`'s agent at `address` (with mutual TLS, the agent must present `node`'s certificate).

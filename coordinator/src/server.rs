@@ -112,6 +112,11 @@ pub async fn serve_on(
         auth,
     );
 
+    {
+        // The per-GPU families are read from the replicated state when scraped, so they cost nothing between.
+        let node = node.clone();
+        metrics.set_gpu_source(move || node.read(|s| crate::metrics::gpu_gauges(&s.fleet)));
+    }
     let mut metrics_addr = None;
     if let Some(addr) = config.metrics_listen {
         let l =

@@ -632,6 +632,11 @@ impl v1::coordinator_server::Coordinator for Services {
             self.planner.observe(&node, m.now_ms, &m.tenants);
         }
         let commands = self.node.read(|s| reports(s, &node, &state));
+        for c in &commands {
+            if let Command::LayoutApplied { gpu, epoch, .. } = c {
+                self.planner.layout_applied(gpu, *epoch);
+            }
+        }
         if !commands.is_empty() {
             // The reports are replicated before the heartbeat is answered, so an agent (or replay) that heartbeats
             // and then asks for a plan is planned from what it reported; a failure is retried by the next beat.

@@ -98,6 +98,29 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
         assert!(body.contains(name), "/metrics lacks {name}:\n{body}");
     }
     assert!(body.contains("tessera_coordinator_raft_is_leader 1"), "{body}");
+    // Per GPU, from the replicated state; the push-to-report time of the reconfiguration; the round's gap.
+    let metrics_addr = c.metrics_addr(leader).unwrap();
+    let body = eventually(T, "the GPU's applied epoch and a reconfiguration time on /metrics", || async {
+        let body = http_get(&metrics_addr, "/metrics").await;
+        let applied = body.lines().any(|l| {
+            l.starts_with(&format!("tessera_coordinator_gpu_applied_epoch{{gpu=\"{gpu}\",model=\"A100-40GB\"}} "))
+                && !l.ends_with(" 0")
+        });
+        let timed = body
+            .lines()
+            .any(|l| l.starts_with("tessera_coordinator_reconfiguration_seconds_count ") && !l.ends_with(" 0"));
+        (applied && timed).then_some(body)
+    })
+    .await;
+    assert!(
+        body.contains("tessera_coordinator_gpu_instances{") && body.contains("tessera_coordinator_plan_gap "),
+        "{body}"
+    );
+    let (head, text) = body.split_once("\r\n\r\n").unwrap();
+    assert!(head.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"), "{head}");
+    if let Some(r) = tessera_metrics::promtool_check(text) {
+        r.unwrap();
+    }
 
     sim.stop().await;
 }
