@@ -84,6 +84,18 @@ pub enum Refusal {
     },
 }
 
+impl Refusal {
+    /// The rule's name, for metrics: `stale_term`, `term_too_far`, `not_leader` or `epoch_too_far`.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            Refusal::StaleTerm { .. } => "stale_term",
+            Refusal::TermTooFar { .. } => "term_too_far",
+            Refusal::NotLeader { .. } => "not_leader",
+            Refusal::EpochTooFar { .. } => "epoch_too_far",
+        }
+    }
+}
+
 /// The agent's knowledge of who leads, and a way to refresh it.
 #[derive(Debug)]
 pub struct Authority {

@@ -82,6 +82,7 @@ struct RawConfig {
     coordinator: Option<RawCoordinator>,
     tls: Option<RawTls>,
     insecure: Option<bool>,
+    metrics_listen: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -117,6 +118,8 @@ pub struct AgentConfig {
     pub backend: BackendKind,
     /// Loop pacing and the coordinator client.
     pub runtime: RuntimeOptions,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP), if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 fn duration(field: &str, value: Option<&str>, default: &str) -> Result<Duration, FieldError> {
@@ -181,12 +184,21 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
             })
         }
     };
+    let metrics_listen = raw
+        .metrics_listen
+        .as_deref()
+        .map(|m| {
+            m.parse::<SocketAddr>()
+                .map_err(|e| field("metrics_listen", format!("`{m}` is not host:port with an IP ({e})")))
+        })
+        .transpose()?;
     Ok(AgentConfig {
         node_id,
         listen,
         advertise,
         data_dir,
         backend,
+        metrics_listen,
         runtime: RuntimeOptions {
             resync_interval: duration("resync_interval", raw.resync_interval.as_deref(), DEFAULT_RESYNC_INTERVAL)?,
             retry_interval: duration("retry_interval", raw.retry_interval.as_deref(), DEFAULT_RETRY_INTERVAL)?,
@@ -196,6 +208,7 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
                 key: base.join(t.key),
                 ca: base.join(t.ca),
             }),
+            metrics: None,
         },
     })
 }

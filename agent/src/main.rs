@@ -183,10 +183,24 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         tracing::info!(node = %config.node_id, %addr, "agent serving");
+        let mut options = config.runtime;
+        if let Some(at) = config.metrics_listen {
+            let l = tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| format!("cannot listen on {at} for /metrics: {e}"))?;
+            let metrics = Arc::new(tessera_agent::metrics::AgentMetrics::new());
+            options.metrics = Some(tessera_agent::metrics::SharedMetrics(metrics.clone()));
+            tracing::info!(addr = %l.local_addr().map_err(|e| e.to_string())?, "serving /metrics");
+            tokio::spawn(async move {
+                if let Err(e) = tessera_metrics::serve(l, metrics).await {
+                    tracing::error!(error = %e, "the /metrics server stopped");
+                }
+            });
+        }
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        runtime::run(Arc::new(reconciler), listener, config.runtime, shutdown).await.map_err(|e| e.to_string())
+        runtime::run(Arc::new(reconciler), listener, options, shutdown).await.map_err(|e| e.to_string())
     })
 }
 

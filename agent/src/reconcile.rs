@@ -283,6 +283,11 @@ impl Reconciler {
         lock(&self.desired).clone()
     }
 
+    /// The newest epoch whose targets were all observed in place.
+    pub fn applied_epoch(&self) -> u64 {
+        lock(&self.status).applied_epoch
+    }
+
     /// The node as last observed, with the workload's metrics now.
     pub fn status(&self) -> NodeStatus {
         let mut s = lock(&self.status).clone();

@@ -18,6 +18,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::authority::Authority;
 use crate::coordinator::{self, ClientOptions, ClientStats};
+use crate::metrics::SharedMetrics;
 use crate::reconcile::Reconciler;
 use crate::service::AgentService;
 
@@ -33,6 +34,8 @@ pub struct RuntimeOptions {
     /// Mutual TLS for the Agent service (this node's certificate; only coordinator members may push) and the
     /// coordinator client; `None`: plaintext.
     pub tls: Option<TlsFiles>,
+    /// Where the agent's metrics go (one registry for every agent of a process), if anywhere.
+    pub metrics: Option<SharedMetrics>,
 }
 
 impl Default for RuntimeOptions {
@@ -42,6 +45,7 @@ impl Default for RuntimeOptions {
             retry_interval: Duration::from_millis(200),
             coordinator: None,
             tls: None,
+            metrics: None,
         }
     }
 }
@@ -75,6 +79,8 @@ pub struct Handles {
     pub tls: Option<TlsFiles>,
     /// Who may push layouts, as the coordinators said.
     pub authority: Arc<Authority>,
+    /// The process's agent metrics, if kept.
+    pub metrics: Option<SharedMetrics>,
 }
 
 async fn reconcile_loop(
@@ -85,7 +91,16 @@ async fn reconcile_loop(
 ) {
     loop {
         let r = reconciler.clone();
-        let wait = match tokio::task::spawn_blocking(move || r.reconcile()).await {
+        let started = std::time::Instant::now();
+        let pass = tokio::task::spawn_blocking(move || r.reconcile()).await;
+        if let Some(m) = &options.metrics {
+            let report = match &pass {
+                Ok(Ok(report)) => Ok(report),
+                _ => Err(()),
+            };
+            m.0.pass(reconciler.node().as_str(), started.elapsed().as_secs_f64(), report, reconciler.applied_epoch());
+        }
+        let wait = match pass {
             Ok(Ok(report)) if report.errors.is_empty() && !report.waiting => options.resync_interval,
             Ok(Ok(report)) => {
                 for (gpu, e) in &report.errors {
@@ -136,7 +151,10 @@ pub fn start(
         }
         None => Arc::new(Authority::standalone()),
     };
-    (Handles { reconciler, wake, client, tls: options.tls.clone(), authority }, tasks)
+    if let Some(m) = &options.metrics {
+        m.0.add(reconciler.clone(), options.coordinator.is_some().then(|| client.clone()));
+    }
+    (Handles { reconciler, wake, client, tls: options.tls.clone(), authority, metrics: options.metrics.clone() }, tasks)
 }
 
 /// Serves the `Agent` service for `handles` on `listener` until `shutdown` completes.
@@ -150,6 +168,7 @@ pub async fn serve(
     let service = AgentService::new(handles.reconciler.clone(), handles.wake.clone())
         .with_auth(auth)
         .with_authority(handles.authority.clone())
+        .with_metrics(handles.metrics.clone())
         .into_server();
     let router = tonic::transport::Server::builder().add_service(service);
     match &handles.tls {

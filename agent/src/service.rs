@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 
 use crate::authority::Authority;
+use crate::metrics::{PushOutcome, SharedMetrics};
 use crate::reconcile::{Acceptance, GpuStatus, NodeStatus, ReconcileError, Reconciler};
 use crate::workload::{WorkloadError, WorkloadMetrics};
 
@@ -129,12 +130,19 @@ pub struct AgentService {
     wake: Arc<Notify>,
     auth: Auth,
     authority: Arc<Authority>,
+    metrics: Option<SharedMetrics>,
 }
 
 impl AgentService {
     /// A service over `reconciler` that wakes the reconcile loop through `wake` when targets or time change.
     pub fn new(reconciler: Arc<Reconciler>, wake: Arc<Notify>) -> AgentService {
-        AgentService { reconciler, wake, auth: Auth::insecure(), authority: Arc::new(Authority::standalone()) }
+        AgentService {
+            reconciler,
+            wake,
+            auth: Auth::insecure(),
+            authority: Arc::new(Authority::standalone()),
+            metrics: None,
+        }
     }
 
     /// Checks callers with `auth`: with mutual TLS, only a coordinator member may push layouts or move the clock, a
@@ -148,6 +156,18 @@ impl AgentService {
     pub fn with_authority(mut self, authority: Arc<Authority>) -> AgentService {
         self.authority = authority;
         self
+    }
+
+    /// Counts pushes and refusals in `metrics`.
+    pub fn with_metrics(mut self, metrics: Option<SharedMetrics>) -> AgentService {
+        self.metrics = metrics;
+        self
+    }
+
+    fn count_push(&self, outcome: PushOutcome<'_>) {
+        if let Some(m) = &self.metrics {
+            m.0.push(self.reconciler.node().as_str(), outcome);
+        }
     }
 
     /// The tonic server for it.
@@ -168,6 +188,7 @@ impl v1::agent_server::Agent for AgentService {
         if let Err(refusal) = self.authority.check(pusher, req.term, req.epoch).await {
             tracing::warn!(node = %self.reconciler.node(), ?pusher, term = req.term, epoch = req.epoch,
                 "refused a push: {refusal}");
+            self.count_push(PushOutcome::Refused { rule: refusal.rule() });
             return Err(Status::failed_precondition(format!("push refused: {refusal}")));
         }
         let targets = targets_from_wire(req.targets)?;
@@ -179,11 +200,15 @@ impl v1::agent_server::Agent for AgentService {
             .map_err(|e| Status::internal(format!("apply task failed: {e}")))??;
         let status = match outcome {
             Acceptance::Accepted => {
+                self.count_push(PushOutcome::Accepted { epoch });
                 self.wake.notify_one();
                 v1::ApplyStatus::Accepted
             }
             Acceptance::AlreadyAccepted => v1::ApplyStatus::AlreadyAccepted,
-            Acceptance::Stale { .. } => v1::ApplyStatus::Stale,
+            Acceptance::Stale { .. } => {
+                self.count_push(PushOutcome::Stale);
+                v1::ApplyStatus::Stale
+            }
         };
         let epoch = self.reconciler.desired().epoch;
         Ok(Response::new(v1::ApplyLayoutResponse { status: status.into(), epoch }))

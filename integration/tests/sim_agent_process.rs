@@ -27,10 +27,16 @@ const DEADLINE: Duration = Duration::from_secs(60);
 struct SimAgent {
     child: Child,
     nodes: BTreeMap<String, String>,
+    /// Where `--metrics-listen` serves, when asked for.
+    metrics: Option<String>,
 }
 
 impl SimAgent {
     fn start(nodes: u32, gpus: u32, state_dir: &Path, coordinator: Option<&str>) -> Result<SimAgent> {
+        SimAgent::launch(nodes, gpus, state_dir, coordinator, false)
+    }
+
+    fn launch(nodes: u32, gpus: u32, state_dir: &Path, coordinator: Option<&str>, metrics: bool) -> Result<SimAgent> {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sim-agent"));
         cmd.args(["run", "--nodes", &nodes.to_string(), "--gpus-per-node", &gpus.to_string()])
             .args(["--gpu-model", "A100-40GB", "--listen-base", "127.0.0.1:0", "--clock", "wall"])
@@ -41,6 +47,9 @@ impl SimAgent {
             .stderr(Stdio::inherit());
         if let Some(c) = coordinator {
             cmd.args(["--coordinator", c]);
+        }
+        if metrics {
+            cmd.args(["--metrics-listen", "127.0.0.1:0"]);
         }
         let mut child = cmd.spawn().context("cannot start sim-agent")?;
         let stdout = child.stdout.take().context("no stdout")?;
@@ -53,11 +62,15 @@ impl SimAgent {
                 }
             }
         });
-        let mut agent = SimAgent { child, nodes: BTreeMap::new() };
+        let mut agent = SimAgent { child, nodes: BTreeMap::new(), metrics: None };
         let until = Instant::now() + DEADLINE;
         while agent.nodes.len() < nodes as usize {
             let left = until.saturating_duration_since(Instant::now());
             let line = rx.recv_timeout(left).context("sim-agent did not print its node addresses")?;
+            if let Some(m) = line.strip_prefix("metrics=") {
+                agent.metrics = Some(m.to_string());
+                continue;
+            }
             let mut id = None;
             let mut addr = None;
             for word in line.split_whitespace() {
@@ -163,7 +176,7 @@ fn converged(s: &v1::NodeState, epoch: u64) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_01_layouts_apply_over_grpc_and_unchanged_instances_keep_serving() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let agent = SimAgent::start(2, 2, dir.path(), None)?;
+    let agent = SimAgent::launch(2, 2, dir.path(), None, true)?;
     assert_eq!(agent.nodes.keys().cloned().collect::<Vec<_>>(), ["node-0", "node-1"]);
     let mut c = agent.client("node-0").await?;
     let first = plan(
@@ -240,7 +253,46 @@ async fn case_01_layouts_apply_over_grpc_and_unchanged_instances_keep_serving() 
     let mut other = agent.client("node-1").await?;
     let s = state(&mut other).await?;
     assert_eq!((s.epoch, s.steps), (0, 0));
+
+    // The agents' metrics, labelled by node, in the Prometheus text format.
+    let addr = agent.metrics.clone().context("no metrics= line")?;
+    let body = http_get(&addr, "/metrics").await?;
+    for line in [
+        "tessera_agent_pushes_total{node=\"node-0\",result=\"accepted\"} 2",
+        "tessera_agent_pushes_total{node=\"node-0\",result=\"stale\"} 1",
+        "tessera_agent_pushes_total{node=\"node-1\",result=\"accepted\"} 0",
+        "tessera_agent_applied_epoch{node=\"node-0\"} 2",
+        "tessera_agent_gpu_instances{node=\"node-0\",gpu=\"0\",model=\"A100-40GB\",profile=\"3g\"} 2",
+        "tessera_agent_gpu_converged{node=\"node-1\",gpu=\"1\",model=\"A100-40GB\"} 1",
+        // Epochs 1 and 2 of node-0, each from its acceptance to the pass that had it in place.
+        "tessera_agent_reconfiguration_seconds_count 2",
+    ] {
+        assert!(body.lines().any(|l| l == line), "missing {line:?} in:\n{body}");
+    }
+    let steps = body
+        .lines()
+        .find_map(|l| l.strip_prefix("tessera_agent_mig_steps_total{node=\"node-0\"} "))
+        .context("mig_steps_total")?;
+    assert!(steps.parse::<u64>()? >= 5, "{steps}");
+    if let Some(r) = tessera_metrics::promtool_check(&body) {
+        r.map_err(anyhow::Error::msg)?;
+    }
+    assert!(http_get(&addr, "/readyz").await?.is_empty(), "standalone agents are ready");
     Ok(())
+}
+
+/// The body of `GET path` at `addr`; an error unless the answer is 200.
+async fn http_get(addr: &str, path: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    let (head, body) = out.split_once("\r\n\r\n").context("no header/body separator")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!("GET {path}: {head}");
+    }
+    Ok(if path == "/readyz" { String::new() } else { body.to_string() })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -492,6 +492,9 @@ pub struct RunArgs {
     /// Serve plaintext on an address beyond loopback (anyone who reaches the ports may push layouts).
     #[arg(long)]
     pub insecure: bool,
+    /// Serve every node's agent metrics, `/healthz` and `/readyz` here (plain HTTP; series labelled by node).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// One simulated node, ready to serve.
@@ -549,6 +552,25 @@ pub async fn run(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut servers = Vec::new();
     let mut tasks = Vec::new();
+    let mut metrics_server = None;
+    let metrics = match args.metrics_listen {
+        None => None,
+        Some(at) => {
+            let l = tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| format!("--metrics-listen: cannot listen on {at}: {e}"))?;
+            let local = l.local_addr().map_err(|e| e.to_string())?;
+            let metrics = Arc::new(tessera_agent::metrics::AgentMetrics::new());
+            let served = Arc::clone(&metrics);
+            metrics_server = Some(tokio::spawn(async move {
+                if let Err(e) = tessera_metrics::serve(l, served).await {
+                    tracing::error!(error = %e, "the /metrics server stopped");
+                }
+            }));
+            writeln!(out, "metrics={local}").map_err(|e| format!("cannot write to stdout: {e}"))?;
+            Some(tessera_agent::metrics::SharedMetrics(metrics))
+        }
+    };
     for i in 0..args.nodes {
         let id = NodeId::new(format!("{}-{i}", args.node_prefix)).map_err(|e| format!("--node-prefix: {e}"))?;
         let dir = state_dir.join(id.as_str());
@@ -582,6 +604,7 @@ pub async fn run(
                 key: d.join(format!("{id}.key")),
                 ca: d.join("ca.pem"),
             }),
+            metrics: metrics.clone(),
             ..RuntimeOptions::default()
         };
         let (handles, node_tasks) = runtime::start(node.reconciler.clone(), &options, stop_rx.clone());
@@ -602,6 +625,9 @@ pub async fn run(
     let _ = stop_tx.send(true);
     for t in servers.into_iter().chain(tasks) {
         let _ = t.await;
+    }
+    if let Some(m) = metrics_server {
+        m.abort();
     }
     Ok(())
 }
