@@ -24,23 +24,37 @@
 //! backoff_initial = "200ms"        # optional
 //! backoff_max = "10s"              # optional
 //! rpc_timeout = "2s"               # optional
+//!
+//! metrics_listen = "0.0.0.0:9102"  # optional (top level): /metrics, /healthz, /readyz
+//!
+//! [load]                           # optional: the serving stack's request counters (load.rs); enables ReportLoad
+//! interval = "10s"                 # optional: how often each endpoint is read
+//! [[load.scrape]]                  # any number
+//! tenant = "vision"
+//! url = "http://127.0.0.1:8002/metrics"
+//! metric = "nv_inference_request_success"   # Triton; vLLM: "vllm:request_success_total"
+//! labels = { model = "resnet50" }  # optional: only samples with these labels count
 //! ```
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 use tessera_core::config::{ConfigError, FieldError, parse_duration_ms};
-use tessera_core::ids::NodeId;
+use tessera_core::ids::{NodeId, TenantId};
 
 use crate::coordinator::ClientOptions;
+use crate::load::{LoadOptions, ScrapeSource};
 use crate::runtime::RuntimeOptions;
 
 /// Default time between reconcile passes when nothing wakes the loop.
 pub const DEFAULT_RESYNC_INTERVAL: &str = "5s";
 /// Default time before retrying a pass that failed or waits for a warm-up.
 pub const DEFAULT_RETRY_INTERVAL: &str = "200ms";
+/// Default time between two reads of a load endpoint.
+pub const DEFAULT_LOAD_INTERVAL: &str = "10s";
 /// Default time between heartbeats.
 pub const DEFAULT_HEARTBEAT_INTERVAL: &str = "2s";
 /// Default first retry delay when the coordinator is unreachable.
@@ -83,6 +97,25 @@ struct RawConfig {
     tls: Option<RawTls>,
     insecure: Option<bool>,
     metrics_listen: Option<String>,
+    load: Option<RawLoad>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLoad {
+    interval: Option<String>,
+    #[serde(default)]
+    scrape: Vec<RawScrape>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScrape {
+    tenant: String,
+    url: String,
+    metric: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +153,8 @@ pub struct AgentConfig {
     pub runtime: RuntimeOptions,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// The serving stack's request counters (`[load]`): scraped endpoints, and `ReportLoad` accepted.
+    pub load: Option<LoadOptions>,
 }
 
 fn duration(field: &str, value: Option<&str>, default: &str) -> Result<Duration, FieldError> {
@@ -192,6 +227,28 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
                 .map_err(|e| field("metrics_listen", format!("`{m}` is not host:port with an IP ({e})")))
         })
         .transpose()?;
+    let load = match raw.load {
+        None => None,
+        Some(l) => {
+            let mut sources = Vec::new();
+            for (i, s) in l.scrape.into_iter().enumerate() {
+                let at = |f: &str| format!("load.scrape[{i}].{f}");
+                let tenant = TenantId::new(s.tenant).map_err(|e| field(&at("tenant"), e.to_string()))?;
+                let uri: Result<tonic::codegen::http::Uri, _> = s.url.parse();
+                if !s.url.starts_with("http://") || uri.is_err() {
+                    return Err(field(&at("url"), format!("`{}` is not an http://HOST:PORT/PATH URL", s.url)));
+                }
+                if s.metric.is_empty() {
+                    return Err(field(&at("metric"), "the counter's name is required".into()));
+                }
+                sources.push(ScrapeSource { tenant, url: s.url, metric: s.metric, labels: s.labels });
+            }
+            Some(LoadOptions {
+                interval: duration("load.interval", l.interval.as_deref(), DEFAULT_LOAD_INTERVAL)?,
+                sources,
+            })
+        }
+    };
     Ok(AgentConfig {
         node_id,
         listen,
@@ -199,6 +256,7 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
         data_dir,
         backend,
         metrics_listen,
+        load,
         runtime: RuntimeOptions {
             resync_interval: duration("resync_interval", raw.resync_interval.as_deref(), DEFAULT_RESYNC_INTERVAL)?,
             retry_interval: duration("retry_interval", raw.retry_interval.as_deref(), DEFAULT_RETRY_INTERVAL)?,
@@ -266,6 +324,34 @@ mod tests {
         assert!(e.contains("field `tls`") && e.contains("insecure = true"), "{e}");
         parse("node_id = \"n\"\nlisten = \"0.0.0.0:1\"\ndata_dir = \"d\"\ninsecure = true\n").unwrap();
         parse("node_id = \"n\"\nlisten = \"127.0.0.1:1\"\ndata_dir = \"d\"\n").unwrap();
+        let e = parse(&format!("{base}metrics_listen = \"localhost:9\"\n")).unwrap_err();
+        assert!(e.contains("field `metrics_listen`"), "{e}");
+        let scrape = |extra: &str| {
+            format!(
+                "{base}[load]\n[[load.scrape]]\ntenant = \"t\"\nurl = \"http://h:1/metrics\"\nmetric = \"m\"\n{extra}"
+            )
+        };
+        let e = parse(&scrape("").replace("http://h:1/metrics", "https://h/metrics")).unwrap_err();
+        assert!(e.contains("field `load.scrape[0].url`") && e.contains("http://HOST:PORT/PATH"), "{e}");
+        let e = parse(&scrape("").replace("\"t\"", "\"bad tenant\"")).unwrap_err();
+        assert!(e.contains("field `load.scrape[0].tenant`"), "{e}");
+        let e = parse(&scrape("colour = 1\n")).unwrap_err();
+        assert!(e.contains("colour"), "{e}");
+        let e = parse(&format!("{base}[load]\ninterval = \"0s\"\n")).unwrap_err();
+        assert!(e.contains("field `load.interval`"), "{e}");
+    }
+
+    #[test]
+    fn a_load_section_lists_its_endpoints() {
+        let text = "node_id = \"n1\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"d\"\n[load]\n[[load.scrape]]\n\
+                    tenant = \"chat\"\nurl = \"http://127.0.0.1:8000/metrics\"\nmetric = \"vllm:request_success_total\"\n\
+                    labels = { model_name = \"llama\" }\n";
+        let load = parse(text).unwrap().load.unwrap();
+        assert_eq!(load.interval, Duration::from_secs(10));
+        assert_eq!(load.sources.len(), 1);
+        assert_eq!(load.sources[0].metric, "vllm:request_success_total");
+        assert_eq!(load.sources[0].labels["model_name"], "llama");
+        assert!(parse("node_id = \"n1\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"d\"\n").unwrap().load.is_none());
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod coordinator;
+pub mod load;
 pub mod metrics;
 pub mod mig_tools;
 #[cfg(feature = "nvml")]

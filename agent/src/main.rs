@@ -173,7 +173,12 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let workload = Arc::new(Bookkeeping::default());
+    // The serving stack's request counters ([load]): scraped, and taken from ReportLoad.
+    let load = config.load.as_ref().map(|_| Arc::new(tessera_agent::load::LoadSignal::default()));
+    let workload = Arc::new(match &load {
+        Some(signal) => Bookkeeping::with_load(signal.clone()),
+        None => Bookkeeping::default(),
+    });
     let reconciler =
         Reconciler::new(config.node_id.clone(), backend, workload, &config.data_dir).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("cannot start the async runtime: {e}"))?;
@@ -184,6 +189,13 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         tracing::info!(node = %config.node_id, %addr, "agent serving");
         let mut options = config.runtime;
+        let (_stop_load, stop_rx) = tokio::sync::watch::channel(false);
+        if let (Some(signal), Some(load)) = (load, config.load)
+            && !load.sources.is_empty()
+        {
+            tracing::info!(sources = load.sources.len(), interval = ?load.interval, "reading load endpoints");
+            tokio::spawn(tessera_agent::load::scrape_loop(load, signal, stop_rx));
+        }
         if let Some(at) = config.metrics_listen {
             let l = tokio::net::TcpListener::bind(at)
                 .await

@@ -38,7 +38,9 @@ impl From<WorkloadError> for Status {
     fn from(e: WorkloadError) -> Status {
         let msg = e.to_string();
         match e {
-            WorkloadError::WallClock | WorkloadError::ArrivalsUnsupported => Status::failed_precondition(msg),
+            WorkloadError::WallClock | WorkloadError::ArrivalsUnsupported | WorkloadError::LoadUnsupported => {
+                Status::failed_precondition(msg)
+            }
             WorkloadError::UnknownTenant(_) => Status::not_found(msg),
             WorkloadError::Instance { .. } => Status::internal(msg),
         }
@@ -249,4 +251,40 @@ impl v1::agent_server::Agent for AgentService {
         }
         Ok(Response::new(v1::ArriveResponse { now_ms: workload.now_ms() }))
     }
+
+    async fn report_load(
+        &self,
+        request: Request<v1::ReportLoadRequest>,
+    ) -> Result<Response<v1::ReportLoadResponse>, Status> {
+        // The node's serving stack runs with the node's own identity.
+        self.auth.check(&request, Need::AgentOf(self.reconciler.node().as_str()))?;
+        let req = request.into_inner();
+        if req.source.is_empty() || req.source.len() > MAX_LOAD_SOURCE_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "field `source`: 1 to {MAX_LOAD_SOURCE_BYTES} bytes naming the serving process"
+            )));
+        }
+        if req.tenants.len() > MAX_LOAD_TENANTS {
+            return Err(Status::invalid_argument(format!(
+                "field `tenants`: {} entries, at most {MAX_LOAD_TENANTS}",
+                req.tenants.len()
+            )));
+        }
+        let mut parsed = Vec::with_capacity(req.tenants.len());
+        for (i, t) in req.tenants.into_iter().enumerate() {
+            let tenant = TenantId::new(t.tenant)
+                .map_err(|e| Status::invalid_argument(format!("field `tenants[{i}].tenant`: {e}")))?;
+            parsed.push((tenant, t.requests_total));
+        }
+        let workload = self.reconciler.workload();
+        for (tenant, total) in &parsed {
+            workload.report_load(&req.source, tenant, *total)?;
+        }
+        Ok(Response::new(v1::ReportLoadResponse {}))
+    }
 }
+
+/// Longest `ReportLoad` source name.
+pub const MAX_LOAD_SOURCE_BYTES: usize = 128;
+/// Most tenants in one `ReportLoad`.
+pub const MAX_LOAD_TENANTS: usize = 4096;

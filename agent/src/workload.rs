@@ -14,7 +14,7 @@
 //! instance on its GPU.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,7 @@ use tessera_core::layout::Placement;
 use tessera_core::reconfig::Work;
 
 use crate::backend::GpuInstance;
+use crate::load::LoadSignal;
 
 /// Why a workload call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +44,9 @@ pub enum WorkloadError {
     /// The workload does not take requests from the agent (real serving systems receive their own).
     #[error("this node's workload does not take requests through the agent")]
     ArrivalsUnsupported,
+    /// The workload counts its requests itself, or the agent was started without a load signal.
+    #[error("this node's workload does not take load reports (it counts requests itself, or has no [load] section)")]
+    LoadUnsupported,
     /// A request for a tenant the node does not serve and cannot queue.
     #[error("unknown tenant {0}")]
     UnknownTenant(TenantId),
@@ -126,24 +130,38 @@ pub trait Workload: Send + Sync {
         let _ = (tenant, count);
         Err(WorkloadError::ArrivalsUnsupported)
     }
+
+    /// Takes a serving stack's counter: `requests_total` requests of `tenant` since `source` started (see
+    /// `load.rs`). [`WorkloadError::LoadUnsupported`] where the workload counts requests itself.
+    fn report_load(&self, source: &str, tenant: &TenantId, requests_total: u64) -> Result<(), WorkloadError> {
+        let _ = (source, tenant, requests_total);
+        Err(WorkloadError::LoadUnsupported)
+    }
 }
 
 /// The workload hook for real GPUs: records which work the agent loaded on which instance, drains at once (the
 /// serving stack outside the agent follows the agent's state), is ready as soon as it is loaded, and keeps wall
-/// time. It reports no request counters: the serving stack has them.
+/// time. Its request counters (`arrivals`) are those of the serving stack, from a [`LoadSignal`] (scraped, or
+/// reported with `ReportLoad`: see `load.rs`); without one it reports none.
 #[derive(Debug)]
 pub struct Bookkeeping {
     loaded: Mutex<BTreeMap<(u32, Placement), Vec<Work>>>,
     origin: Instant,
+    load: Option<Arc<LoadSignal>>,
 }
 
 impl Default for Bookkeeping {
     fn default() -> Self {
-        Bookkeeping { loaded: Mutex::new(BTreeMap::new()), origin: Instant::now() }
+        Bookkeeping { loaded: Mutex::new(BTreeMap::new()), origin: Instant::now(), load: None }
     }
 }
 
 impl Bookkeeping {
+    /// A hook whose request counters come from `load`.
+    pub fn with_load(load: Arc<LoadSignal>) -> Bookkeeping {
+        Bookkeeping { load: Some(load), ..Bookkeeping::default() }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(u32, Placement), Vec<Work>>> {
         self.loaded.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -187,10 +205,21 @@ impl Workload for Bookkeeping {
                 }
             }
         }
+        if let Some(load) = &self.load {
+            for (tenant, n) in load.arrivals() {
+                tenants.entry(tenant).or_default().arrivals = n;
+            }
+        }
         WorkloadMetrics { now_ms: self.now_ms(), tenants }
     }
 
     fn now_ms(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn report_load(&self, source: &str, tenant: &TenantId, requests_total: u64) -> Result<(), WorkloadError> {
+        let load = self.load.as_ref().ok_or(WorkloadError::LoadUnsupported)?;
+        load.observe(tenant, &format!("report:{source}"), requests_total as f64);
+        Ok(())
     }
 }

@@ -12,6 +12,7 @@
 //! | `agent_config`, `coordinator_config` | TOML | `parse_agent_config`, `CoordinatorConfig::parse` |
 //! | `migparted_yaml` | YAML | `migparted::parse`, then `import` of every configuration for every GPU model |
 //! | `layout_str` | text | `Layout::parse_for` (short names and every model's names) |
+//! | `load_exposition` | text | the agent's load scraper: `load::parse_sample` on each line, `load::counter_value` |
 //! | `proto_*_requests` | request kind byte, then the protobuf message | `prost::Message::decode`, then what the server converts it into |
 
 use std::path::{Path, PathBuf};
@@ -226,6 +227,28 @@ pub fn layout_str(data: &[u8]) {
     }
 }
 
+/// A serving stack's `/metrics` text as the agent's load scraper reads it (`load.rs`): every line parsed, and the
+/// counter summed for a name and a label filter taken from the input's first line (`NAME LABEL=VALUE`). A parsed
+/// sample has a name and its labels; a sum is never NaN unless a sample is.
+pub fn load_exposition(data: &[u8]) {
+    use tessera_agent::load::{counter_value, parse_sample};
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let mut any_nan = false;
+    for line in text.lines() {
+        if let Some(s) = parse_sample(line) {
+            assert!(!s.name.is_empty() && !s.name.starts_with(|c: char| c.is_ascii_digit()), "{line:?}");
+            any_nan |= s.value.is_nan();
+        }
+    }
+    let first = text.lines().next().unwrap_or_default();
+    let mut words = first.split_whitespace();
+    let metric = words.next().unwrap_or("x");
+    let labels = words.filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    if let Some(v) = counter_value(text, metric, &labels) {
+        assert!(any_nan || !v.is_nan(), "{metric}: {v}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // gRPC requests: the first byte picks the request, the rest is its protobuf encoding. Each is decoded as tonic
 // decodes it and converted as the server's handler does before it acts.
@@ -233,6 +256,16 @@ pub fn layout_str(data: &[u8]) {
 /// `tessera.v1.Agent`: `ApplyLayout`, `GetState`, `AdvanceClock`, `Arrive`.
 pub fn proto_agent_requests(data: &[u8]) {
     let Some((&kind, bytes)) = data.split_first() else { return };
+    // Kinds 0xF0 and up: ReportLoad (added after the corpus, whose kinds keep their meaning below 0xF0).
+    if kind >= 0xF0 {
+        if let Ok(r) = v1::ReportLoadRequest::decode(bytes) {
+            let _ = r.source.len() <= tessera_agent::service::MAX_LOAD_SOURCE_BYTES;
+            for t in r.tenants.into_iter().take(tessera_agent::service::MAX_LOAD_TENANTS) {
+                let _ = TenantId::new(t.tenant);
+            }
+        }
+        return;
+    }
     match kind % 4 {
         0 => {
             if let Ok(r) = v1::ApplyLayoutRequest::decode(bytes) {
@@ -371,7 +404,7 @@ pub fn proto_raft_requests(data: &[u8]) {
 }
 
 /// Every target by name, for the corpus test.
-pub const TARGETS: [(&str, fn(&[u8])); 17] = [
+pub const TARGETS: [(&str, fn(&[u8])); 18] = [
     ("trace_azure2019", trace_azure2019),
     ("trace_azure2021", trace_azure2021),
     ("trace_azure_llm", trace_azure_llm),
@@ -385,6 +418,7 @@ pub const TARGETS: [(&str, fn(&[u8])); 17] = [
     ("coordinator_config", coordinator_config),
     ("migparted_yaml", migparted_yaml),
     ("layout_str", layout_str),
+    ("load_exposition", load_exposition),
     ("proto_agent_requests", proto_agent_requests),
     ("proto_coordinator_requests", proto_coordinator_requests),
     ("proto_coordinator_api_requests", proto_coordinator_api_requests),

@@ -1,0 +1,295 @@
+//! A live load signal on real GPUs: how many requests each tenant's serving stack received, so that the coordinator
+//! forecasts from real rates. Two ways in, both cumulative counters the agent turns into `arrivals` in its heartbeat
+//! (the coordinator computes rates from their increase between heartbeats):
+//!
+//! - **scraping**: the agent reads a Prometheus text endpoint of the serving stack every `interval`
+//!   (`[load]` in the agent's config) and sums the samples of a counter, optionally only those with given labels:
+//!   Triton's `nv_inference_request_success{model="resnet50"}`, vLLM's `vllm:request_success_total{model_name=...}`,
+//!   or any other name;
+//! - **reporting**: a serving stack calls the agent's `ReportLoad` with its counters.
+//!
+//! Each source (an endpoint, or a reporter's `source` name) is followed separately: the first value seen is its
+//! baseline, an increase counts, and a decrease means the source restarted, after which its new value counts whole.
+//! A source that cannot be read counts nothing until it can.
+//!
+//! The exposition parser is this module's own: the `prometheus-parse` crate's names are `\w+`, which refuses the `:`
+//! of vLLM's metric names (allowed by the format). It reads sample lines as the text format defines them (name,
+//! optional `{label="value",...}` with `\\`, `\"` and `\n` escapes, value, optional timestamp) and skips comments.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tessera_core::ids::TenantId;
+
+/// Longest `/metrics` answer read (a serving stack's exposition is kilobytes).
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// One endpoint to scrape for one tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScrapeSource {
+    /// The tenant whose requests it counts.
+    pub tenant: TenantId,
+    /// `http://HOST:PORT/PATH`.
+    pub url: String,
+    /// The counter's sample name.
+    pub metric: String,
+    /// Only samples with these labels (all of them) count.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Where the agent reads load from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// How often each endpoint is read.
+    pub interval: Duration,
+    /// The endpoints.
+    pub sources: Vec<ScrapeSource>,
+}
+
+#[derive(Debug, Default)]
+struct Followed {
+    last: Option<f64>,
+    counted: f64,
+}
+
+/// The cumulative requests of each tenant, from every source.
+#[derive(Debug, Default)]
+pub struct LoadSignal {
+    sources: Mutex<BTreeMap<(TenantId, String), Followed>>,
+}
+
+impl LoadSignal {
+    /// Takes `value`, the current reading of `source`'s counter for `tenant` (see the module doc).
+    pub fn observe(&self, tenant: &TenantId, source: &str, value: f64) {
+        if !value.is_finite() || value < 0.0 {
+            return;
+        }
+        let mut sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        let f = sources.entry((tenant.clone(), source.to_string())).or_default();
+        match f.last {
+            None => {}
+            Some(last) if value >= last => f.counted += value - last,
+            Some(_) => f.counted += value,
+        }
+        f.last = Some(value);
+    }
+
+    /// How many sources have been read at least once.
+    pub fn sources(&self) -> usize {
+        self.sources.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Requests counted per tenant since the agent started, over every source.
+    pub fn arrivals(&self) -> BTreeMap<TenantId, u64> {
+        let sources = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: BTreeMap<TenantId, f64> = BTreeMap::new();
+        for ((tenant, _), f) in sources.iter() {
+            *out.entry(tenant.clone()).or_insert(0.0) += f.counted;
+        }
+        out.into_iter().map(|(t, n)| (t, n.round() as u64)).collect()
+    }
+}
+
+/// One sample line: name, labels, value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// The sample's name.
+    pub name: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// Its value.
+    pub value: f64,
+}
+
+/// Parses one line of the Prometheus text format; `None` for comments, blank lines and lines that are not samples.
+pub fn parse_sample(line: &str) -> Option<Sample> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let name_end = line.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')).unwrap_or(line.len());
+    let name = &line[..name_end];
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let mut rest = &line[name_end..];
+    let mut labels = BTreeMap::new();
+    if let Some(inner) = rest.strip_prefix('{') {
+        let mut chars = inner.char_indices().peekable();
+        loop {
+            while chars.next_if(|(_, c)| *c == ' ' || *c == ',').is_some() {}
+            match chars.peek() {
+                Some((i, '}')) => {
+                    rest = &inner[i + 1..];
+                    break;
+                }
+                None => return None,
+                _ => {}
+            }
+            let mut key = String::new();
+            while let Some((_, c)) = chars.next_if(|(_, c)| c.is_ascii_alphanumeric() || *c == '_') {
+                key.push(c);
+            }
+            while chars.next_if(|(_, c)| *c == ' ').is_some() {}
+            if key.is_empty() || chars.next().map(|(_, c)| c) != Some('=') {
+                return None;
+            }
+            while chars.next_if(|(_, c)| *c == ' ').is_some() {}
+            if chars.next().map(|(_, c)| c) != Some('"') {
+                return None;
+            }
+            let mut value = String::new();
+            loop {
+                match chars.next()?.1 {
+                    '"' => break,
+                    '\\' => match chars.next()?.1 {
+                        'n' => value.push('\n'),
+                        c => value.push(c),
+                    },
+                    c => value.push(c),
+                }
+            }
+            labels.insert(key, value);
+        }
+    }
+    let value = rest.split_whitespace().next()?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some(Sample { name: name.to_string(), labels, value })
+}
+
+/// The sum of `metric`'s samples in `text` whose labels include `labels`; `None` when there is none.
+pub fn counter_value(text: &str, metric: &str, labels: &BTreeMap<String, String>) -> Option<f64> {
+    let mut found = false;
+    let mut sum = 0.0;
+    for s in text.lines().filter_map(parse_sample) {
+        if s.name == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)) {
+            found = true;
+            sum += s.value;
+        }
+    }
+    found.then_some(sum)
+}
+
+/// `GET url` (plain HTTP), its body as text: an error names the URL and what failed.
+pub async fn fetch(url: &str, timeout: Duration) -> Result<String, String> {
+    use http_body_util::BodyExt as _;
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let call = async {
+        let resp = client.get(uri).await.map_err(|e| format!("{url}: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("{url}: HTTP {}", resp.status()));
+        }
+        let body = http_body_util::Limited::new(resp.into_body(), MAX_BODY_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?
+            .to_bytes();
+        String::from_utf8(body.to_vec()).map_err(|_| format!("{url}: the answer is not UTF-8"))
+    };
+    tokio::time::timeout(timeout, call).await.map_err(|_| format!("{url}: no answer within {timeout:?}"))?
+}
+
+/// Reads every source every `options.interval` into `signal` until `shutdown` turns true. A failing source is
+/// logged when it starts failing and when it recovers.
+pub async fn scrape_loop(
+    options: LoadOptions,
+    signal: std::sync::Arc<LoadSignal>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut failing = vec![false; options.sources.len()];
+    let timeout = options.interval.min(Duration::from_secs(5));
+    loop {
+        for (i, s) in options.sources.iter().enumerate() {
+            let read = fetch(&s.url, timeout).await.and_then(|text| {
+                counter_value(&text, &s.metric, &s.labels)
+                    .ok_or_else(|| format!("{}: no sample of `{}` with labels {:?}", s.url, s.metric, s.labels))
+            });
+            match read {
+                Ok(v) => {
+                    if failing[i] {
+                        tracing::info!(tenant = %s.tenant, url = %s.url, "load source readable again");
+                    }
+                    failing[i] = false;
+                    signal.observe(&s.tenant, &format!("scrape:{i}:{}", s.url), v);
+                }
+                Err(e) => {
+                    if !failing[i] {
+                        tracing::warn!(tenant = %s.tenant, "load source: {e}");
+                    }
+                    failing[i] = true;
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(options.interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> TenantId {
+        TenantId::new(s).unwrap()
+    }
+
+    #[test]
+    fn samples_parse_as_the_text_format_defines_them() {
+        let s =
+            parse_sample(r#"nv_inference_request_success{model="resnet50",version="1"} 1027 1700000000000"#).unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.value, s.labels["model"].as_str()),
+            ("nv_inference_request_success", 1027.0, "resnet50")
+        );
+        let s = parse_sample(r#"vllm:request_success_total{finished_reason="stop",model_name="a \"b\", c\\d\n"} 5.0"#)
+            .unwrap();
+        assert_eq!(s.name, "vllm:request_success_total");
+        assert_eq!(s.labels["model_name"], "a \"b\", c\\d\n");
+        assert_eq!(parse_sample("plain_total 3").unwrap().value, 3.0);
+        assert_eq!(parse_sample("x{} +Inf").unwrap().value, f64::INFINITY);
+        for bad in ["# HELP x y", "", "   ", "x{a=\"1\" 2", "x{a=1} 2", "1x 2", "x notanumber", "x{a=\"1\"}"] {
+            assert_eq!(parse_sample(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn counters_sum_the_matching_series() {
+        let text = "# TYPE nv_inference_request_success counter\n\
+                    nv_inference_request_success{model=\"resnet50\",version=\"1\"} 100\n\
+                    nv_inference_request_success{model=\"resnet50\",version=\"2\"} 20\n\
+                    nv_inference_request_success{model=\"bert\",version=\"1\"} 7\n";
+        let only = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert_eq!(counter_value(text, "nv_inference_request_success", &only("model", "resnet50")), Some(120.0));
+        assert_eq!(counter_value(text, "nv_inference_request_success", &BTreeMap::new()), Some(127.0));
+        assert_eq!(counter_value(text, "nv_inference_request_success", &only("model", "gpt")), None);
+        assert_eq!(counter_value(text, "other", &BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn sources_count_increases_from_their_first_reading_and_survive_restarts() {
+        let s = LoadSignal::default();
+        s.observe(&t("a"), "x", 1000.0); // baseline: what happened before the agent looked is not counted
+        s.observe(&t("a"), "x", 1030.0);
+        s.observe(&t("a"), "y", 5.0);
+        s.observe(&t("a"), "y", 9.0);
+        assert_eq!(s.arrivals()[&t("a")], 34);
+        s.observe(&t("a"), "x", 12.0); // x restarted: its 12 new requests count
+        s.observe(&t("a"), "x", f64::NAN);
+        s.observe(&t("a"), "x", -1.0);
+        assert_eq!(s.arrivals()[&t("a")], 46);
+        s.observe(&t("b"), "x", 3.0);
+        assert_eq!(s.arrivals()[&t("b")], 0);
+    }
+}
