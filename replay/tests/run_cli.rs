@@ -44,6 +44,18 @@ fn default_trace_every_output_and_the_upper_bound() {
     let summary: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["trace"], "azure-llm-2023-conv.csv");
     assert_eq!(summary["seed"], 1);
+    // Versioned, and enough to run it again: the trace's path, the fleet, the load, the planner settings.
+    assert_eq!(summary["schema_version"], 2);
+    assert_eq!(summary["tool"]["name"], "tessera-replay");
+    let r = &summary["reproduce"];
+    assert!(r["trace_path"].as_str().unwrap().ends_with("azure-llm-2023-conv.csv"), "{r}");
+    assert_eq!(
+        (r["gpus"].as_u64(), r["gpu_model"].as_str(), r["load"].as_f64()),
+        (Some(2), Some("A100-40GB"), Some(0.1))
+    );
+    assert_eq!((r["duration_s"].as_f64(), r["horizon_slots"].as_u64()), (Some(600.0), Some(6)));
+    assert_eq!(r["target_utilization"], summary["scenario"]["target_utilization"]);
+    assert_eq!(summary["scenario"]["gpu_models"]["A100-40GB"], 2);
     // Late requests are shed unless `--late-requests serve` says otherwise.
     assert_eq!(summary["scenario"]["late_requests"], "shed");
     for p in ["tessera", "static", "perfect-forecast"] {

@@ -367,8 +367,45 @@ pub fn compare(args: &RunArgs, quiet: bool) -> Result<(Comparison, Scenario), Re
         true => None,
         false => Some(super::driver::upper_bound(scenario, prepared.arrivals.as_ref())?),
     };
-    let cmp = Comparison { trace: scenario.name.clone(), seed: spec.seed, runs, upper_bound };
+    let reproduce = reproduce(&spec);
+    let cmp = Comparison { trace: scenario.name.clone(), seed: spec.seed, runs, upper_bound, reproduce };
     Ok((cmp, prepared.scenario))
+}
+
+/// What reproduces a run, as `summary.json` records it.
+fn reproduce(spec: &super::RunSpec) -> serde_json::Value {
+    let path = |p: &std::path::Path| p.display().to_string();
+    let o = &spec.trace_options;
+    serde_json::json!({
+        "trace_path": path(&spec.trace),
+        "trace_format": o.format.map(|f| f.to_string()),
+        "window_start_s": o.window_start_s,
+        "window_duration_s": o.window_duration_s,
+        "sample": o.sample.to_string(),
+        "group_by": o.group_by.to_string(),
+        "counts_to_arrivals": o.counts_to_arrivals.to_string(),
+        "time_scale": o.time_scale,
+        "rate_scale": spec.rate_scale,
+        "tenants_file": spec.tenants_file.as_deref().map(path),
+        "tenants_count": spec.tenants_count,
+        "fleet_file": spec.fleet.as_deref().map(path),
+        "gpus": spec.gpus,
+        "gpu_model": spec.gpu_model.to_string(),
+        "models_dir": path(&spec.models_dir),
+        "load": spec.load,
+        "duration_s": spec.duration_s,
+        "plan_every_s": spec.window_s,
+        "slot_s": spec.planner.slot_s,
+        "horizon_slots": spec.planner.horizon_slots,
+        "target_utilization": spec.planner.target_utilization,
+        "gap": spec.planner.solver.mip_rel_gap,
+        "forecaster": spec.forecaster.to_string(),
+        "tlb": spec.tlb,
+        "fluid_tick_ms": spec.fluid_tick_ms,
+        "late_requests": format!("{:?}", spec.late).to_lowercase(),
+        "replan_on_burst": spec.replan_on_burst,
+        "seed": spec.seed,
+    })
 }
 
 /// `replay [--trace FILE] ...`: runs every policy, prints the table (or JSON), writes `--out`.

@@ -1,6 +1,7 @@
 //! What a run shows: the terminal table, and in `--out DIR` `summary.json`, `timeseries.csv` and `report.html`
 //! (plots as inline SVG, viewable offline).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -24,7 +25,13 @@ pub struct Comparison {
     pub runs: Vec<PolicyRun>,
     /// The upper bound on any policy's goodput over the run ([`tessera_planner::bound`]).
     pub upper_bound: Option<UpperBound>,
+    /// What reproduces the run: the trace's path and how it was read, the fleet, the tenants, the load and the
+    /// planner settings as the command line gave them (`summary.json`'s `reproduce`).
+    pub reproduce: Value,
 }
+
+/// Version of `summary.json`'s layout: 2 added `schema_version`, `tool`, `reproduce` and `scenario.gpu_models`.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
 
 impl Comparison {
     /// `goodput / upper bound` for `run` (`None` without a bound; 1 when the bound is 0).
@@ -103,7 +110,14 @@ impl Comparison {
                 }),
             );
         }
+        let mut gpu_models: BTreeMap<String, usize> = BTreeMap::new();
+        for m in scenario.gpus.values() {
+            *gpu_models.entry(m.to_string()).or_insert(0) += 1;
+        }
         json!({
+            "schema_version": SUMMARY_SCHEMA_VERSION,
+            "tool": {"name": "tessera-replay", "version": env!("CARGO_PKG_VERSION")},
+            "reproduce": self.reproduce,
             "trace": self.trace,
             "seed": self.seed,
             "upper_bound": self.upper_bound.as_ref().map(|b| json!({
@@ -116,7 +130,9 @@ impl Comparison {
             })),
             "scenario": {
                 "gpus": scenario.gpus.len(),
+                "gpu_models": gpu_models,
                 "tenants": scenario.tenants.len(),
+                "target_utilization": scenario.planner.target_utilization,
                 "duration_s": scenario.duration_ms / 1000.0,
                 "window_s": scenario.window_s,
                 "slot_s": scenario.planner.slot_s,
