@@ -620,6 +620,7 @@ impl RawFleet {
         check("node", !self.node.is_empty(), || "a fleet needs at least one [[node]]".into())?;
         let mut nodes = Vec::new();
         let mut seen = BTreeSet::new();
+        let mut fleet_gpus = 0usize;
         for (i, g) in self.node.into_iter().enumerate() {
             let at = format!("node[{i}]");
             let count = g.count.unwrap_or(1);
@@ -634,8 +635,15 @@ impl RawFleet {
                     FieldError::new(format!("{at}.gpus[{j}].model"), e.to_string())
                 })?;
                 check(&format!("{at}.gpus[{j}].count"), gg.count >= 1, || "must be at least 1".into())?;
+                check(&format!("{at}.gpus[{j}].count"), gpus.len() + gg.count as usize <= MAX_GPUS_PER_NODE, || {
+                    format!("a node has at most {MAX_GPUS_PER_NODE} GPUs")
+                })?;
                 gpus.extend(std::iter::repeat_n(model, gg.count as usize));
             }
+            fleet_gpus += count as usize * gpus.len();
+            check(&format!("{at}.count"), fleet_gpus <= MAX_FLEET_GPUS, || {
+                format!("a fleet has at most {MAX_FLEET_GPUS} GPUs, and this group brings it to {fleet_gpus}")
+            })?;
             for k in 1..=count {
                 let id = if count == 1 && g.count.is_none() { g.id.clone() } else { format!("{}-{k}", g.id) };
                 let id = NodeId::new(&id).map_err(|e| FieldError::new(format!("{at}.id"), e.to_string()))?;
@@ -647,7 +655,13 @@ impl RawFleet {
     }
 }
 
-/// Parses a fleet file. A `[[node]]` with `count = N` stands for N nodes named `<id>-1` .. `<id>-N`.
+/// Most GPUs on one node of a fleet file (as many as a node may register with the coordinator).
+pub const MAX_GPUS_PER_NODE: usize = 64;
+/// Most GPUs in a fleet file.
+pub const MAX_FLEET_GPUS: usize = 100_000;
+
+/// Parses a fleet file. A `[[node]]` with `count = N` stands for N nodes named `<id>-1` .. `<id>-N`; a node has at
+/// most [`MAX_GPUS_PER_NODE`] GPUs and the fleet at most [`MAX_FLEET_GPUS`].
 pub fn parse_fleet(text: &str, file: &Path) -> Result<FleetSpec, ConfigError> {
     let raw: RawFleet = from_toml(text, file)?;
     raw.validate().map_err(|e| ConfigError::field(file, e))
@@ -828,6 +842,17 @@ gpus = [{ model = "NVIDIA A100-SXM4-40GB", count = 8 }]
         assert_eq!(ids, ["big", "rack-1", "rack-2", "rack-3"]);
         assert_eq!(fleet.nodes[0].gpus, vec![GpuModel::H100_80GB, GpuModel::H100_80GB, GpuModel::A100_40GB]);
         assert_eq!(fleet.gpu_count(), 27);
+        // Sizes are bounded before anything is built.
+        let huge = |node_count: u64, gpus: u64| {
+            format!(
+                "name = \"x\"\n[[node]]\nid = \"n\"\ncount = {node_count}\ngpus = [{{ model = \"H100-80GB\", count = {gpus} }}]\n"
+            )
+        };
+        let e = parse_fleet(&huge(1, 4_000_000_000), Path::new("f.toml")).unwrap_err().to_string();
+        assert!(e.contains("node[0].gpus[0].count") && e.contains("at most 64 GPUs"), "{e}");
+        let e = parse_fleet(&huge(4_000_000_000, 8), Path::new("f.toml")).unwrap_err().to_string();
+        assert!(e.contains("node[0].count") && e.contains("at most 100000 GPUs"), "{e}");
+        assert_eq!(parse_fleet(&huge(12_500, 8), Path::new("f.toml")).unwrap().gpu_count(), 100_000);
         let e = parse_fleet(&text.replace("a100-40gb", "V100"), Path::new("f.toml")).unwrap_err();
         assert!(e.to_string().starts_with("f.toml: field `node[0].gpus[1].model`: unknown GPU model `V100`"), "{e}");
     }
