@@ -175,12 +175,24 @@ pub fn counter_value(text: &str, metric: &str, labels: &BTreeMap<String, String>
     found.then_some(sum)
 }
 
+type HttpClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Empty<bytes::Bytes>,
+>;
+
+fn http_client() -> HttpClient {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
+}
+
 /// `GET url` (plain HTTP), its body as text: an error names the URL and what failed.
 pub async fn fetch(url: &str, timeout: Duration) -> Result<String, String> {
+    fetch_with(&http_client(), url, timeout).await
+}
+
+/// [`fetch`] through `client`, whose connections are kept between calls.
+async fn fetch_with(client: &HttpClient, url: &str, timeout: Duration) -> Result<String, String> {
     use http_body_util::BodyExt as _;
     let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<bytes::Bytes>>();
     let call = async {
         let resp = client.get(uri).await.map_err(|e| format!("{url}: {e}"))?;
         if !resp.status().is_success() {
@@ -205,9 +217,10 @@ pub async fn scrape_loop(
 ) {
     let mut failing = vec![false; options.sources.len()];
     let timeout = options.interval.min(Duration::from_secs(5));
+    let client = http_client();
     loop {
         for (i, s) in options.sources.iter().enumerate() {
-            let read = fetch(&s.url, timeout).await.and_then(|text| {
+            let read = fetch_with(&client, &s.url, timeout).await.and_then(|text| {
                 counter_value(&text, &s.metric, &s.labels)
                     .ok_or_else(|| format!("{}: no sample of `{}` with labels {:?}", s.url, s.metric, s.labels))
             });

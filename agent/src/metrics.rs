@@ -80,10 +80,6 @@ fn node_label(node: &str) -> Labels {
     vec![("node", node.to_string())]
 }
 
-fn gauge_value(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 impl AgentMetrics {
     /// A registry with every family registered.
     pub fn new() -> AgentMetrics {
@@ -209,8 +205,8 @@ impl AgentMetrics {
         for a in lock(&self.agents).iter() {
             let node = a.reconciler.node().to_string();
             let status = a.reconciler.status();
-            self.desired_epoch.get_or_create(&node_label(&node)).set(gauge_value(status.epoch));
-            self.applied_epoch.get_or_create(&node_label(&node)).set(gauge_value(status.applied_epoch));
+            self.desired_epoch.get_or_create(&node_label(&node)).set(tessera_metrics::gauge_i64(status.epoch));
+            self.applied_epoch.get_or_create(&node_label(&node)).set(tessera_metrics::gauge_i64(status.applied_epoch));
             if let Some(c) = &a.client {
                 self.coordinator_registered.get_or_create(&node_label(&node)).set(i64::from(c.registered()));
             }

@@ -22,6 +22,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+use tessera_metrics::gauge_i64;
 
 /// Prefix of every metric family name (an underscore separates it from the rest).
 pub const PREFIX: &str = "tessera_coordinator";
@@ -269,7 +270,7 @@ impl Metrics {
 
     /// Records a committed round: its epoch, objective, bound and gap.
     pub fn set_round(&self, epoch: u64, objective: f64, bound: f64, gap: f64) {
-        self.plan_epoch.set(saturating_i64(epoch));
+        self.plan_epoch.set(gauge_i64(epoch));
         self.plan_objective.set(objective);
         self.plan_bound.set(bound);
         self.plan_gap.set(gap);
@@ -307,23 +308,23 @@ impl Metrics {
         self.gpu_instances.clear();
         for g in gpus {
             let labels = [("gpu", g.gpu.clone()), ("model", g.model.clone())];
-            self.gpu_applied_epoch.get_or_create(&labels).set(saturating_i64(g.applied_epoch));
-            self.gpu_target_epoch.get_or_create(&labels).set(saturating_i64(g.target_epoch));
-            self.gpu_drift_instances.get_or_create(&labels).set(saturating_i64(g.drift_instances as u64));
+            self.gpu_applied_epoch.get_or_create(&labels).set(gauge_i64(g.applied_epoch));
+            self.gpu_target_epoch.get_or_create(&labels).set(gauge_i64(g.target_epoch));
+            self.gpu_drift_instances.get_or_create(&labels).set(gauge_i64(g.drift_instances as u64));
             for (profile, n) in &g.instances {
                 let labels = [("gpu", g.gpu.clone()), ("model", g.model.clone()), ("profile", profile.clone())];
-                self.gpu_instances.get_or_create(&labels).set(saturating_i64(*n as u64));
+                self.gpu_instances.get_or_create(&labels).set(gauge_i64(*n as u64));
             }
         }
     }
 
     /// Sets the Raft gauges: term, commit and applied index, leadership (1/0) and number of voting members.
     pub fn set_raft(&self, term: u64, commit: u64, applied: u64, is_leader: bool, members: usize) {
-        self.raft_term.set(saturating_i64(term));
-        self.raft_commit_index.set(saturating_i64(commit));
-        self.raft_applied_index.set(saturating_i64(applied));
+        self.raft_term.set(gauge_i64(term));
+        self.raft_commit_index.set(gauge_i64(commit));
+        self.raft_applied_index.set(gauge_i64(applied));
         self.raft_is_leader.set(i64::from(is_leader));
-        self.raft_members.set(saturating_i64(members as u64));
+        self.raft_members.set(gauge_i64(members as u64));
     }
 
     /// Records whether this member knows a leader (what `/readyz` answers).
@@ -370,8 +371,8 @@ impl Metrics {
 
     /// Sets the fleet gauges: number of tenants and of GPUs.
     pub fn set_fleet(&self, tenants: usize, gpus: usize) {
-        self.tenants.set(saturating_i64(tenants as u64));
-        self.gpus.set(saturating_i64(gpus as u64));
+        self.tenants.set(gauge_i64(tenants as u64));
+        self.gpus.set(gauge_i64(gpus as u64));
     }
 
     /// The whole registry in the OpenMetrics text format (ending in `# EOF`), the per-GPU families read afresh.
@@ -421,10 +422,6 @@ pub fn gpu_gauges(fleet: &tessera_core::fleet::FleetState) -> Vec<GpuGauges> {
             }
         })
         .collect()
-}
-
-fn saturating_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 // Compile-time proof that `Metrics` can be shared across tasks.

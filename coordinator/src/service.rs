@@ -36,7 +36,7 @@ pub const REQUEST_ID_KEY: &str = "tessera-request-id";
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Most GPUs one node may register.
-pub const MAX_GPUS_PER_NODE: usize = 64;
+pub const MAX_GPUS_PER_NODE: usize = tessera_core::config::MAX_GPUS_PER_NODE;
 /// Longest `HOST:PORT` accepted for an agent or a member.
 pub const MAX_ADDRESS_BYTES: usize = 256;
 

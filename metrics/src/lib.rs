@@ -35,6 +35,11 @@ pub trait Exposition: Send + Sync + 'static {
     fn ready(&self) -> Result<(), String>;
 }
 
+/// A count or index as a gauge's `i64`, saturating at `i64::MAX`.
+pub fn gauge_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 /// `registry` in OpenMetrics text.
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();

@@ -402,7 +402,7 @@ fn reproduce(spec: &super::RunSpec) -> serde_json::Value {
         "forecaster": spec.forecaster.to_string(),
         "tlb": spec.tlb,
         "fluid_tick_ms": spec.fluid_tick_ms,
-        "late_requests": format!("{:?}", spec.late).to_lowercase(),
+        "late_requests": spec.late,
         "replan_on_burst": spec.replan_on_burst,
         "seed": spec.seed,
     })
