@@ -162,17 +162,27 @@ pub fn parse_sample(line: &str) -> Option<Sample> {
     Some(Sample { name: name.to_string(), labels, value })
 }
 
-/// The sum of `metric`'s samples in `text` whose labels include `labels`; `None` when there is none.
-pub fn counter_value(text: &str, metric: &str, labels: &BTreeMap<String, String>) -> Option<f64> {
+/// The sum of `metric`'s samples in `text` whose labels include `labels`. An error says that no sample matched, or
+/// names the first matching sample whose value is not a count (negative, NaN or infinite: a request counter is a
+/// finite number at least 0, and one such sample would make the sum meaningless).
+pub fn counter_value(text: &str, metric: &str, labels: &BTreeMap<String, String>) -> Result<f64, String> {
     let mut found = false;
     let mut sum = 0.0;
-    for s in text.lines().filter_map(parse_sample) {
+    for (n, line) in text.lines().enumerate() {
+        let Some(s) = parse_sample(line) else { continue };
         if s.name == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)) {
+            if !s.value.is_finite() || s.value < 0.0 {
+                return Err(format!("line {}: `{metric}` is {}, not a request count", n + 1, s.value));
+            }
             found = true;
             sum += s.value;
         }
     }
-    found.then_some(sum)
+    match (found, sum.is_finite()) {
+        (false, _) => Err(format!("no sample of `{metric}` with labels {labels:?}")),
+        (true, false) => Err(format!("the samples of `{metric}` sum beyond the range of a count")),
+        (true, true) => Ok(sum),
+    }
 }
 
 type HttpClient = hyper_util::client::legacy::Client<
@@ -220,10 +230,9 @@ pub async fn scrape_loop(
     let client = http_client();
     loop {
         for (i, s) in options.sources.iter().enumerate() {
-            let read = fetch_with(&client, &s.url, timeout).await.and_then(|text| {
-                counter_value(&text, &s.metric, &s.labels)
-                    .ok_or_else(|| format!("{}: no sample of `{}` with labels {:?}", s.url, s.metric, s.labels))
-            });
+            let read = fetch_with(&client, &s.url, timeout)
+                .await
+                .and_then(|text| counter_value(&text, &s.metric, &s.labels).map_err(|e| format!("{}: {e}", s.url)));
             match read {
                 Ok(v) => {
                     if failing[i] {
@@ -284,10 +293,17 @@ mod tests {
                     nv_inference_request_success{model=\"resnet50\",version=\"2\"} 20\n\
                     nv_inference_request_success{model=\"bert\",version=\"1\"} 7\n";
         let only = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
-        assert_eq!(counter_value(text, "nv_inference_request_success", &only("model", "resnet50")), Some(120.0));
-        assert_eq!(counter_value(text, "nv_inference_request_success", &BTreeMap::new()), Some(127.0));
-        assert_eq!(counter_value(text, "nv_inference_request_success", &only("model", "gpt")), None);
-        assert_eq!(counter_value(text, "other", &BTreeMap::new()), None);
+        assert_eq!(counter_value(text, "nv_inference_request_success", &only("model", "resnet50")), Ok(120.0));
+        assert_eq!(counter_value(text, "nv_inference_request_success", &BTreeMap::new()), Ok(127.0));
+        assert!(counter_value(text, "nv_inference_request_success", &only("model", "gpt")).is_err());
+        assert!(counter_value(text, "other", &BTreeMap::new()).unwrap_err().contains("no sample of `other`"));
+        // Values that are not counts are refused, naming the line; found by the `load_exposition` fuzzer, where
+        // `+Inf` and `-Inf` summed to NaN.
+        for bad in ["x{} +Inf\nx{} -Inf\n", "x 3\nx -1\n", "x NaN\n"] {
+            let e = counter_value(bad, "x", &BTreeMap::new()).unwrap_err();
+            assert!(e.starts_with("line ") && e.contains("not a request count"), "{bad:?}: {e}");
+        }
+        assert!(counter_value("x 1e308\nx 1e308\n", "x", &BTreeMap::new()).unwrap_err().contains("beyond the range"));
     }
 
     #[test]
