@@ -26,6 +26,7 @@
 //! rpc_timeout = "2s"               # optional
 //!
 //! metrics_listen = "0.0.0.0:9102"  # optional (top level): /metrics, /healthz, /readyz
+//! otlp_endpoint = "http://127.0.0.1:4317"  # optional (top level): OTLP/gRPC traces (off when absent)
 //!
 //! [load]                           # optional: the serving stack's request counters (load.rs); enables ReportLoad
 //! interval = "10s"                 # optional: how often each endpoint is read
@@ -97,6 +98,7 @@ struct RawConfig {
     tls: Option<RawTls>,
     insecure: Option<bool>,
     metrics_listen: Option<String>,
+    otlp_endpoint: Option<String>,
     load: Option<RawLoad>,
 }
 
@@ -153,6 +155,8 @@ pub struct AgentConfig {
     pub runtime: RuntimeOptions,
     /// Where `/metrics`, `/healthz` and `/readyz` are served (plain HTTP), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where spans go (OTLP/gRPC, `http://` or `https://`), if anywhere.
+    pub otlp_endpoint: Option<String>,
     /// The serving stack's request counters (`[load]`): scraped endpoints, and `ReportLoad` accepted.
     pub load: Option<LoadOptions>,
 }
@@ -227,6 +231,12 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
                 .map_err(|e| field("metrics_listen", format!("`{m}` is not host:port with an IP ({e})")))
         })
         .transpose()?;
+    let otlp_endpoint = raw.otlp_endpoint.filter(|e| !e.trim().is_empty());
+    if let Some(e) = &otlp_endpoint
+        && !(e.starts_with("http://") || e.starts_with("https://"))
+    {
+        return Err(field("otlp_endpoint", format!("`{e}` must start with http:// or https://")));
+    }
     let load = match raw.load {
         None => None,
         Some(l) => {
@@ -256,6 +266,7 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
         data_dir,
         backend,
         metrics_listen,
+        otlp_endpoint,
         load,
         runtime: RuntimeOptions {
             resync_interval: duration("resync_interval", raw.resync_interval.as_deref(), DEFAULT_RESYNC_INTERVAL)?,
@@ -326,6 +337,10 @@ mod tests {
         parse("node_id = \"n\"\nlisten = \"127.0.0.1:1\"\ndata_dir = \"d\"\n").unwrap();
         let e = parse(&format!("{base}metrics_listen = \"localhost:9\"\n")).unwrap_err();
         assert!(e.contains("field `metrics_listen`"), "{e}");
+        let e = parse(&format!("{base}otlp_endpoint = \"collector:4317\"\n")).unwrap_err();
+        assert!(e.contains("field `otlp_endpoint`") && e.contains("http://"), "{e}");
+        let c = parse(&format!("{base}otlp_endpoint = \"http://collector:4317\"\n")).unwrap();
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://collector:4317"));
         let scrape = |extra: &str| {
             format!(
                 "{base}[load]\n[[load.scrape]]\ntenant = \"t\"\nurl = \"http://h:1/metrics\"\nmetric = \"m\"\n{extra}"

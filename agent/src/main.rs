@@ -166,13 +166,10 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
     };
     let backend = backend(kind)?;
     let config = config.ok_or("--config is required (see configs/agent.toml)")?;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let service = tessera_telemetry::Service::new("tessera-agent", &config.node_id);
+    let telemetry =
+        tessera_telemetry::init(config.otlp_endpoint.as_deref(), &service, tessera_telemetry::LevelFilter::INFO)
+            .map_err(|e| format!("tracing: {e:#}"))?;
     // The serving stack's request counters ([load]): scraped, and taken from ReportLoad.
     let load = config.load.as_ref().map(|_| Arc::new(tessera_agent::load::LoadSignal::default()));
     let workload = Arc::new(match &load {
@@ -182,7 +179,7 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
     let reconciler =
         Reconciler::new(config.node_id.clone(), backend, workload, &config.data_dir).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -213,7 +210,11 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
             let _ = tokio::signal::ctrl_c().await;
         };
         runtime::run(Arc::new(reconciler), listener, options, shutdown).await.map_err(|e| e.to_string())
-    })
+    });
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
+    result
 }
 
 fn run(cmd: Mig) -> Result<String, String> {

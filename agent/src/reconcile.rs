@@ -48,6 +48,7 @@ use tessera_core::invariants::{self, Violation};
 use tessera_core::layout::{Layout, Placement};
 use tessera_core::plan::{Assignment, GpuPlan};
 use tessera_core::reconfig::{DiffError, ReconfigLatency, StepAction, Work, diff_assigned};
+use tracing::field::Empty;
 
 use crate::backend::{BackendError, GpuInfo, GpuInstance, MigBackend};
 use crate::state::{DesiredState, GpuTarget, StateError, StateFile};
@@ -225,6 +226,9 @@ pub struct Reconciler {
     pass: Mutex<()>,
     /// For a backend that takes whole targets: per GPU, the epoch of the target it was handed.
     handed: Mutex<BTreeMap<u32, u64>>,
+    /// Per GPU: the trace context of the push that brought its target (epoch, context), until the GPU converges;
+    /// its passes are `reconcile` spans in that trace.
+    traces: Mutex<BTreeMap<u32, (u64, opentelemetry::Context)>>,
     observer: Option<StepObserver>,
 }
 
@@ -253,6 +257,7 @@ impl Reconciler {
             steps: AtomicU64::new(0),
             pass: Mutex::new(()),
             handed: Mutex::new(BTreeMap::new()),
+            traces: Mutex::new(BTreeMap::new()),
             observer: None,
         })
     }
@@ -335,6 +340,19 @@ impl Reconciler {
         Ok(Acceptance::Accepted)
     }
 
+    /// Continues trace `cx` (the push that brought epoch `epoch`) in the passes that realise `gpus`' targets of that
+    /// epoch: each pass is a `reconcile` span, child of `cx`, with one span per MIG step.
+    pub fn follow_trace(&self, epoch: u64, gpus: impl IntoIterator<Item = u32>, cx: &opentelemetry::Context) {
+        use opentelemetry::trace::TraceContextExt as _;
+        if !cx.span().span_context().is_valid() {
+            return;
+        }
+        let mut traces = lock(&self.traces);
+        for gpu in gpus {
+            traces.insert(gpu, (epoch, cx.clone()));
+        }
+    }
+
     fn gpu_id(&self, gpu: u32) -> GpuId {
         GpuId::new(self.node.clone(), gpu)
     }
@@ -402,6 +420,97 @@ impl Reconciler {
             self.observe(info, None, None)?;
             return Ok(GpuOutcome::Untargeted);
         };
+        // A pass for a traced push is a span in its trace; an untraced pass gets a (root) span once it has steps.
+        let cx = lock(&self.traces).get(&gpu).filter(|(e, _)| *e == target.epoch).map(|(_, cx)| cx.clone());
+        let mut span = match cx {
+            Some(cx) => self.reconcile_span(gpu, target.epoch, Some(cx)),
+            None => tracing::Span::none(),
+        };
+        let result = self.reconcile_target(info, target, &mut span);
+        match &result {
+            Ok(outcome) => {
+                let label = match outcome {
+                    GpuOutcome::Untargeted => "untargeted",
+                    GpuOutcome::Converged => "converged",
+                    GpuOutcome::Waiting(_) => "waiting",
+                };
+                span.record("tessera.reconcile.outcome", label).record("otel.status_code", "ok");
+                if *outcome == GpuOutcome::Converged {
+                    lock(&self.traces).remove(&gpu);
+                }
+            }
+            Err(e) => {
+                span.record("tessera.reconcile.outcome", "error")
+                    .record("otel.status_code", "error")
+                    .record("otel.status_description", e.to_string());
+            }
+        }
+        result
+    }
+
+    /// The `reconcile` span of one pass over `gpu` towards epoch `epoch`'s target, child of `cx` (a root without).
+    fn reconcile_span(&self, gpu: u32, epoch: u64, cx: Option<opentelemetry::Context>) -> tracing::Span {
+        let span = tracing::info_span!(
+            parent: None,
+            "reconcile",
+            tessera.node = %self.node,
+            tessera.gpu = %self.gpu_id(gpu),
+            tessera.plan.epoch = i64::try_from(epoch).unwrap_or(i64::MAX),
+            tessera.layout.from = Empty,
+            tessera.layout.to = Empty,
+            tessera.reconfiguration.steps = Empty,
+            tessera.reconcile.outcome = Empty,
+            otel.status_code = Empty,
+            otel.status_description = Empty,
+        );
+        if let Some(cx) = cx {
+            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+            let _ = span.set_parent(cx);
+        }
+        span
+    }
+
+    /// Runs `action` as MIG step `name` on `gpu` (a span under `pass`, with its status), creating `pass` as a root
+    /// span first when the pass has none.
+    fn mig_step<T>(
+        &self,
+        pass: &mut tracing::Span,
+        epoch: u64,
+        (name, gpu, placement): (&'static str, u32, Option<Placement>),
+        tenants: usize,
+        action: impl FnOnce() -> Result<T, ReconcileError>,
+    ) -> Result<T, ReconcileError> {
+        if pass.is_none() {
+            *pass = self.reconcile_span(gpu, epoch, None);
+        }
+        let span = tracing::info_span!(
+            parent: &*pass,
+            "mig_step",
+            otel.name = name,
+            tessera.gpu = %self.gpu_id(gpu),
+            tessera.mig.profile = placement.map(|p| p.profile.to_string()).unwrap_or_default(),
+            tessera.mig.placement.start = placement.map_or(-1, |p| i64::from(p.start)),
+            tessera.mig.instance_id = Empty,
+            tessera.tenant.count = tenants as i64,
+            otel.status_code = Empty,
+            otel.status_description = Empty,
+        );
+        let result = span.in_scope(action);
+        match &result {
+            Ok(_) => span.record("otel.status_code", "ok"),
+            Err(e) => span.record("otel.status_code", "error").record("otel.status_description", e.to_string()),
+        };
+        result
+    }
+
+    fn reconcile_target(
+        &self,
+        info: &GpuInfo,
+        target: &GpuTarget,
+        pass: &mut tracing::Span,
+    ) -> Result<GpuOutcome, ReconcileError> {
+        let gpu = info.index;
+        let epoch = target.epoch;
         let model = mig_model(info)?;
         let mut info = info.clone();
         if info.mig.is_some_and(|m| !m.current) {
@@ -409,14 +518,16 @@ impl Reconciler {
                 self.observe(&info, Some(target), None)?;
                 return Ok(GpuOutcome::Converged);
             }
-            let mode = self.backend.set_mig_mode(gpu, true)?;
+            let mode = self.mig_step(pass, epoch, ("mig.set_mode", gpu, None), 0, || {
+                Ok(self.backend.set_mig_mode(gpu, true)?)
+            })?;
             info.mig = Some(mode);
             if !mode.current {
                 return Err(ReconcileError::MigPending { gpu });
             }
         }
         if self.backend.applies_whole_targets() {
-            return self.hand_over(&info, target);
+            return self.hand_over(&info, target, pass);
         }
         let plan = &target.plan;
         let observed = self.backend.instances(gpu)?;
@@ -428,6 +539,14 @@ impl Reconciler {
             diff_assigned(model, &layout, &current_work, &plan.layout, &plan.assignments, &ReconfigLatency::default())
                 .map_err(|error| ReconcileError::Diff { gpu, error })?
                 .steps;
+        if !steps.is_empty() || !pass.is_none() {
+            if pass.is_none() {
+                *pass = self.reconcile_span(gpu, epoch, None);
+            }
+            pass.record("tessera.layout.from", layout.to_string())
+                .record("tessera.layout.to", plan.layout.to_string())
+                .record("tessera.reconfiguration.steps", steps.len() as i64);
+        }
         let mut instances: BTreeMap<Placement, GpuInstance> = observed.iter().map(|i| (i.placement, *i)).collect();
         for step in &steps {
             if matches!(step.action, StepAction::Destroy | StepAction::Reassign)
@@ -436,26 +555,37 @@ impl Reconciler {
                 self.observe(&info, Some(target), Some(p))?;
                 return Ok(GpuOutcome::Waiting(p));
             }
+            let tenants = step.after.len().max(step.before.len());
             match step.action {
                 StepAction::Create => {
-                    let created = self.backend.create_instance(gpu, step.placement)?;
-                    instances.insert(created.placement, created);
-                    if !step.after.is_empty() {
-                        self.workload.load(gpu, &created, &step.after)?;
-                    }
+                    let id = ("mig.create_instance", gpu, Some(step.placement));
+                    self.mig_step(pass, epoch, id, tenants, || {
+                        let created = self.backend.create_instance(gpu, step.placement)?;
+                        tracing::Span::current().record("tessera.mig.instance_id", i64::from(created.id.0));
+                        instances.insert(created.placement, created);
+                        if !step.after.is_empty() {
+                            self.workload.load(gpu, &created, &step.after)?;
+                        }
+                        Ok(())
+                    })?;
                 }
                 StepAction::Destroy => {
                     let instance = instances[&step.placement];
-                    self.workload.drain(gpu, &instance)?;
-                    self.backend.destroy_instance(gpu, instance.id)?;
+                    self.mig_step(pass, epoch, ("mig.destroy_instance", gpu, Some(step.placement)), tenants, || {
+                        self.workload.drain(gpu, &instance)?;
+                        Ok(self.backend.destroy_instance(gpu, instance.id)?)
+                    })?;
                     instances.remove(&step.placement);
                 }
                 StepAction::Reassign => {
                     let instance = instances[&step.placement];
-                    self.workload.drain(gpu, &instance)?;
-                    if !step.after.is_empty() {
-                        self.workload.load(gpu, &instance, &step.after)?;
-                    }
+                    self.mig_step(pass, epoch, ("mig.reassign", gpu, Some(step.placement)), tenants, || {
+                        self.workload.drain(gpu, &instance)?;
+                        if !step.after.is_empty() {
+                            self.workload.load(gpu, &instance, &step.after)?;
+                        }
+                        Ok(())
+                    })?;
                 }
             }
             self.steps.fetch_add(1, Ordering::SeqCst);
@@ -476,11 +606,19 @@ impl Reconciler {
 
     /// Hands GPU `info`'s target to a backend that takes whole targets, once per target epoch (see "Backends that
     /// take whole targets" in the module doc), and publishes what the GPU shows.
-    fn hand_over(&self, info: &GpuInfo, target: &GpuTarget) -> Result<GpuOutcome, ReconcileError> {
+    fn hand_over(
+        &self,
+        info: &GpuInfo,
+        target: &GpuTarget,
+        pass: &mut tracing::Span,
+    ) -> Result<GpuOutcome, ReconcileError> {
         let gpu = info.index;
         let handed = lock(&self.handed).get(&gpu) == Some(&target.epoch);
         if !handed {
-            self.backend.apply_target(gpu, &target.plan)?;
+            let tenants = target.plan.assignments.len();
+            self.mig_step(pass, target.epoch, ("mig.apply_target", gpu, None), tenants, || {
+                Ok(self.backend.apply_target(gpu, &target.plan)?)
+            })?;
             lock(&self.handed).insert(gpu, target.epoch);
             self.steps.fetch_add(1, Ordering::SeqCst);
         }

@@ -184,36 +184,41 @@ impl v1::agent_server::Agent for AgentService {
         &self,
         request: Request<v1::ApplyLayoutRequest>,
     ) -> Result<Response<v1::ApplyLayoutResponse>, Status> {
-        let pusher = self.auth.check(&request, Need::Coordinator)?.and_then(|who| who.member_id());
-        let req = request.into_inner();
-        // A member may push only as the leader it is known to be, and only an epoch the cluster could have committed.
-        if let Err(refusal) = self.authority.check(pusher, req.term, req.epoch).await {
-            tracing::warn!(node = %self.reconciler.node(), ?pusher, term = req.term, epoch = req.epoch,
-                "refused a push: {refusal}");
-            self.count_push(PushOutcome::Refused { rule: refusal.rule() });
-            return Err(Status::failed_precondition(format!("push refused: {refusal}")));
+        use tracing::Instrument as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let span = tracing::info_span!(
+            "tessera.v1.Agent/ApplyLayout",
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.service = "tessera.v1.Agent",
+            rpc.method = "ApplyLayout",
+            tessera.node = %self.reconciler.node(),
+            tessera.plan.epoch = i64::try_from(request.get_ref().epoch).unwrap_or(i64::MAX),
+            tessera.apply.result = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
+        // The coordinator's client span is the parent (W3C trace context in the metadata), whoever sent it: a
+        // refused push is traced too, and a trace id gives no rights.
+        let _ = span.set_parent(tessera_telemetry::extract_context(request.metadata()));
+        let result = self.apply_layout_in(request, &span).instrument(span.clone()).await;
+        match &result {
+            Ok(r) => {
+                let label = match v1::ApplyStatus::try_from(r.get_ref().status) {
+                    Ok(v1::ApplyStatus::Accepted) => "accepted",
+                    Ok(v1::ApplyStatus::AlreadyAccepted) => "already_accepted",
+                    Ok(v1::ApplyStatus::Stale) => "stale",
+                    _ => "unknown",
+                };
+                span.record("tessera.apply.result", label).record("otel.status_code", "ok");
+            }
+            Err(status) => {
+                span.record("tessera.apply.result", status.code().description())
+                    .record("otel.status_code", "error")
+                    .record("otel.status_description", status.message());
+            }
         }
-        let targets = targets_from_wire(req.targets)?;
-        let reconciler = self.reconciler.clone();
-        let epoch = req.epoch;
-        // Checking targets reads the GPUs and saving syncs a file: both block.
-        let outcome = tokio::task::spawn_blocking(move || reconciler.accept(epoch, targets))
-            .await
-            .map_err(|e| Status::internal(format!("apply task failed: {e}")))??;
-        let status = match outcome {
-            Acceptance::Accepted => {
-                self.count_push(PushOutcome::Accepted { epoch });
-                self.wake.notify_one();
-                v1::ApplyStatus::Accepted
-            }
-            Acceptance::AlreadyAccepted => v1::ApplyStatus::AlreadyAccepted,
-            Acceptance::Stale { .. } => {
-                self.count_push(PushOutcome::Stale);
-                v1::ApplyStatus::Stale
-            }
-        };
-        let epoch = self.reconciler.desired().epoch;
-        Ok(Response::new(v1::ApplyLayoutResponse { status: status.into(), epoch }))
+        result
     }
 
     async fn get_state(&self, request: Request<v1::GetStateRequest>) -> Result<Response<v1::NodeState>, Status> {
@@ -288,3 +293,47 @@ impl v1::agent_server::Agent for AgentService {
 pub const MAX_LOAD_SOURCE_BYTES: usize = 128;
 /// Most tenants in one `ReportLoad`.
 pub const MAX_LOAD_TENANTS: usize = 4096;
+
+impl AgentService {
+    /// `ApplyLayout` inside its server span `span`: checks, accepts, and hands the span's context to the passes
+    /// that realise the accepted targets.
+    async fn apply_layout_in(
+        &self,
+        request: Request<v1::ApplyLayoutRequest>,
+        span: &tracing::Span,
+    ) -> Result<Response<v1::ApplyLayoutResponse>, Status> {
+        let pusher = self.auth.check(&request, Need::Coordinator)?.and_then(|who| who.member_id());
+        let req = request.into_inner();
+        // A member may push only as the leader it is known to be, and only an epoch the cluster could have committed.
+        if let Err(refusal) = self.authority.check(pusher, req.term, req.epoch).await {
+            tracing::warn!(node = %self.reconciler.node(), ?pusher, term = req.term, epoch = req.epoch,
+                "refused a push: {refusal}");
+            self.count_push(PushOutcome::Refused { rule: refusal.rule() });
+            return Err(Status::failed_precondition(format!("push refused: {refusal}")));
+        }
+        let targets = targets_from_wire(req.targets)?;
+        let reconciler = self.reconciler.clone();
+        let epoch = req.epoch;
+        // Before accepting: a pass may start as soon as the target is in.
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        self.reconciler.follow_trace(epoch, targets.keys().copied(), &span.context());
+        // Checking targets reads the GPUs and saving syncs a file: both block.
+        let outcome = tokio::task::spawn_blocking(move || reconciler.accept(epoch, targets))
+            .await
+            .map_err(|e| Status::internal(format!("apply task failed: {e}")))??;
+        let status = match outcome {
+            Acceptance::Accepted => {
+                self.count_push(PushOutcome::Accepted { epoch });
+                self.wake.notify_one();
+                v1::ApplyStatus::Accepted
+            }
+            Acceptance::AlreadyAccepted => v1::ApplyStatus::AlreadyAccepted,
+            Acceptance::Stale { .. } => {
+                self.count_push(PushOutcome::Stale);
+                v1::ApplyStatus::Stale
+            }
+        };
+        let epoch = self.reconciler.desired().epoch;
+        Ok(Response::new(v1::ApplyLayoutResponse { status: status.into(), epoch }))
+    }
+}

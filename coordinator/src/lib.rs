@@ -30,5 +30,6 @@ pub mod server;
 pub mod service;
 pub mod state;
 pub mod storage;
-pub mod telemetry;
+/// Tracing and OTLP export (the `tessera-telemetry` crate, shared with the agent).
+pub use tessera_telemetry as telemetry;
 pub mod transport;

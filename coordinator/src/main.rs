@@ -548,8 +548,8 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             let config = CoordinatorConfig::load(a.config.as_deref(), &over).map_err(|e| anyhow::anyhow!("{e}"))?;
             let telemetry = tessera_coordinator::telemetry::init(
                 config.otlp_endpoint.as_deref(),
-                "tessera-coordinator",
-                config.raft.id,
+                &tessera_coordinator::telemetry::Service::new("tessera-coordinator", config.raft.id),
+                tessera_coordinator::telemetry::LevelFilter::INFO,
             )?;
             let result = tessera_coordinator::server::serve(config).await;
             if let Some(t) = telemetry {

@@ -463,31 +463,36 @@ impl Planner {
         });
         let span = tracing::info_span!(
             "planning_round",
-            trigger,
-            policy = %self.settings.policy,
-            epoch = input.epoch,
-            workload_time_ms = now_ms,
-            gpus = input.gpus.len(),
-            tenants = input.tenants.len(),
-            outcome = Empty,
-            objective = Empty,
-            bound = Empty,
-            gap = Empty,
-            solve_ms = Empty,
-            pushed = Empty,
-            push_failures = Empty,
+            tessera.round.trigger = trigger,
+            tessera.policy = %self.settings.policy,
+            tessera.plan.epoch = as_i64(input.epoch),
+            tessera.workload_time_ms = as_i64(now_ms),
+            tessera.gpu.count = input.gpus.len() as i64,
+            tessera.tenant.count = input.tenants.len() as i64,
+            tessera.round.outcome = Empty,
+            tessera.plan.objective = Empty,
+            tessera.plan.bound = Empty,
+            tessera.plan.gap = Empty,
+            tessera.plan.solve_ms = Empty,
+            tessera.push.ok = Empty,
+            tessera.push.failed = Empty,
+            otel.status_code = Empty,
+            otel.status_description = Empty,
         );
         let result = self.round_in(input, old_targets, &span).instrument(span.clone()).await;
         match &result {
             Ok(r) => {
-                span.record("outcome", r.outcome.as_str());
+                span.record("tessera.round.outcome", r.outcome.as_str());
+                span.record("otel.status_code", "ok");
                 self.metrics.observe_round(&r.outcome, started.elapsed().as_secs_f64());
                 if r.epoch > 0 {
                     self.metrics.set_round(r.epoch, r.objective, r.bound, r.gap);
                 }
             }
             Err(e) => {
-                span.record("outcome", "error");
+                span.record("tessera.round.outcome", "error");
+                span.record("otel.status_code", "error");
+                span.record("otel.status_description", e.to_string());
                 tracing::warn!(parent: &span, error = %e, "planning round failed");
                 self.metrics.observe_round("error", started.elapsed().as_secs_f64());
             }
@@ -522,7 +527,7 @@ impl Planner {
             .map_err(|e| ReplicaError::Raft(format!("the planner panicked: {e}")))?
             .map_err(|e| ReplicaError::Raft(format!("planner: {e}")))?;
         let solve_ms = started.elapsed().as_secs_f64() * 1000.0;
-        span.record("solve_ms", solve_ms);
+        span.record("tessera.plan.solve_ms", solve_ms);
         let report = match outcome {
             PlanOutcome::Infeasible { reason } => {
                 return Ok(RoundResult { outcome: "infeasible".into(), solve_ms, reason, ..Default::default() });
@@ -530,9 +535,9 @@ impl Planner {
             PlanOutcome::Planned(report) => report,
         };
         let stats = &report.stats;
-        span.record("objective", stats.objective);
-        span.record("bound", stats.bound);
-        span.record("gap", stats.gap);
+        span.record("tessera.plan.objective", stats.objective);
+        span.record("tessera.plan.bound", stats.bound);
+        span.record("tessera.plan.gap", stats.gap);
         let mut decisions = BTreeMap::new();
         for g in &stats.gpus {
             let outcome = report.outcomes.get(&g.gpu);
@@ -546,23 +551,9 @@ impl Planner {
                     Some((t.clone(), f.mean.iter().sum::<f64>() / f.mean.len().max(1) as f64))
                 })
                 .collect();
-            let target = report.plan.gpus.get(&g.gpu);
-            let candidates = outcome.map_or(0, |o| o.problem.profiles.len());
-            tracing::info_span!(
-                parent: span,
-                "gpu_solve",
-                gpu = %g.gpu,
-                tenants = %tenants.join(","),
-                forecasts_rps = %forecasts.iter().map(|(k, v)| format!("{k}={v:.1}")).collect::<Vec<_>>().join(","),
-                candidate_profiles = candidates,
-                current_layout = %input.gpus.get(&g.gpu).map(|x| x.layout.to_string()).unwrap_or_default(),
-                chosen_layout = %target.map(|t| t.layout.to_string()).unwrap_or_default(),
-                objective = g.objective,
-                bound = g.bound,
-                status = ?g.status,
-                explanation = %target.map(|t| t.explanation.as_str()).unwrap_or_default(),
-            )
-            .in_scope(|| tracing::debug!("solved"));
+            if let Some(time) = report.solve_times.get(&g.gpu) {
+                trace_gpu_solve(span, &input, g, outcome, &tenants, &forecasts, report.plan.gpus.get(&g.gpu), time);
+            }
             decisions.insert(
                 g.gpu.clone(),
                 GpuDecision {
@@ -620,8 +611,8 @@ impl Planner {
             self.metrics.target_pushed(&gpu.to_string(), epoch);
         }
         let (pushed, push_failures) = self.push_all(Some(span), &changed).await;
-        span.record("pushed", pushed);
-        span.record("push_failures", push_failures);
+        span.record("tessera.push.ok", i64::from(pushed));
+        span.record("tessera.push.failed", i64::from(push_failures));
         self.metrics.reconfigurations(changed.len() as u64);
         Ok(RoundResult {
             outcome: "planned".into(),
@@ -662,7 +653,8 @@ impl Planner {
     }
 
     /// Pushes every node whose committed targets it has not acknowledged; returns (pushed, failed).
-    /// `changed` lists the GPUs whose layout this round changes (one `reconfiguration` span each).
+    /// `changed` lists the GPUs whose layout this round changes (`from` and `to` layouts). Within a `round`, each
+    /// push is a client span `tessera.v1.Agent/ApplyLayout` whose trace context travels in the call's metadata.
     pub async fn push_all(&self, round: Option<&tracing::Span>, changed: &[(GpuId, String, String)]) -> (u32, u32) {
         if self.node.not_leader().is_some() {
             return (0, 0);
@@ -694,33 +686,56 @@ impl Planner {
         };
         let mut calls = Vec::new();
         for (node, address, epoch, targets) in pending {
-            let spans: Vec<tracing::Span> = changed
-                .iter()
-                .filter(|(gpu, _, _)| gpu.node == node)
-                .map(|(gpu, from, to)| {
-                    let steps = layout_steps(from, to);
-                    match round {
-                        Some(parent) => tracing::info_span!(
-                            parent: parent, "reconfiguration",
-                            gpu = %gpu, node = %node, epoch, from_layout = %from, to_layout = %to,
-                            steps, result = Empty
-                        ),
-                        None => tracing::Span::none(),
-                    }
-                })
-                .collect();
+            let span = match round {
+                Some(parent) => {
+                    let here: Vec<&(GpuId, String, String)> =
+                        changed.iter().filter(|(g, _, _)| g.node == node).collect();
+                    let span = tracing::info_span!(
+                        parent: parent, "tessera.v1.Agent/ApplyLayout",
+                        otel.kind = "client",
+                        rpc.system = "grpc",
+                        rpc.service = "tessera.v1.Agent",
+                        rpc.method = "ApplyLayout",
+                        server.address = %address,
+                        tessera.node = %node,
+                        tessera.plan.epoch = as_i64(epoch),
+                        tessera.reconfiguration.steps =
+                            here.iter().map(|(_, from, to)| layout_steps(from, to) as i64).sum::<i64>(),
+                        tessera.push.result = Empty,
+                        otel.status_code = Empty,
+                        otel.status_description = Empty,
+                    );
+                    use crate::telemetry::OpenTelemetrySpanExt as _;
+                    let strings = |f: &dyn Fn(&(GpuId, String, String)) -> String| {
+                        opentelemetry::Value::Array(opentelemetry::Array::String(
+                            here.iter().map(|c| f(c).into()).collect(),
+                        ))
+                    };
+                    span.set_attribute(
+                        "tessera.gpus",
+                        opentelemetry::Value::Array(opentelemetry::Array::I64(
+                            here.iter().map(|(g, _, _)| i64::from(g.index)).collect(),
+                        )),
+                    );
+                    span.set_attribute("tessera.layouts.from", strings(&|(_, from, _)| from.clone()));
+                    span.set_attribute("tessera.layouts.to", strings(&|(_, _, to)| to.clone()));
+                    span
+                }
+                None => tracing::Span::none(),
+            };
             let client = self.agent(&node, &address);
             let timeout = self.settings.push_timeout;
             let term = self.node.status().term;
             calls.push(async move {
-                let req = v1::ApplyLayoutRequest {
+                let mut req = tonic::Request::new(v1::ApplyLayoutRequest {
                     epoch,
                     term,
                     targets: targets
                         .iter()
                         .map(|(idx, plan)| v1::GpuTarget { gpu: *idx, plan: Some(plan.into()) })
                         .collect(),
-                };
+                });
+                crate::telemetry::inject_context(&span, req.metadata_mut());
                 let result = match client {
                     Err(e) => Err(e),
                     Ok(mut c) => match tokio::time::timeout(timeout, c.apply_layout(req)).await {
@@ -729,20 +744,23 @@ impl Planner {
                         Err(_) => Err(format!("no answer within {timeout:?}")),
                     },
                 };
-                (node, epoch, result, spans)
+                (node, epoch, result, span)
             });
         }
         let results = futures::future::join_all(calls).await;
         let (mut ok, mut failed) = (0, 0);
-        for (node, epoch, result, spans) in results {
+        for (node, epoch, result, span) in results {
             let label = match &result {
                 Ok(r) if r.status == v1::ApplyStatus::Stale as i32 => "stale",
                 Ok(_) => "ok",
                 Err(_) => "error",
             };
-            for s in &spans {
-                s.record("result", label);
-            }
+            span.record("tessera.push.result", label);
+            match &result {
+                Ok(_) => span.record("otel.status_code", "ok"),
+                Err(e) => span.record("otel.status_code", "error").record("otel.status_description", e.as_str()),
+            };
+            drop(span);
             self.metrics.push(label);
             {
                 let mut live = self.liveness.lock().expect("liveness lock");
@@ -845,6 +863,55 @@ impl Planner {
 
 /// One node's push: its id, agent address, the newest epoch among its GPUs' targets, and every target by index.
 type NodePush = (NodeId, String, u64, Vec<(u32, GpuPlan)>);
+
+/// `v` as an OpenTelemetry integer attribute (`tracing` sends `u64` fields as strings); saturates.
+fn as_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Reports GPU `g`'s level-2 solve as a `gpu_solve` span under the round, with the times the planner measured.
+#[allow(clippy::too_many_arguments)]
+fn trace_gpu_solve(
+    round: &tracing::Span,
+    input: &PlannerInput,
+    g: &tessera_planner::policy::GpuStats,
+    outcome: Option<&tessera_planner::policy::GpuOutcome>,
+    tenants: &[String],
+    forecasts: &BTreeMap<String, f64>,
+    target: Option<&GpuPlan>,
+    time: &tessera_planner::policy::SolveTime,
+) {
+    use opentelemetry::{Array, KeyValue, Value};
+    let gpu = input.gpus.get(&g.gpu);
+    let attributes = vec![
+        KeyValue::new("tessera.gpu", g.gpu.to_string()),
+        KeyValue::new("tessera.gpu.model", gpu.map(|x| x.model.to_string()).unwrap_or_default()),
+        KeyValue::new(
+            "tessera.tenants",
+            Value::Array(Array::String(tenants.iter().map(|t| t.clone().into()).collect())),
+        ),
+        KeyValue::new(
+            "tessera.forecast.mean_rps",
+            Value::Array(Array::F64(tenants.iter().map(|t| forecasts.get(t).copied().unwrap_or(0.0)).collect())),
+        ),
+        KeyValue::new("tessera.tenant.count", g.tenants as i64),
+        KeyValue::new("tessera.candidate_profiles", outcome.map_or(0, |o| o.problem.profiles.len()) as i64),
+        KeyValue::new("tessera.layout.current", gpu.map(|x| x.layout.to_string()).unwrap_or_default()),
+        KeyValue::new("tessera.layout.chosen", target.map(|t| t.layout.to_string()).unwrap_or_default()),
+        KeyValue::new("tessera.plan.objective", g.objective),
+        KeyValue::new("tessera.plan.bound", g.bound),
+        KeyValue::new("tessera.solver.status", format!("{:?}", g.status)),
+        KeyValue::new("tessera.explanation", target.map(|t| t.explanation.clone()).unwrap_or_default()),
+    ];
+    crate::telemetry::completed_span(
+        round,
+        "gpu_solve",
+        opentelemetry::trace::SpanKind::Internal,
+        (time.started, time.started + time.elapsed),
+        attributes,
+        opentelemetry::trace::Status::Ok,
+    );
+}
 
 /// Placements that differ between two layouts written as text (`3g@0 4g@4`).
 fn layout_steps(from: &str, to: &str) -> usize {

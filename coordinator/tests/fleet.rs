@@ -8,7 +8,8 @@ mod support;
 use std::time::Duration;
 
 use support::cluster::{Cluster, create, eventually, start_sim, tenant};
-use support::otlp::{OtlpReceiver, children_of, named};
+use support::otlp::{OtlpReceiver, ReceivedSpan, SpanKind, StatusCode, any_value::Value, children_of, named};
+use tessera_coordinator::telemetry::LevelFilter;
 use tessera_proto::v1;
 
 const T: Duration = Duration::from_secs(30);
@@ -17,6 +18,10 @@ const T: Duration = Duration::from_secs(30);
 async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_decision_is_traced() {
     let otlp = OtlpReceiver::start().await;
     let endpoint = otlp.endpoint();
+    // The simulated agents run in this process: its global subscriber exports their spans (the only test of this
+    // binary that installs one).
+    let service = tessera_coordinator::telemetry::Service::new("tessera-sim-agent", "test");
+    let telemetry = tessera_coordinator::telemetry::init(Some(&endpoint), &service, LevelFilter::INFO).unwrap();
     let c = Cluster::start(3, &["--otlp-endpoint", &endpoint, "--plan-every", "1s", "--metrics-listen", "127.0.0.1:0"]);
     let leader = c.wait_leader(&[1, 2, 3], T).await;
     let follower = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
@@ -53,38 +58,78 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     let input: tessera_planner::input::PlannerInput = serde_json::from_str(&dump.json).unwrap();
     assert!(input.tenants.keys().any(|t| t.as_str() == "vision"));
 
-    // The decision reached the OTLP receiver: a planning round with a gpu_solve child naming the tenant and the
-    // chosen layout, and a reconfiguration child for the GPU that changed.
-    let spans = otlp
-        .wait_for(T, |spans| {
-            named(spans, "planning_round").iter().any(|r| {
-                r.attr("outcome") == Some("planned")
-                    && children_of(spans, r)
-                        .iter()
-                        .any(|c| c.name == "gpu_solve" && c.attr("tenants") == Some("vision"))
-                    && children_of(spans, r).iter().any(|c| c.name == "reconfiguration")
-            })
+    // The decision reached the OTLP receiver as one trace: a planning round; its gpu_solve children, timed by the
+    // planner; a client span per push, carrying its context to the agent; the agent's server span; the reconcile
+    // pass; each MIG step. Attributes are namespaced and typed.
+    let pushed_trace = |spans: &[ReceivedSpan]| -> Option<(ReceivedSpan, ReceivedSpan, ReceivedSpan)> {
+        named(spans, "planning_round").into_iter().find_map(|r| {
+            let children = children_of(spans, r);
+            let solved = children.iter().any(|c| {
+                c.name == "gpu_solve"
+                    && c.array("tessera.tenants").is_some_and(|t| t.contains(&Value::StringValue("vision".into())))
+            });
+            if !solved {
+                return None;
+            }
+            let client = children.iter().find(|c| c.name == "tessera.v1.Agent/ApplyLayout")?;
+            let server = children_of(spans, client).into_iter().find(|s| s.kind == SpanKind::Server)?;
+            let pass = children_of(spans, server).into_iter().find(|p| {
+                p.name == "reconcile" && children_of(spans, p).iter().any(|s| s.name == "mig.create_instance")
+            })?;
+            Some((r.clone(), (*client).clone(), pass.clone()))
         })
-        .await;
-    let round = named(&spans, "planning_round")
-        .into_iter()
-        .find(|r| {
-            r.attr("outcome") == Some("planned") && children_of(&spans, r).iter().any(|c| c.name == "reconfiguration")
-        })
-        .unwrap();
-    for key in ["epoch", "policy", "objective", "bound", "gap", "solve_ms", "pushed", "tenants", "gpus"] {
-        assert!(round.attr(key).is_some(), "planning_round lacks {key}: {}", round.summary());
+    };
+    let spans = otlp.wait_for(T, |spans| pushed_trace(spans).is_some()).await;
+    let (round, client, pass) = pushed_trace(&spans).unwrap();
+    assert_eq!(round.string("tessera.round.outcome"), Some("planned"), "{}", round.summary());
+    for key in ["tessera.plan.epoch", "tessera.gpu.count", "tessera.tenant.count", "tessera.push.ok"] {
+        assert!(round.int(key).is_some(), "planning_round lacks integer {key}: {}", round.summary());
     }
+    for key in ["tessera.plan.objective", "tessera.plan.bound", "tessera.plan.gap", "tessera.plan.solve_ms"] {
+        assert!(round.double(key).is_some(), "planning_round lacks double {key}: {}", round.summary());
+    }
+    assert_eq!((round.kind, round.status.0), (SpanKind::Internal, StatusCode::Ok), "{}", round.summary());
     assert_eq!(round.service_name, "tessera-coordinator");
-    let children = children_of(&spans, round);
-    let solve = children.iter().find(|c| c.name == "gpu_solve" && c.attr("tenants") == Some("vision")).unwrap();
-    for key in ["gpu", "forecasts_rps", "candidate_profiles", "chosen_layout", "objective", "bound", "status"] {
-        assert!(solve.attr(key).is_some(), "gpu_solve lacks {key}: {}", solve.summary());
+    assert_eq!(round.service_version, env!("CARGO_PKG_VERSION"));
+    assert!(["1", "2", "3"].contains(&round.service_instance.as_str()), "{}", round.summary());
+
+    let children = children_of(&spans, &round);
+    let solve = children.iter().find(|c| c.name == "gpu_solve" && c.string("tessera.gpu") == Some(&gpu)).unwrap();
+    assert_eq!(solve.array("tessera.tenants"), Some(vec![Value::StringValue("vision".into())]), "{}", solve.summary());
+    assert!(matches!(solve.array("tessera.forecast.mean_rps").as_deref(), Some([Value::DoubleValue(_)])));
+    for key in ["tessera.tenant.count", "tessera.candidate_profiles"] {
+        assert!(solve.int(key).is_some(), "gpu_solve lacks integer {key}: {}", solve.summary());
     }
-    let reconf = children.iter().find(|c| c.name == "reconfiguration").unwrap();
-    for key in ["gpu", "epoch", "from_layout", "to_layout", "steps", "result"] {
-        assert!(reconf.attr(key).is_some(), "reconfiguration lacks {key}: {}", reconf.summary());
+    for key in ["tessera.plan.objective", "tessera.plan.bound"] {
+        assert!(solve.double(key).is_some(), "gpu_solve lacks double {key}: {}", solve.summary());
     }
+    for key in ["tessera.layout.chosen", "tessera.solver.status", "tessera.gpu.model", "tessera.explanation"] {
+        assert!(solve.string(key).is_some(), "gpu_solve lacks {key}: {}", solve.summary());
+    }
+    // The solve is timed where it ran: inside the round, and no longer than the round's measured solve.
+    assert!(solve.start_ns >= round.start_ns && solve.end_ns <= round.end_ns, "{}", solve.summary());
+    let solve_ms = round.double("tessera.plan.solve_ms").unwrap();
+    assert!(solve.duration_s() * 1000.0 <= solve_ms + 1.0, "{} > {solve_ms} ms", solve.duration_s() * 1000.0);
+
+    assert_eq!((client.kind, client.status.0), (SpanKind::Client, StatusCode::Ok), "{}", client.summary());
+    assert_eq!(client.string("rpc.system"), Some("grpc"));
+    assert_eq!(client.string("tessera.push.result"), Some("ok"), "{}", client.summary());
+    assert!(client.int("tessera.plan.epoch").is_some_and(|e| e > 0), "{}", client.summary());
+    assert!(matches!(client.array("tessera.gpus").as_deref(), Some([Value::IntValue(_), ..])), "{}", client.summary());
+    let server = children_of(&spans, &client).into_iter().find(|s| s.kind == SpanKind::Server).unwrap();
+    assert_eq!(server.name, "tessera.v1.Agent/ApplyLayout");
+    assert_eq!(server.service_name, "tessera-sim-agent", "{}", server.summary());
+    assert_eq!(server.string("tessera.apply.result"), Some("accepted"), "{}", server.summary());
+    assert_eq!(server.int("tessera.plan.epoch"), client.int("tessera.plan.epoch"));
+    assert_eq!(pass.int("tessera.plan.epoch"), client.int("tessera.plan.epoch"), "{}", pass.summary());
+    assert_eq!(pass.string("tessera.reconcile.outcome"), Some("converged"), "{}", pass.summary());
+    assert!(pass.int("tessera.reconfiguration.steps").is_some_and(|n| n > 0), "{}", pass.summary());
+    let step = children_of(&spans, &pass).into_iter().find(|s| s.name == "mig.create_instance").unwrap();
+    assert!(step.string("tessera.mig.profile").is_some_and(|p| !p.is_empty()), "{}", step.summary());
+    assert!(step.int("tessera.mig.placement.start").is_some_and(|s| s >= 0), "{}", step.summary());
+    assert!(step.int("tessera.mig.instance_id").is_some(), "{}", step.summary());
+    assert_eq!(step.status.0, StatusCode::Ok, "{}", step.summary());
+    assert!(step.start_ns >= pass.start_ns && step.end_ns <= pass.end_ns, "{}", step.summary());
 
     // The leader's Prometheus endpoint counts the rounds and pushes.
     let body = http_get(&c.metrics_addr(leader).unwrap(), "/metrics").await;
@@ -123,6 +168,7 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     }
 
     sim.stop().await;
+    drop(telemetry);
 }
 
 async fn http_get(addr: &str, path: &str) -> String {

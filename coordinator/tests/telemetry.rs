@@ -5,8 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::otlp::{OtlpReceiver, ReceivedSpan, children_of, named};
-use tessera_coordinator::telemetry::{EXPORT_INTERVAL, init, otel_layer};
+use support::otlp::{OtlpReceiver, ReceivedSpan, SpanKind, StatusCode, any_value, children_of, named};
+use tessera_coordinator::telemetry::{EXPORT_INTERVAL, LevelFilter, Service, completed_span, init, otel_layer};
 use tracing::field::Empty;
 use tracing_subscriber::layer::SubscriberExt as _;
 
@@ -16,17 +16,30 @@ const WAIT: Duration = Duration::from_secs(10);
 fn emit_round(layer: impl tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync) {
     let subscriber = tracing_subscriber::registry().with(layer);
     tracing::subscriber::with_default(subscriber, || {
-        let round = tracing::info_span!("planning_round", epoch = 17u64, policy = "balanced", outcome = Empty);
+        let round = tracing::info_span!(
+            "planning_round",
+            tessera.plan.epoch = 17i64,
+            tessera.policy = "balanced",
+            tessera.round.outcome = Empty,
+            otel.status_code = Empty
+        );
         {
             let _entered = round.enter();
             for (gpu, objective) in [("gpu-0", 1.5), ("gpu-1", 2.25)] {
-                let solve = tracing::info_span!("gpu_solve", gpu = %gpu, objective, status = Empty);
+                let solve = tracing::info_span!(
+                    "gpu_solve",
+                    otel.kind = "client",
+                    tessera.gpu = %gpu,
+                    tessera.plan.objective = objective,
+                    tessera.solver.status = Empty
+                );
                 let _in_solve = solve.enter();
                 // Recorded after creation, as the solver learns it.
-                solve.record("status", "optimal");
+                solve.record("tessera.solver.status", "optimal");
             }
         }
-        round.record("outcome", "planned");
+        round.record("tessera.round.outcome", "planned");
+        round.record("otel.status_code", "error");
     });
 }
 
@@ -37,7 +50,7 @@ fn round_complete(spans: &[ReceivedSpan]) -> bool {
 #[tokio::test]
 async fn round_and_solves_arrive_with_links_and_attributes() {
     let receiver = OtlpReceiver::start().await;
-    let (layer, telemetry) = otel_layer(&receiver.endpoint(), "tessera-coordinator-test", 42).unwrap();
+    let (layer, telemetry) = otel_layer(&receiver.endpoint(), &Service::new("tessera-coordinator-test", 42)).unwrap();
     emit_round(layer);
     // Synchronous flush on the test's current-thread runtime: must not need that runtime to make progress.
     telemetry.try_flush().unwrap();
@@ -49,23 +62,31 @@ async fn round_and_solves_arrive_with_links_and_attributes() {
     assert!(round.is_root(), "{}", round.summary());
     assert_eq!(round.trace_id.len(), 16);
     assert_eq!(round.span_id.len(), 8);
-    assert_eq!(round.attr("epoch"), Some("17"), "{}", round.summary());
-    assert_eq!(round.attr("policy"), Some("balanced"), "{}", round.summary());
-    assert_eq!(round.attr("outcome"), Some("planned"), "{}", round.summary());
+    // Typed, namespaced attributes; kind and status from the `otel.*` fields; the resource names the service.
+    assert_eq!(round.int("tessera.plan.epoch"), Some(17), "{}", round.summary());
+    assert_eq!(round.string("tessera.policy"), Some("balanced"), "{}", round.summary());
+    assert_eq!(round.string("tessera.round.outcome"), Some("planned"), "{}", round.summary());
+    assert_eq!(round.kind, SpanKind::Internal);
+    assert_eq!(round.status.0, StatusCode::Error, "{}", round.summary());
+    assert!(round.start_ns > 0 && round.end_ns >= round.start_ns, "{}", round.summary());
     assert_eq!(round.service_name, "tessera-coordinator-test");
+    assert_eq!(round.service_version, env!("CARGO_PKG_VERSION"));
     assert_eq!(round.service_instance, "42");
 
     let mut solves = children_of(&spans, round);
-    solves.sort_by(|a, b| a.attr("gpu").cmp(&b.attr("gpu")));
+    solves.sort_by(|a, b| a.attr("tessera.gpu").cmp(&b.attr("tessera.gpu")));
     assert_eq!(solves.len(), 2, "{spans:#?}");
     for (solve, (gpu, objective)) in solves.iter().zip([("gpu-0", "1.5"), ("gpu-1", "2.25")]) {
         assert_eq!(solve.name, "gpu_solve");
         assert_eq!(solve.parent_span_id, round.span_id);
         assert_eq!(solve.trace_id, round.trace_id);
         assert_ne!(solve.span_id, round.span_id);
-        assert_eq!(solve.attr("gpu"), Some(gpu), "{}", solve.summary());
-        assert_eq!(solve.attr("objective"), Some(objective), "{}", solve.summary());
-        assert_eq!(solve.attr("status"), Some("optimal"), "{}", solve.summary());
+        assert_eq!(solve.string("tessera.gpu"), Some(gpu), "{}", solve.summary());
+        assert_eq!(solve.attr("tessera.plan.objective"), Some(objective), "{}", solve.summary());
+        assert!(solve.double("tessera.plan.objective").is_some(), "{}", solve.summary());
+        assert_eq!(solve.string("tessera.solver.status"), Some("optimal"), "{}", solve.summary());
+        assert_eq!(solve.kind, SpanKind::Client);
+        assert!(solve.start_ns >= round.start_ns && solve.end_ns <= round.end_ns, "{}", solve.summary());
         assert_eq!(solve.service_name, "tessera-coordinator-test");
         assert_eq!(solve.service_instance, "42");
     }
@@ -78,7 +99,7 @@ async fn round_and_solves_arrive_with_links_and_attributes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_are_exported_on_the_interval_without_flush() {
     let receiver = OtlpReceiver::start().await;
-    let (layer, telemetry) = otel_layer(&receiver.endpoint(), "tessera-coordinator-test", 7).unwrap();
+    let (layer, telemetry) = otel_layer(&receiver.endpoint(), &Service::new("tessera-coordinator-test", 7)).unwrap();
     let started = std::time::Instant::now();
     emit_round(layer);
 
@@ -97,7 +118,7 @@ async fn shutdown_is_bounded_when_the_collector_is_gone() {
     let receiver = OtlpReceiver::start().await;
     let endpoint = receiver.endpoint();
     drop(receiver);
-    let (layer, telemetry) = otel_layer(&endpoint, "tessera-coordinator-test", 1).unwrap();
+    let (layer, telemetry) = otel_layer(&endpoint, &Service::new("tessera-coordinator-test", 1)).unwrap();
     emit_round(layer);
     let started = std::time::Instant::now();
     telemetry.flush();
@@ -109,24 +130,56 @@ async fn shutdown_is_bounded_when_the_collector_is_gone() {
 #[tokio::test]
 async fn init_installs_the_global_subscriber_once() {
     let receiver = OtlpReceiver::start().await;
-    let telemetry = init(Some(&receiver.endpoint()), "tessera-coordinator-global", 3)
+    let service = Service::new("tessera-coordinator-global", 3);
+    let telemetry = init(Some(&receiver.endpoint()), &service, LevelFilter::INFO)
         .expect("first init")
         .expect("an endpoint gives a Telemetry");
     // A second call fails cleanly instead of panicking, whether or not it has an endpoint.
-    assert!(init(None, "tessera-coordinator-global", 3).is_err());
-    assert!(init(Some(&receiver.endpoint()), "tessera-coordinator-global", 3).is_err());
+    assert!(init(None, &service, LevelFilter::INFO).is_err());
+    assert!(init(Some(&receiver.endpoint()), &service, LevelFilter::INFO).is_err());
 
-    // A thread with no subscriber of its own uses the global one (info level passes the default filter).
-    std::thread::spawn(|| {
-        let _span = tracing::info_span!("global_round", epoch = 5u64).entered();
+    // A thread with no subscriber of its own uses the global one (info level passes the default filter). Work
+    // timed elsewhere is reported with its own times, as a child of the round, through the global provider.
+    let (start, end) = (
+        std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        std::time::UNIX_EPOCH + Duration::from_millis(1_800_000_000_250),
+    );
+    std::thread::spawn(move || {
+        let span = tracing::info_span!("global_round", tessera.plan.epoch = 5i64).entered();
         tracing::info!("inside the global round");
+        completed_span(
+            &span,
+            "gpu_solve",
+            opentelemetry::trace::SpanKind::Internal,
+            (start, end),
+            vec![
+                opentelemetry::KeyValue::new(
+                    "tessera.tenants",
+                    opentelemetry::Value::Array(vec![opentelemetry::StringValue::from("a"), "b".into()].into()),
+                ),
+                opentelemetry::KeyValue::new("tessera.tenant.count", 2i64),
+            ],
+            opentelemetry::trace::Status::Ok,
+        );
     })
     .join()
     .unwrap();
     telemetry.flush();
-    let spans = receiver.wait_for(WAIT, |spans| !named(spans, "global_round").is_empty()).await;
+    let spans = receiver
+        .wait_for(WAIT, |spans| !named(spans, "global_round").is_empty() && !named(spans, "gpu_solve").is_empty())
+        .await;
     let round = named(&spans, "global_round")[0];
-    assert_eq!(round.attr("epoch"), Some("5"), "{}", round.summary());
+    assert_eq!(round.int("tessera.plan.epoch"), Some(5), "{}", round.summary());
+    let solve = named(&spans, "gpu_solve")[0];
+    assert_eq!(solve.parent_span_id, round.span_id, "{}", solve.summary());
+    assert_eq!(solve.trace_id, round.trace_id);
+    assert_eq!((solve.start_ns, solve.end_ns), (1_800_000_000_000_000_000, 1_800_000_000_250_000_000));
+    assert_eq!(solve.status.0, StatusCode::Ok);
+    assert_eq!(
+        solve.array("tessera.tenants"),
+        Some(vec![any_value::Value::StringValue("a".into()), any_value::Value::StringValue("b".into())])
+    );
+    assert_eq!(solve.int("tessera.tenant.count"), Some(2));
     assert_eq!(round.service_name, "tessera-coordinator-global");
     assert_eq!(round.service_instance, "3");
     telemetry.shutdown();

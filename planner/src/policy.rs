@@ -49,6 +49,17 @@ pub struct PlanReport {
     pub stats: PlanStats,
     /// Each GPU's level-2 problem and placed schedule over the whole horizon.
     pub outcomes: BTreeMap<GpuId, GpuOutcome>,
+    /// When each GPU's level-2 solve ran (wall clock; for traces, never for results, which must not depend on it).
+    pub solve_times: BTreeMap<GpuId, SolveTime>,
+}
+
+/// When one level-2 solve started and how long it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SolveTime {
+    /// Wall-clock start.
+    pub started: std::time::SystemTime,
+    /// Its duration (monotonic clock).
+    pub elapsed: std::time::Duration,
 }
 
 impl PlanReport {
@@ -188,6 +199,17 @@ impl GpuOutcome {
     }
 }
 
+/// Runs `f` and says when it started and how long it ran. The one place the planner reads a clock: for
+/// [`PlanReport::solve_times`], which traces report and nothing planned depends on (planning time is the input's
+/// `SimTime`).
+#[allow(clippy::disallowed_methods)]
+fn timed<T>(f: impl FnOnce() -> T) -> (T, SolveTime) {
+    let started = std::time::SystemTime::now();
+    let clock = std::time::Instant::now();
+    let out = f();
+    (out, SolveTime { started, elapsed: clock.elapsed() })
+}
+
 /// Runs `level2` on every GPU of `l1` in parallel and assembles the plan.
 pub fn plan_fleet(
     policy: &str,
@@ -207,20 +229,24 @@ pub fn plan_fleet(
         });
     }
     let work: Vec<(&GpuId, &Vec<TenantId>)> = l1.per_gpu.iter().collect();
-    let results: Vec<Result<(GpuId, Option<GpuOutcome>), PlanError>> = work
+    type Solved = (GpuId, Option<GpuOutcome>, SolveTime);
+    let results: Vec<Result<Solved, PlanError>> = work
         .par_iter()
         .map(|(gpu, tenants)| {
-            level2(gpu, tenants)
-                .map(|o| ((*gpu).clone(), o))
+            let (outcome, time) = timed(|| level2(gpu, tenants));
+            outcome
+                .map(|o| ((*gpu).clone(), o, time))
                 .map_err(|source| PlanError::Solver { gpu: (*gpu).clone(), source })
         })
         .collect();
     let mut gpus = BTreeMap::new();
     let mut outcomes = BTreeMap::new();
+    let mut solve_times = BTreeMap::new();
     let mut stats = Vec::new();
     let slot_ms = (input.config.slot_s * 1000.0).round() as u64;
     for r in results {
-        let (gpu, outcome) = r?;
+        let (gpu, outcome, time) = r?;
+        solve_times.insert(gpu.clone(), time);
         let Some(o) = outcome else {
             gpus.insert(
                 gpu.clone(),
@@ -296,5 +322,6 @@ pub fn plan_fleet(
             moved: l1.moved,
         },
         outcomes,
+        solve_times,
     })))
 }

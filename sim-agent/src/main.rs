@@ -47,13 +47,15 @@ fn main() -> ExitCode {
 }
 
 fn run_nodes(args: RunArgs) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let service = tessera_telemetry::Service::new("tessera-sim-agent", &args.node_prefix);
+    let warn = tessera_telemetry::LevelFilter::WARN;
+    let telemetry = match tessera_telemetry::init(args.otlp_endpoint.as_deref(), &service, warn) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: tracing: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -68,6 +70,9 @@ fn run_nodes(args: RunArgs) -> ExitCode {
         };
         node::run(args, &mut stdout, shutdown).await
     });
+    if let Some(t) = telemetry {
+        t.shutdown();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -495,6 +495,9 @@ pub struct RunArgs {
     /// Serve every node's agent metrics, `/healthz` and `/readyz` here (plain HTTP; series labelled by node).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Send every node's spans (reconcile passes, MIG steps) to this OTLP/gRPC collector (`http://HOST:PORT`).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// One simulated node, ready to serve.

@@ -394,6 +394,7 @@ pub async fn start_sim_tls(
         tls_dir: tls_dir.map(Path::to_path_buf),
         insecure: false,
         metrics_listen: None,
+        otlp_endpoint: None,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (lines_tx, lines_rx) = tokio::sync::oneshot::channel::<Vec<String>>();

@@ -16,14 +16,17 @@ use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+pub use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+pub use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+pub use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use tokio::sync::Notify;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
 
 /// One span as received, flattened: ids as raw bytes (16-byte trace id, 8-byte span ids; `parent_span_id` empty for
-/// a root span), attributes with their values stringified, and the `service.name` / `service.instance.id` resource
-/// attributes of the process that sent it (empty when absent).
+/// a root span), kind, status and times as sent, attributes both stringified and typed, and the `service.name`,
+/// `service.version` and `service.instance.id` resource attributes of the process that sent it (empty when absent).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReceivedSpan {
     /// Span name.
@@ -37,8 +40,20 @@ pub struct ReceivedSpan {
     /// Span attributes. Strings as they are, integers and booleans via `Display`, doubles via `f64`'s `Display`
     /// (`1.5`, `3`), arrays as `[a, b]`, key-value lists as `{k: v}`, bytes as lowercase hex.
     pub attributes: BTreeMap<String, String>,
+    /// Attribute values with their OTLP types.
+    pub values: BTreeMap<String, any_value::Value>,
+    /// Span kind (`SpanKind` of the OTLP proto: 1 internal, 2 server, 3 client).
+    pub kind: SpanKind,
+    /// Status code (unset, ok, error) and message.
+    pub status: (StatusCode, String),
+    /// Start and end, nanoseconds since the Unix epoch.
+    pub start_ns: u64,
+    /// End, nanoseconds since the Unix epoch.
+    pub end_ns: u64,
     /// `service.name` resource attribute.
     pub service_name: String,
+    /// `service.version` resource attribute.
+    pub service_version: String,
     /// `service.instance.id` resource attribute.
     pub service_instance: String,
 }
@@ -49,6 +64,43 @@ impl ReceivedSpan {
         self.attributes.get(key).map(String::as_str)
     }
 
+    /// Attribute `key` if it was sent as an integer.
+    pub fn int(&self, key: &str) -> Option<i64> {
+        match self.values.get(key) {
+            Some(any_value::Value::IntValue(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// Attribute `key` if it was sent as a double.
+    pub fn double(&self, key: &str) -> Option<f64> {
+        match self.values.get(key) {
+            Some(any_value::Value::DoubleValue(d)) => Some(*d),
+            _ => None,
+        }
+    }
+
+    /// Attribute `key` if it was sent as a string.
+    pub fn string(&self, key: &str) -> Option<&str> {
+        match self.values.get(key) {
+            Some(any_value::Value::StringValue(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Attribute `key` if it was sent as an array, its elements typed.
+    pub fn array(&self, key: &str) -> Option<Vec<any_value::Value>> {
+        match self.values.get(key) {
+            Some(any_value::Value::ArrayValue(a)) => Some(a.values.iter().filter_map(|v| v.value.clone()).collect()),
+            _ => None,
+        }
+    }
+
+    /// How long the span lasted, in seconds.
+    pub fn duration_s(&self) -> f64 {
+        self.end_ns.saturating_sub(self.start_ns) as f64 / 1e9
+    }
+
     /// Whether this span has no parent.
     pub fn is_root(&self) -> bool {
         self.parent_span_id.is_empty()
@@ -57,8 +109,10 @@ impl ReceivedSpan {
     /// One line for failure messages: name, ids in hex, service and attributes.
     pub fn summary(&self) -> String {
         format!(
-            "{} span={} parent={} trace={} service={}/{} {:?}",
+            "{} {:?} {:?} span={} parent={} trace={} service={}/{} {:?}",
             self.name,
+            self.kind,
+            self.status,
             hex(&self.span_id),
             if self.parent_span_id.is_empty() { "-".to_owned() } else { hex(&self.parent_span_id) },
             hex(&self.trace_id),
@@ -208,15 +262,29 @@ fn flatten(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
         let resource = resource_spans.resource.map(|r| attributes(&r.attributes)).unwrap_or_default();
         let service_name = resource.get("service.name").cloned().unwrap_or_default();
         let service_instance = resource.get("service.instance.id").cloned().unwrap_or_default();
+        let service_version = resource.get("service.version").cloned().unwrap_or_default();
         for scope_spans in resource_spans.scope_spans {
             for span in scope_spans.spans {
+                let status = span.status.as_ref().map_or((StatusCode::Unset, String::new()), |s| {
+                    (StatusCode::try_from(s.code).unwrap_or(StatusCode::Unset), s.message.clone())
+                });
                 out.push(ReceivedSpan {
+                    kind: SpanKind::try_from(span.kind).unwrap_or(SpanKind::Unspecified),
+                    status,
+                    start_ns: span.start_time_unix_nano,
+                    end_ns: span.end_time_unix_nano,
+                    values: span
+                        .attributes
+                        .iter()
+                        .filter_map(|kv| Some((kv.key.clone(), kv.value.as_ref()?.value.clone()?)))
+                        .collect(),
                     name: span.name,
                     trace_id: span.trace_id,
                     span_id: span.span_id,
                     parent_span_id: span.parent_span_id,
                     attributes: attributes(&span.attributes),
                     service_name: service_name.clone(),
+                    service_version: service_version.clone(),
                     service_instance: service_instance.clone(),
                 });
             }
