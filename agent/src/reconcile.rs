@@ -353,6 +353,16 @@ impl Reconciler {
         }
     }
 
+    /// Drops the trace contexts [`Reconciler::follow_trace`] kept for epoch `epoch` (its push was not accepted).
+    pub fn forget_trace(&self, epoch: u64) {
+        lock(&self.traces).retain(|_, (e, _)| *e != epoch);
+    }
+
+    /// How many GPUs' passes currently continue a push's trace.
+    pub fn traced_gpus(&self) -> usize {
+        lock(&self.traces).len()
+    }
+
     fn gpu_id(&self, gpu: u32) -> GpuId {
         GpuId::new(self.node.clone(), gpu)
     }

@@ -320,7 +320,14 @@ impl AgentService {
         // Checking targets reads the GPUs and saving syncs a file: both block.
         let outcome = tokio::task::spawn_blocking(move || reconciler.accept(epoch, targets))
             .await
-            .map_err(|e| Status::internal(format!("apply task failed: {e}")))??;
+            .map_err(|e| Status::internal(format!("apply task failed: {e}")))
+            .and_then(|r| r.map_err(Status::from));
+        if !matches!(outcome, Ok(Acceptance::Accepted | Acceptance::AlreadyAccepted)) {
+            // Nothing of this push will be realised: its trace context goes (the map holds the GPUs of accepted
+            // targets only).
+            self.reconciler.forget_trace(epoch);
+        }
+        let outcome = outcome?;
         let status = match outcome {
             Acceptance::Accepted => {
                 self.count_push(PushOutcome::Accepted { epoch });

@@ -383,3 +383,28 @@ fn case_05_work_moving_to_a_preinitialised_instance_stays_until_it_is_warm() {
     assert_eq!(r.reconcile_gpu(0).unwrap(), GpuOutcome::Converged);
     assert_eq!(node.layout().to_string(), "3g@4");
 }
+
+#[test]
+fn trace_contexts_are_kept_until_the_gpu_converges_or_the_push_fails() {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState};
+    let node = Arc::new(Node::default());
+    let dir = tempfile::tempdir().unwrap();
+    let r = reconciler(&node, dir.path());
+    let remote = SpanContext::new(TraceId::from(7), SpanId::from(9), TraceFlags::SAMPLED, true, TraceState::default());
+    let cx = opentelemetry::Context::new().with_remote_span_context(remote);
+    // An invalid context (no trace) is not kept.
+    r.follow_trace(1, [0], &opentelemetry::Context::new());
+    assert_eq!(r.traced_gpus(), 0);
+    // A refused push forgets its context.
+    r.follow_trace(5, [0, 3], &cx);
+    assert_eq!(r.traced_gpus(), 2);
+    r.forget_trace(5);
+    assert_eq!(r.traced_gpus(), 0);
+    // An accepted one keeps it until the GPU converges.
+    r.follow_trace(1, [0], &cx);
+    assert_eq!(r.accept(1, BTreeMap::from([(0, first())])).unwrap(), Acceptance::Accepted);
+    assert_eq!(r.traced_gpus(), 1);
+    let report = r.reconcile().unwrap();
+    assert!(report.converged, "{report:?}");
+    assert_eq!(r.traced_gpus(), 0);
+}
