@@ -45,7 +45,7 @@ fn default_trace_every_output_and_the_upper_bound() {
     assert_eq!(summary["trace"], "azure-llm-2023-conv.csv");
     assert_eq!(summary["seed"], 1);
     // Versioned, and enough to run it again: the trace's path, the fleet, the load, the planner settings.
-    assert_eq!(summary["schema_version"], 2);
+    assert_eq!(summary["schema_version"], 3);
     assert_eq!(summary["tool"]["name"], "tessera-replay");
     let r = &summary["reproduce"];
     assert!(r["trace_path"].as_str().unwrap().ends_with("azure-llm-2023-conv.csv"), "{r}");
@@ -78,6 +78,25 @@ fn default_trace_every_output_and_the_upper_bound() {
         let att = s["slo_attainment"].as_f64().unwrap();
         assert!((att - within as f64 / requests as f64).abs() < 1e-9);
         assert!(s["goodput"].as_f64().unwrap() <= within as f64 + 1e-6, "goodput is accuracy-weighted");
+        // Latency percentiles are ordered; the tenants' rows add up to the policy's totals.
+        let l = &s["latency_ms"];
+        let q: Vec<f64> = ["p50", "p90", "p99", "p999"].iter().map(|k| l[*k].as_f64().unwrap()).collect();
+        assert!(q[0] > 0.0 && q.windows(2).all(|w| w[0] <= w[1]), "{l}");
+        let tenants = s["tenants"].as_object().unwrap();
+        assert!(!tenants.is_empty(), "{s}");
+        for key in ["requests", "requests_within_slo", "completed", "dropped"] {
+            let sum: u64 = tenants.values().map(|t| t[key].as_u64().unwrap()).sum();
+            assert_eq!(sum, s[key].as_u64().unwrap(), "{p}.tenants.*.{key}");
+        }
+        let goodput: f64 = tenants.values().map(|t| t["goodput"].as_f64().unwrap()).sum();
+        assert!((goodput - s["goodput"].as_f64().unwrap()).abs() < 1e-6 * goodput.max(1.0), "{p}: {goodput}");
+        for t in tenants.values() {
+            let (p50, p99) = (t["latency_ms"]["p50"].as_f64(), t["latency_ms"]["p99"].as_f64());
+            match t["completed"].as_u64().unwrap() {
+                0 => assert!(p50.is_none() && p99.is_none(), "{t}"),
+                _ => assert!(p50.unwrap() <= p99.unwrap(), "{t}"),
+            }
+        }
     }
     // The upper bound is at the top level, and every policy is divided by it.
     let bound = summary["upper_bound"]["goodput"].as_f64().unwrap();

@@ -32,6 +32,7 @@ use tessera_planner::input::GpuInput;
 use tessera_planner::policies;
 use tessera_planner::policy::{PlanOutcome, Policy};
 use tessera_planner::round::{Rounds, TenantState};
+use tessera_sim::executor::metrics::{LatencyHistogram, TenantMetrics};
 use tessera_sim::executor::{
     Arrival, Dispatch, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference, NoInterference, TenantIndex,
     TlbInterference,
@@ -226,6 +227,12 @@ pub struct PolicyRun {
     pub burst_replans: u64,
     /// Per window.
     pub windows: Vec<WindowRow>,
+    /// Latency percentiles over every completed request of the run.
+    #[serde(default)]
+    pub latency_ms: LatencyPercentiles,
+    /// Per tenant, in the scenario's order.
+    #[serde(default)]
+    pub tenants: Vec<TenantRow>,
 }
 
 /// The changes that targets schedule strictly inside `(t0, t1)`, as plans to apply at their times, in time order
@@ -387,6 +394,8 @@ impl PolicyRun {
             wall_s: started.elapsed().as_secs_f64(),
             burst_replans: 0,
             windows,
+            latency_ms: LatencyPercentiles::of(&end.latency),
+            tenants: end.tenants.clone(),
         }
     }
 }
@@ -678,6 +687,10 @@ pub(crate) struct Totals {
     pub(crate) reconfigurations: u64,
     pub(crate) retrainings: u64,
     pub(crate) drifts: u64,
+    /// Latencies of every completed request since the start (not kept by [`Totals::since`]).
+    pub(crate) latency: LatencyHistogram,
+    /// Per tenant since the start (not kept by [`Totals::since`]).
+    pub(crate) tenants: Vec<TenantRow>,
 }
 
 impl Totals {
@@ -688,7 +701,9 @@ impl Totals {
             t.ledger += m.ledger;
             t.retrainings += m.retrainings_completed;
             t.drifts += m.drift_windows;
+            t.latency.merge(&m.latency);
         }
+        t.tenants = exec.tenant_ids().map(|(i, id)| TenantRow::new(id, exec.tenant_metrics(i))).collect();
         t.reconfigurations = gpus.iter().map(|(g, _)| exec.gpu_metrics(*g).reconfigurations).sum();
         t
     }
@@ -707,6 +722,57 @@ impl Totals {
             reconfigurations: self.reconfigurations - earlier.reconfigurations,
             retrainings: self.retrainings - earlier.retrainings,
             drifts: self.drifts - earlier.drifts,
+            ..Totals::default()
+        }
+    }
+}
+
+/// Latency percentiles of completed requests, ms (upper edges of the simulator's histogram buckets, about 12 %
+/// resolution); `None` when nothing completed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyPercentiles {
+    /// Median.
+    pub p50: Option<f64>,
+    /// 90th percentile.
+    pub p90: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// 99.9th percentile.
+    pub p999: Option<f64>,
+}
+
+impl LatencyPercentiles {
+    /// The percentiles of `h`.
+    pub fn of(h: &LatencyHistogram) -> LatencyPercentiles {
+        LatencyPercentiles {
+            p50: h.quantile_ms(0.5),
+            p90: h.quantile_ms(0.9),
+            p99: h.quantile_ms(0.99),
+            p999: h.quantile_ms(0.999),
+        }
+    }
+}
+
+/// One tenant's part of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantRow {
+    /// The tenant.
+    pub tenant: String,
+    /// Its requests: arrivals, completions, within SLO, drops, goodput.
+    pub ledger: GoodputLedger,
+    /// Its latency percentiles.
+    pub latency_ms: LatencyPercentiles,
+    /// Retrainings completed.
+    pub retrainings_completed: u64,
+}
+
+impl TenantRow {
+    fn new(id: &TenantId, m: &TenantMetrics) -> TenantRow {
+        TenantRow {
+            tenant: id.to_string(),
+            ledger: m.ledger,
+            latency_ms: LatencyPercentiles::of(&m.latency),
+            retrainings_completed: m.retrainings_completed,
         }
     }
 }

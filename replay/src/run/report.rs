@@ -30,8 +30,9 @@ pub struct Comparison {
     pub reproduce: Value,
 }
 
-/// Version of `summary.json`'s layout: 2 added `schema_version`, `tool`, `reproduce` and `scenario.gpu_models`.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 2;
+/// Version of `summary.json`'s layout: 2 added `schema_version`, `tool`, `reproduce` and `scenario.gpu_models`; 3
+/// added each policy's `latency_ms` percentiles and `tenants` breakdown.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 3;
 
 impl Comparison {
     /// `goodput / upper bound` for `run` (`None` without a bound; 1 when the bound is 0).
@@ -107,6 +108,18 @@ impl Comparison {
                     "burst_replans": r.burst_replans,
                     "plan_ms_median": r.plan_ms_median,
                     "wall_s": r.wall_s,
+                    "latency_ms": r.latency_ms,
+                    "tenants": r.tenants.iter().map(|t| (t.tenant.clone(), json!({
+                        "requests": t.ledger.requests,
+                        "requests_within_slo": t.ledger.within_slo,
+                        "completed": t.ledger.completed,
+                        "dropped": t.ledger.dropped,
+                        "goodput": t.ledger.goodput,
+                        "slo_attainment": t.ledger.slo_attainment(),
+                        "mean_accuracy": t.ledger.mean_accuracy(),
+                        "retrainings_completed": t.retrainings_completed,
+                        "latency_ms": t.latency_ms,
+                    }))).collect::<serde_json::Map<_, _>>(),
                 }),
             );
         }

@@ -56,6 +56,13 @@ impl LatencyHistogram {
         self.counts[Self::bucket(latency_ms)] += n;
     }
 
+    /// Adds every request of `other` (histograms of several tenants make the run's).
+    pub fn merge(&mut self, other: &LatencyHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+    }
+
     /// Requests recorded.
     pub fn total(&self) -> u64 {
         self.counts.iter().sum()
@@ -246,6 +253,18 @@ pub struct ExecutorReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_histograms_count_every_request_once() {
+        let (mut a, mut b) = (LatencyHistogram::default(), LatencyHistogram::default());
+        a.record(1.0, 3);
+        b.record(1.0, 2);
+        b.record(100.0, 5);
+        a.merge(&b);
+        assert_eq!(a.total(), 10);
+        assert_eq!(a.counts[LatencyHistogram::bucket(1.0)], 5);
+        assert!(a.quantile_ms(0.5).unwrap() < 2.0 && a.quantile_ms(0.9).unwrap() >= 100.0);
+    }
 
     #[test]
     fn histogram_buckets_are_ordered_and_quantiles_bound_the_values() {
