@@ -437,23 +437,16 @@ impl Reconciler {
             None => tracing::Span::none(),
         };
         let result = self.reconcile_target(info, target, &mut span);
-        match &result {
-            Ok(outcome) => {
-                let label = match outcome {
-                    GpuOutcome::Untargeted => "untargeted",
-                    GpuOutcome::Converged => "converged",
-                    GpuOutcome::Waiting(_) => "waiting",
-                };
-                span.record("tessera.reconcile.outcome", label).record("otel.status_code", "ok");
-                if *outcome == GpuOutcome::Converged {
-                    lock(&self.traces).remove(&gpu);
-                }
-            }
-            Err(e) => {
-                span.record("tessera.reconcile.outcome", "error")
-                    .record("otel.status_code", "error")
-                    .record("otel.status_description", e.to_string());
-            }
+        let label = match &result {
+            Ok(GpuOutcome::Untargeted) => "untargeted",
+            Ok(GpuOutcome::Converged) => "converged",
+            Ok(GpuOutcome::Waiting(_)) => "waiting",
+            Err(_) => "error",
+        };
+        span.record("tessera.reconcile.outcome", label);
+        tessera_telemetry::record_status(&span, &result);
+        if matches!(result, Ok(GpuOutcome::Converged)) {
+            lock(&self.traces).remove(&gpu);
         }
         result
     }
@@ -506,10 +499,7 @@ impl Reconciler {
             otel.status_description = Empty,
         );
         let result = span.in_scope(action);
-        match &result {
-            Ok(_) => span.record("otel.status_code", "ok"),
-            Err(e) => span.record("otel.status_code", "error").record("otel.status_description", e.to_string()),
-        };
+        tessera_telemetry::record_status(&span, &result);
         result
     }
 

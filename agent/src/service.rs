@@ -210,14 +210,13 @@ impl v1::agent_server::Agent for AgentService {
                     Ok(v1::ApplyStatus::Stale) => "stale",
                     _ => "unknown",
                 };
-                span.record("tessera.apply.result", label).record("otel.status_code", "ok");
+                span.record("tessera.apply.result", label);
             }
             Err(status) => {
-                span.record("tessera.apply.result", status.code().description())
-                    .record("otel.status_code", "error")
-                    .record("otel.status_description", status.message());
+                span.record("tessera.apply.result", status.code().description());
             }
         }
+        tessera_telemetry::record_status(&span, &result.as_ref().map_err(|status| status.message()));
         result
     }
 

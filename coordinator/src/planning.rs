@@ -480,10 +480,10 @@ impl Planner {
             otel.status_description = Empty,
         );
         let result = self.round_in(input, old_targets, &span).instrument(span.clone()).await;
+        crate::telemetry::record_status(&span, &result);
         match &result {
             Ok(r) => {
                 span.record("tessera.round.outcome", r.outcome.as_str());
-                span.record("otel.status_code", "ok");
                 self.metrics.observe_round(&r.outcome, started.elapsed().as_secs_f64());
                 if r.epoch > 0 {
                     self.metrics.set_round(r.epoch, r.objective, r.bound, r.gap);
@@ -491,8 +491,6 @@ impl Planner {
             }
             Err(e) => {
                 span.record("tessera.round.outcome", "error");
-                span.record("otel.status_code", "error");
-                span.record("otel.status_description", e.to_string());
                 tracing::warn!(parent: &span, error = %e, "planning round failed");
                 self.metrics.observe_round("error", started.elapsed().as_secs_f64());
             }
@@ -756,10 +754,7 @@ impl Planner {
                 Err(_) => "error",
             };
             span.record("tessera.push.result", label);
-            match &result {
-                Ok(_) => span.record("otel.status_code", "ok"),
-                Err(e) => span.record("otel.status_code", "error").record("otel.status_description", e.as_str()),
-            };
+            crate::telemetry::record_status(&span, &result);
             drop(span);
             self.metrics.push(label);
             {

@@ -306,6 +306,19 @@ impl Extractor for Metadata<'_> {
     }
 }
 
+/// Records how the operation `span` names ended: `otel.status_code = "ok"`, or `"error"` with
+/// `otel.status_description` set to the error's message. The span must declare both fields (`Empty` until now).
+pub fn record_status<T, E: std::fmt::Display>(span: &tracing::Span, result: &Result<T, E>) {
+    match result {
+        Ok(_) => {
+            span.record("otel.status_code", "ok");
+        }
+        Err(e) => {
+            span.record("otel.status_code", "error").record("otel.status_description", e.to_string());
+        }
+    }
+}
+
 /// Writes `span`'s trace context into `metadata` as W3C `traceparent` (and `tracestate` when it has one), so the
 /// callee's spans join the trace. Writes nothing when `span` is not exported.
 pub fn inject_context(span: &tracing::Span, metadata: &mut tonic::metadata::MetadataMap) {
