@@ -123,10 +123,24 @@ fn default_trace_every_output_and_the_upper_bound() {
         .sum();
     assert_eq!(summed, req("tessera"), "windows add up to the total");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
-    assert!(html.contains("<svg") && html.contains("Goodput per window") && html.contains("Layouts over time"));
+    for section in
+        ["Results", "Goodput over the upper bound", "Latency", "Over time", "Layouts over time", "Per tenant"]
+    {
+        assert!(html.contains(&format!("<h2>{section}</h2>")), "report.html lacks {section}");
+    }
     for external in ["src=\"http", "href=\"http", "<script", "<link"] {
         assert!(!html.contains(external), "report.html loads {external}...: not viewable offline");
     }
+    // Figures: the bound's bars, the CDF, four time series and one slice map per policy.
+    assert_eq!(html.matches("<svg").count(), 1 + 1 + 4 + 3, "figures in report.html");
+    // The policy of interest (the first run) is the highlighted row, and every tenant has a row per policy.
+    assert!(html.contains("<tr class=\"focus\"><td>tessera</td>"));
+    assert_eq!(html.matches("<td>t0000</td>").count(), 3);
+    // Legible at the figure's own size: no text below 12 px.
+    let sizes: Vec<f64> =
+        html.split("font-size=\"").skip(1).map(|rest| rest.split('"').next().unwrap().parse().unwrap()).collect();
+    assert!(!sizes.is_empty());
+    assert!(sizes.iter().all(|&px| px >= 12.0), "text below 12 px: {sizes:?}");
 }
 
 #[test]

@@ -78,7 +78,10 @@ fn a_study_writes_tables_with_intervals_csv_and_a_plot() {
     }
     let summary = std::fs::read_to_string(dir.join("small/summary.csv")).unwrap();
     assert_eq!(summary.lines().count(), 1 + 2 * 2);
-    assert!(std::fs::read_to_string(dir.join("small/goodput_over_bound.svg")).unwrap().starts_with("<svg"));
+    for figure in ["goodput_over_bound.svg", "evaluation_over_bound.svg", "tuning_over_bound.svg"] {
+        assert!(std::fs::read_to_string(dir.join("small").join(figure)).unwrap().starts_with("<svg"), "{figure}");
+        assert!(md.contains(figure), "results.md does not show {figure}");
+    }
     // The same study gives the same rows (planning times aside).
     let again = replay().arg("study").arg(&file).arg("--out").arg(dir.join("again")).output().unwrap();
     assert!(again.status.success());

@@ -44,7 +44,9 @@ use tonic::Status;
 use tonic::transport::Channel;
 
 use super::arrivals::Arrivals;
-use super::driver::{LAYOUT_GPUS, PolicyRun, RateTable, Totals, WindowRow, executor_for, feed_window, upcoming_within};
+use super::driver::{
+    PolicyRun, RateTable, Totals, WindowRow, executor_for, feed_window, gpu_snapshot, upcoming_within,
+};
 use super::{ReplayError, Scenario};
 
 type Shared = Arc<Mutex<SharedFleet>>;
@@ -250,11 +252,7 @@ pub async fn run_cluster(
             let mut f = lock(&fleet);
             let later = taken_within(&mut f, t0, t1);
             let active = gpu_ids.iter().filter(|(i, _)| !f.exec.gpu_layout(*i).is_empty()).count() as u32;
-            let layouts: Vec<String> = gpu_ids
-                .iter()
-                .take(LAYOUT_GPUS)
-                .map(|(i, id)| f.exec.gpu_layout(*i).display_for(scenario.gpus[id]))
-                .collect();
+            let layouts = gpu_snapshot(&f.exec, &gpu_ids, &scenario.gpus);
             (later, active, layouts)
         };
         if scenario.replan_on_burst {

@@ -18,14 +18,16 @@
 //! Cold start: at `t0 = 0` no rate has been measured yet, so every forecaster is primed with each tenant's mean
 //! rate over the first window (the rate a tenant declares when it is onboarded); every policy gets the same prior.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
+use tessera_core::catalog::GpuModel;
 use tessera_core::fleet::GpuHealth;
 use tessera_core::goodput::GoodputLedger;
 use tessera_core::ids::{GpuId, TenantId};
-use tessera_core::plan::GpuPlan;
+use tessera_core::plan::{GpuPlan, Role};
 use tessera_core::time::SimTime;
 
 use tessera_planner::input::GpuInput;
@@ -197,6 +199,58 @@ pub struct WindowRow {
     pub plan_ms: f64,
     /// The layout of the first GPUs (at most [`LAYOUT_GPUS`]) after planning, for the report.
     pub layouts: Vec<String>,
+    /// The instances of the same GPUs and who works on them, for the report's slice map.
+    #[serde(default)]
+    pub instances: Vec<Vec<SliceRun>>,
+}
+
+/// One live GPU instance at a window start: where it sits and what it does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SliceRun {
+    /// First memory slice.
+    pub start: u8,
+    /// Memory slices it covers.
+    pub slices: u8,
+    /// The profile's nvidia-smi name (`3g.20gb`).
+    pub profile: String,
+    /// The tenant it works for; `None` while it is idle or being destroyed.
+    pub tenant: Option<String>,
+    /// It runs the tenant's retraining (else it serves inference).
+    pub retraining: bool,
+}
+
+/// What the report keeps of the first GPUs (at most [`LAYOUT_GPUS`]) at a window start: each layout as text, and
+/// its instances with their work.
+pub(crate) fn gpu_snapshot(
+    exec: &Executor,
+    gpu_ids: &[(GpuIndex, GpuId)],
+    models: &BTreeMap<GpuId, GpuModel>,
+) -> (Vec<String>, Vec<Vec<SliceRun>>) {
+    let mut layouts = Vec::new();
+    let mut instances = Vec::new();
+    for (i, id) in gpu_ids.iter().take(LAYOUT_GPUS) {
+        let model = models[id];
+        let layout = exec.gpu_layout(*i);
+        let work = exec.gpu_assignments(*i);
+        layouts.push(layout.display_for(model));
+        instances.push(
+            layout
+                .placements()
+                .iter()
+                .map(|p| {
+                    let a = work.iter().find(|a| a.placement == *p);
+                    SliceRun {
+                        start: p.start,
+                        slices: p.memory_mask().count_ones() as u8,
+                        profile: model.profile(p.profile).map_or_else(|| p.profile.to_string(), |s| s.name.to_string()),
+                        tenant: a.map(|a| a.tenant.to_string()),
+                        retraining: a.is_some_and(|a| a.role == Role::Retraining),
+                    }
+                })
+                .collect(),
+        );
+    }
+    (layouts, instances)
 }
 
 /// GPUs whose layouts the time series keeps.
@@ -233,6 +287,9 @@ pub struct PolicyRun {
     /// Per tenant, in the scenario's order.
     #[serde(default)]
     pub tenants: Vec<TenantRow>,
+    /// Latencies of every completed request of the run (the report's CDF).
+    #[serde(skip)]
+    pub latency: LatencyHistogram,
 }
 
 /// The changes that targets schedule strictly inside `(t0, t1)`, as plans to apply at their times, in time order
@@ -352,7 +409,13 @@ pub(crate) fn flow_window(
 
 impl WindowRow {
     /// The row of the window starting at `t0` ms from its counters `d`.
-    pub(crate) fn new(t0: f64, d: &Totals, active_gpus: u32, plan_ms: f64, layouts: Vec<String>) -> WindowRow {
+    pub(crate) fn new(
+        t0: f64,
+        d: &Totals,
+        active_gpus: u32,
+        plan_ms: f64,
+        (layouts, instances): (Vec<String>, Vec<Vec<SliceRun>>),
+    ) -> WindowRow {
         WindowRow {
             start_s: t0 / 1000.0,
             requests: d.ledger.requests,
@@ -365,6 +428,7 @@ impl WindowRow {
             active_gpus,
             plan_ms,
             layouts,
+            instances,
         }
     }
 }
@@ -396,6 +460,7 @@ impl PolicyRun {
             windows,
             latency_ms: LatencyPercentiles::of(&end.latency),
             tenants: end.tenants.clone(),
+            latency: end.latency.clone(),
         }
     }
 }
@@ -503,11 +568,7 @@ pub fn run_policy(
             // Slots observed by the forecasters so far (a replan inside the window observes the slots before it).
             let mut observed = first_slot;
             let active = gpu_ids.iter().filter(|(i, _)| !exec.gpu_layout(*i).is_empty()).count() as u32;
-            let layouts = gpu_ids
-                .iter()
-                .take(LAYOUT_GPUS)
-                .map(|(i, id)| exec.gpu_layout(*i).display_for(scenario.gpus[id]))
-                .collect();
+            let layouts = gpu_snapshot(&exec, &gpu_ids, &scenario.gpus);
 
             let counts = match &mut reader {
                 Some((counted, _)) => {
@@ -764,6 +825,9 @@ pub struct TenantRow {
     pub latency_ms: LatencyPercentiles,
     /// Retrainings completed.
     pub retrainings_completed: u64,
+    /// Latencies of its completed requests (the report's CDF).
+    #[serde(skip)]
+    pub latency: LatencyHistogram,
 }
 
 impl TenantRow {
@@ -773,6 +837,7 @@ impl TenantRow {
             ledger: m.ledger,
             latency_ms: LatencyPercentiles::of(&m.latency),
             retrainings_completed: m.retrainings_completed,
+            latency: m.latency.clone(),
         }
     }
 }

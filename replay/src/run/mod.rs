@@ -18,6 +18,7 @@ pub mod capacity;
 pub mod cli;
 pub mod cluster;
 pub mod driver;
+mod figures;
 pub mod mapping;
 pub mod report;
 pub mod study;

@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::prelude::*;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use tessera_planner::bound::UpperBound;
 
-use super::driver::{LAYOUT_GPUS, PolicyRun};
+use super::driver::{LAYOUT_GPUS, PolicyRun, SliceRun, WindowRow};
+use super::figures::{self, Cdf, Pen, Series, TimeAxis, axis_number};
 use super::{ReplayError, Scenario};
 
 /// The comparison of a run's policies.
@@ -199,116 +199,310 @@ impl Comparison {
         s
     }
 
-    /// `report.html`: the table, and plots of goodput, SLO attainment, accuracy and reconfigurations per window,
-    /// and the layouts of the first GPUs over time.
+    /// `report.html`: one page a paper or a talk can take from, viewable offline (figures are inline SVG).
+    ///
+    /// The results table (latency percentiles included), goodput over the upper bound, the latency CDF, the
+    /// per-window series, a slice map of the first GPUs' layouts over time per policy, the per-tenant breakdown and
+    /// what reruns the scenario. The first policy run is the policy of interest: highlighted everywhere.
     pub fn html(&self, scenario: &Scenario) -> Result<String, ReplayError> {
+        let focus = self.runs.first().map_or("", |r| r.policy.as_str());
         let mut h = String::new();
+        let mut models: BTreeMap<String, usize> = BTreeMap::new();
+        for m in scenario.gpus.values() {
+            *models.entry(m.to_string()).or_insert(0) += 1;
+        }
+        let models = models.iter().map(|(m, n)| format!("{n} × {m}")).collect::<Vec<_>>().join(", ");
         let _ = write!(
             h,
-            "<!doctype html><html><head><meta charset=\"utf-8\"><title>Tessera replay: {t}</title><style>\
-             body{{font-family:sans-serif;margin:2em;max-width:1100px}} pre{{background:#f4f4f4;padding:1em}}\
-             table{{border-collapse:collapse;font-size:12px}} td,th{{border:1px solid #ccc;padding:2px 6px}}</style>\
-             </head><body><h1>Tessera replay: {t}</h1><p>{g} GPUs, {n} tenants, {d:.0} s of workload time, planning every \
-             {w} s (slots of {s} s, horizon {hz}), seed {seed}.</p><pre>{table}</pre>",
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>Tessera replay: {t}</title>\
+             <style>{STYLE}</style></head><body><h1>Tessera replay: {t}</h1>\
+             <p class=\"lede\">{g} GPUs ({models}), {n} tenants, {d} of workload time, planning every {w} s (slots of \
+             {s} s, horizon {hz} slots), {exec} executor, seed {seed}. Policy of interest: <b>{f}</b> (highlighted; \
+             the first of <code>--policy</code>).</p>",
             t = escape(&self.trace),
             g = scenario.gpus.len(),
             n = scenario.tenants.len(),
-            d = scenario.duration_ms / 1000.0,
+            d = duration_words(scenario.duration_ms / 1000.0),
             w = scenario.window_s,
             s = scenario.planner.slot_s,
             hz = scenario.planner.horizon_slots,
+            exec = if scenario.fluid_tick_ms.is_some() { "fluid" } else { "discrete-request" },
             seed = self.seed,
-            table = escape(&self.table()),
+            f = escape(focus),
         );
-        type Metric = fn(&super::driver::WindowRow) -> f64;
-        let plots: [(&str, &str, Metric); 4] = [
-            ("Goodput per window", "goodput (accuracy x requests within SLO)", |w| w.goodput),
-            ("SLO attainment per window", "requests within SLO / requests", |w| {
-                if w.requests == 0 { 1.0 } else { w.within_slo as f64 / w.requests as f64 }
-            }),
-            ("Mean accuracy of served requests", "mean accuracy", |w| w.mean_accuracy),
-            ("Reconfigurations per window", "plans applied that changed a GPU", |w| w.reconfigurations as f64),
+        h.push_str(&self.results_table());
+
+        let mut fig = 0;
+        let mut figure = |h: &mut String, svg: String, caption: &str| -> () {
+            fig += 1;
+            let _ = write!(h, "<figure>{svg}<figcaption><b>Figure {fig}.</b> {caption}</figcaption></figure>");
+        };
+        let pens: Vec<Pen> = (0..self.runs.len()).map(Pen::of).collect();
+
+        if let Some(b) = &self.upper_bound {
+            h.push_str("<h2>Goodput over the upper bound</h2>");
+            let rows: Vec<(&str, f64, Option<f64>, Pen)> = self
+                .runs
+                .iter()
+                .zip(&pens)
+                .map(|(r, &p)| (r.policy.as_str(), self.over_bound(r).unwrap_or(0.0), None, p))
+                .collect();
+            let svg = figures::bars(
+                "goodput over bound",
+                "goodput / upper bound",
+                0.0..1.0,
+                &rows,
+                (1000, 90 + 46 * rows.len() as u32),
+            )?;
+            figure(
+                &mut h,
+                svg,
+                &format!(
+                    "Goodput of each policy over the upper bound ({} goodput units: the smaller of an LP and a \
+                     Lagrangian relaxation computed from the trace, which no policy can exceed; docs/evaluation.md). \
+                     One seed: for 95 % intervals over seeds, run a study (<code>replay study</code>).",
+                    axis_number(b.goodput),
+                ),
+            );
+        }
+
+        h.push_str("<h2>Latency</h2>");
+        let slo_of: BTreeMap<String, f64> = scenario.tenants.iter().map(|t| (t.id.to_string(), t.slo_ms)).collect();
+        let cdfs: Vec<Cdf> = self
+            .runs
+            .iter()
+            .zip(&pens)
+            .map(|(r, &pen)| Cdf {
+                name: &r.policy,
+                steps: over_slo_steps(r, &slo_of),
+                requests: r.total.requests,
+                pen,
+            })
+            .collect();
+        let (lo, hi) = scenario
+            .tenants
+            .iter()
+            .map(|t| t.slo_ms)
+            .fold((f64::INFINITY, 0.0_f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        let slos = if lo == hi {
+            format!("{} ms", slo_words(lo))
+        } else {
+            format!("{} to {} ms", slo_words(lo), slo_words(hi))
+        };
+        figure(
+            &mut h,
+            figures::latency_cdf(
+                "latency CDF",
+                "latency of a request / its tenant's SLO (log scale)",
+                &cdfs,
+                &[(1.0, "SLO".to_string())],
+                (1000, 460),
+            )?,
+            &format!(
+                "Share of all arrived requests served within a multiple of their tenant's SLO ({slos}), per policy: \
+                 the height at the SLO line is the SLO attainment. A curve ends below 1 by the share of requests \
+                 dropped or still queued at the end. Latencies are the simulator's histogram buckets (about 12 % \
+                 wide); the table above has each policy's percentiles in ms."
+            ),
+        );
+
+        h.push_str("<h2>Over time</h2>");
+        let named: Vec<(&str, Pen)> = self.runs.iter().zip(&pens).map(|(r, &p)| (r.policy.as_str(), p)).collect();
+        h.push_str(&figures::html_legend(&named));
+        let time = TimeAxis { end_s: scenario.duration_ms / 1000.0 };
+        let window = scenario.window_s;
+        let mid = |w: &WindowRow| w.start_s + 0.5 * window.min((time.end_s - w.start_s).max(0.0));
+        type Metric = fn(&WindowRow) -> f64;
+        let plots: [(&str, &str, Metric, Option<f64>, Option<f64>, &str); 4] = [
+            (
+                "goodput per window",
+                "goodput per window",
+                |w| w.goodput,
+                Some(0.0),
+                None,
+                "Goodput (accuracy × requests served within SLO) per planning window.",
+            ),
+            (
+                "slo attainment per window",
+                "requests within SLO / requests",
+                |w| if w.requests == 0 { 1.0 } else { w.within_slo as f64 / w.requests as f64 },
+                Some(0.0),
+                Some(1.0),
+                "SLO attainment per planning window: requests served within SLO over requests that arrived.",
+            ),
+            (
+                "accuracy per window",
+                "mean accuracy served",
+                |w| w.mean_accuracy,
+                Some(0.0),
+                Some(1.0),
+                "Mean accuracy of the model that served each request, per planning window.",
+            ),
+            (
+                "reconfigurations per window",
+                "GPUs reconfigured",
+                |w| w.reconfigurations as f64,
+                Some(0.0),
+                None,
+                "GPUs whose plan changed something, per planning window.",
+            ),
         ];
-        for (title, y_desc, f) in plots {
-            let _ = write!(h, "<h2>{title}</h2>{}", self.svg(title, y_desc, f)?);
+        for (name, y_desc, metric, floor, ceil, caption) in plots {
+            let series: Vec<Series> = self
+                .runs
+                .iter()
+                .zip(&pens)
+                .map(|(r, &pen)| Series { points: r.windows.iter().map(|w| (mid(w), metric(w))).collect(), pen })
+                .collect();
+            let y = if name.starts_with("reconfigurations") {
+                // Counts: from zero, to at least 1.
+                0.0..self.runs.iter().flat_map(|r| r.windows.iter().map(metric)).fold(1.0, f64::max) * 1.1
+            } else {
+                figures::fitted(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), floor, ceil)
+            };
+            let axis_note = if y.start > 0.0 { " The y axis does not start at zero." } else { "" };
+            figure(
+                &mut h,
+                figures::time_series(name, &time, y_desc, y, &series, (1000, 340))?,
+                &format!("{caption} Points are window midpoints.{axis_note}"),
+            );
         }
-        h.push_str("<h2>Layouts over time</h2><p>The first GPUs' layouts at each window start (after planning).</p>");
-        for r in &self.runs {
-            let _ = write!(h, "<h3>{}</h3><table><tr><th>t (s)</th>", escape(&r.policy));
-            let gpus = r.windows.first().map_or(0, |w| w.layouts.len());
-            for g in 0..gpus {
-                let _ = write!(h, "<th>GPU {g}</th>");
-            }
-            h.push_str("</tr>");
-            let mut last: Option<&Vec<String>> = None;
-            for w in &r.windows {
-                if last == Some(&w.layouts) {
-                    continue;
-                }
-                let _ = write!(h, "<tr><td>{}</td>", w.start_s);
-                for l in &w.layouts {
-                    let _ = write!(h, "<td>{}</td>", escape(l));
-                }
-                h.push_str("</tr>");
-                last = Some(&w.layouts);
-            }
-            h.push_str("</table>");
-        }
-        h.push_str("</body></html>\n");
+
+        h.push_str(&self.slice_maps(scenario, &time, &mut figure)?);
+        h.push_str(&self.tenant_tables(focus));
+        let _ = write!(
+            h,
+            "<h2>Rerun</h2><p><code>summary.json</code> (schema {SUMMARY_SCHEMA_VERSION}) holds these figures, and its \
+             <code>reproduce</code> block what reruns the scenario; <code>timeseries.csv</code> holds the windows.</p>\
+             <details><summary>reproduce</summary><pre>{}</pre></details></body></html>\n",
+            escape(&serde_json::to_string_pretty(&self.reproduce).expect("JSON values serialise")),
+        );
         Ok(h)
     }
 
-    fn svg(
-        &self,
-        title: &str,
-        y_desc: &str,
-        metric: fn(&super::driver::WindowRow) -> f64,
-    ) -> Result<String, ReplayError> {
-        let mut out = String::new();
-        {
-            let root = SVGBackend::with_string(&mut out, (1000, 320)).into_drawing_area();
-            let draw = |e: String| ReplayError::Usage(format!("plot {title}: {e}"));
-            root.fill(&WHITE).map_err(|e| draw(e.to_string()))?;
-            let x_max = self.runs.iter().flat_map(|r| r.windows.last()).map(|w| w.start_s).fold(1.0, f64::max);
-            let y_max =
-                self.runs.iter().flat_map(|r| r.windows.iter().map(metric)).fold(0.0, f64::max).max(1e-9) * 1.05;
-            // A run of an hour or more is plotted in hours, so that the ticks fall on whole hours.
-            let hours = x_max >= 3600.0;
-            let x_unit_s = if hours { 3600.0 } else { 1.0 };
-            let mut chart = ChartBuilder::on(&root)
-                .margin(10)
-                .x_label_area_size(40)
-                .y_label_area_size(80)
-                .build_cartesian_2d(0.0..x_max / x_unit_s, 0.0..y_max)
-                .map_err(|e| draw(e.to_string()))?;
-            chart
-                .configure_mesh()
-                .x_desc(if hours { "workload time (h:mm)" } else { "workload time (s)" })
-                .x_label_formatter(&|&x| if hours { hours_minutes(x * x_unit_s) } else { axis_number(x) })
-                .y_desc(y_desc)
-                .y_label_formatter(&|&y| axis_number(y))
-                .draw()
-                .map_err(|e| draw(e.to_string()))?;
-            for (i, r) in self.runs.iter().enumerate() {
-                let color = PALETTE[i % PALETTE.len()];
-                chart
-                    .draw_series(LineSeries::new(
-                        r.windows.iter().map(|w| (w.start_s / x_unit_s, metric(w))),
-                        color.stroke_width(2),
-                    ))
-                    .map_err(|e| draw(e.to_string()))?
-                    .label(r.policy.clone())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-            }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|e| draw(e.to_string()))?;
-            root.present().map_err(|e| draw(e.to_string()))?;
+    /// The results as an HTML table, the policy of interest's row highlighted, the bound last.
+    fn results_table(&self) -> String {
+        let mut h = String::from(
+            "<h2>Results</h2><table><thead><tr><th>policy</th><th>goodput</th><th>/ bound</th><th>SLO attainment</th>\
+             <th>mean accuracy</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th><th>dropped</th><th>retrainings</th>\
+             <th>reconfig.</th><th>GPU-hours</th><th>plan ms</th></tr></thead><tbody>",
+        );
+        let ms = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
+        for (i, r) in self.runs.iter().enumerate() {
+            let _ = write!(
+                h,
+                "<tr{}><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td></tr>",
+                if i == 0 { " class=\"focus\"" } else { "" },
+                escape(&r.policy),
+                r.total.goodput,
+                self.over_bound(r).map_or("–".to_string(), |v| format!("{v:.4}")),
+                r.total.slo_attainment(),
+                r.total.mean_accuracy(),
+                ms(r.latency_ms.p50),
+                ms(r.latency_ms.p99),
+                ms(r.latency_ms.p999),
+                r.total.dropped,
+                r.retrainings_completed,
+                r.reconfigurations,
+                r.gpu_hours,
+                r.plan_ms_median,
+            );
         }
-        Ok(out)
+        if let Some(b) = &self.upper_bound {
+            let _ = write!(
+                h,
+                "<tr class=\"bound\"><td>upper bound</td><td>{:.1}</td><td>1</td><td colspan=\"11\">no policy can exceed \
+                 it (docs/evaluation.md)</td></tr>",
+                b.goodput,
+            );
+        }
+        h.push_str("</tbody></table>");
+        h
+    }
+
+    /// Per policy, a slice map of the first GPUs over time; the policy of interest's open, the others folded.
+    fn slice_maps(
+        &self,
+        scenario: &Scenario,
+        time: &TimeAxis,
+        figure: &mut dyn FnMut(&mut String, String, &str),
+    ) -> Result<String, ReplayError> {
+        let tenants: BTreeMap<String, usize> =
+            scenario.tenants.iter().enumerate().map(|(i, t)| (t.id.to_string(), i)).collect();
+        let shown = self.runs.first().map_or(0, |r| r.windows.first().map_or(0, |w| w.instances.len()));
+        let mut h = format!(
+            "<h2>Layouts over time</h2><p>The first {shown} of {} GPUs: each row a GPU's eight memory slices (slice 0 on \
+             top), each box a GPU instance from the window it appeared in to the one it left, coloured by its tenant, \
+             pale while it retrains, white while idle.</p><p class=\"legend\">",
+            scenario.gpus.len()
+        );
+        for (t, &i) in &tenants {
+            let _ = write!(
+                h,
+                "<span class=\"swatch\" style=\"background:{}\"></span>{}",
+                figures::hex(figures::tenant_color(i)),
+                escape(t)
+            );
+        }
+        h.push_str("</p>");
+        for (i, r) in self.runs.iter().enumerate() {
+            let windows: Vec<(f64, &[Vec<SliceRun>])> =
+                r.windows.iter().map(|w| (w.start_s, w.instances.as_slice())).collect();
+            let svg = figures::slice_map(
+                &format!("slice map {}", r.policy),
+                time,
+                &windows,
+                &tenants,
+                tessera_core::catalog::MEMORY_SLICES,
+                1000,
+            )?;
+            let caption = format!("GPU instances of <b>{}</b> over time.", escape(&r.policy));
+            if i == 0 {
+                figure(&mut h, svg, &caption);
+            } else {
+                let _ = write!(h, "<details><summary>{}</summary>", escape(&r.policy));
+                figure(&mut h, svg, &caption);
+                h.push_str("</details>");
+            }
+        }
+        Ok(h)
+    }
+
+    /// Per policy, a table of its tenants: the policy of interest's open, the others folded.
+    fn tenant_tables(&self, focus: &str) -> String {
+        let mut h = String::from("<h2>Per tenant</h2>");
+        let ms = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
+        for r in &self.runs {
+            let open = if r.policy == focus { " open" } else { "" };
+            let _ = write!(
+                h,
+                "<details{open}><summary>{}</summary><table><thead><tr><th>tenant</th><th>requests</th>\
+                 <th>within SLO</th><th>SLO attainment</th><th>dropped</th><th>mean accuracy</th><th>goodput</th>\
+                 <th>p50 ms</th><th>p99 ms</th><th>retrainings</th></tr></thead><tbody>",
+                escape(&r.policy)
+            );
+            for t in &r.tenants {
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{}</td><td>{:.4}</td><td>{:.1}</td>\
+                     <td>{}</td><td>{}</td><td>{}</td></tr>",
+                    escape(&t.tenant),
+                    t.ledger.requests,
+                    t.ledger.within_slo,
+                    t.ledger.slo_attainment(),
+                    t.ledger.dropped,
+                    t.ledger.mean_accuracy(),
+                    t.ledger.goodput,
+                    ms(t.latency_ms.p50),
+                    ms(t.latency_ms.p99),
+                    t.retrainings_completed,
+                );
+            }
+            h.push_str("</tbody></table></details>");
+        }
+        h
     }
 
     /// Writes `summary.json`, `timeseries.csv` and `report.html` into `dir` (created if missing).
@@ -329,44 +523,59 @@ impl Comparison {
     }
 }
 
-/// Line colours, one per policy in the order run: distinct on white and from one another (the Tableau 10 set).
-pub(super) const PALETTE: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
+/// The report's page style: readable type, numbers in aligned columns, figures as wide as the column (never below
+/// 760 px, so their text stays legible).
+const STYLE: &str = "body{font:16px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;color:#222;max-width:1080px;\
+margin:2em auto;padding:0 1em}h1{font-size:1.7em;margin-bottom:.2em}h2{font-size:1.3em;margin-top:2.2em;\
+border-bottom:1px solid #ddd;padding-bottom:.2em}.lede{color:#444}table{border-collapse:collapse;font-size:14px;\
+font-variant-numeric:tabular-nums;margin:.6em 0}th{font-weight:600;border-bottom:2px solid #bbb}td,th{padding:4px 9px;\
+text-align:right;border-bottom:1px solid #e6e6e6}td:first-child,th:first-child{text-align:left;white-space:nowrap}\
+tr.focus td{background:#e8f1fa;font-weight:600}tr.bound td{color:#555;font-style:italic}figure{margin:1.4em 0;\
+overflow-x:auto}figure svg{width:100%;min-width:760px;height:auto;display:block}figcaption{font-size:14px;color:#444;\
+margin-top:.4em}details{margin:.5em 0}summary{cursor:pointer;font-weight:600}.legend{font-size:14px;line-height:2}\
+.swatch{display:inline-block;width:14px;height:14px;border-radius:2px;vertical-align:-2px;margin:0 5px 0 14px}\
+.line{display:inline-block;width:26px;vertical-align:middle;margin:0 6px 0 16px}\
+pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:13px}code{font-size:.92em}";
 
-/// An axis value with at most three decimals and an SI suffix from 10,000 up: `0.85`, `9999`, `900k`, `1.25M`,
-/// `44.584G`.
-fn axis_number(v: f64) -> String {
-    let a = v.abs();
-    let (x, suffix) = if a >= 1e12 {
-        (v / 1e12, "T")
-    } else if a >= 1e9 {
-        (v / 1e9, "G")
-    } else if a >= 1e6 {
-        (v / 1e6, "M")
-    } else if a >= 1e4 {
-        (v / 1e3, "k")
-    } else {
-        (v, "")
-    };
-    let s = format!("{x:.3}");
-    let s = if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.') } else { &s };
-    format!("{s}{suffix}")
+/// The steps of a run's latency CDF in units of each request's SLO: every tenant's histogram scaled by its SLO,
+/// merged, with steps closer than 0.5 % joined (so a fleet of many tenants stays a light figure).
+fn over_slo_steps(run: &PolicyRun, slo_of: &BTreeMap<String, f64>) -> Vec<(f64, u64)> {
+    let mut points: Vec<(f64, u64)> = Vec::new();
+    for t in &run.tenants {
+        let Some(&slo) = slo_of.get(&t.tenant).filter(|s| **s > 0.0) else { continue };
+        let mut before = 0;
+        for (ms, seen) in t.latency.cumulative() {
+            points.push((ms / slo, seen - before));
+            before = seen;
+        }
+    }
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut steps: Vec<(f64, u64)> = Vec::new();
+    let mut total = 0;
+    for (x, n) in points {
+        total += n;
+        match steps.last_mut() {
+            Some(last) if x <= last.0 * 1.005 => last.1 = total,
+            _ => steps.push((x, total)),
+        }
+    }
+    steps
 }
 
-/// Workload seconds as `h:mm`.
-fn hours_minutes(s: f64) -> String {
-    let m = (s / 60.0).round() as i64;
-    format!("{}:{:02}", m / 60, m % 60)
+/// An SLO in ms, to three significant digits at most.
+fn slo_words(ms: f64) -> String {
+    if ms >= 100.0 { format!("{ms:.0}") } else { axis_number((ms * 100.0).round() / 100.0) }
+}
+
+/// Seconds of workload as words: `5 min`, `1.5 h`, `45 s`.
+fn duration_words(s: f64) -> String {
+    if s >= 3600.0 {
+        format!("{} h", axis_number(s / 3600.0))
+    } else if s >= 60.0 {
+        format!("{} min", axis_number(s / 60.0))
+    } else {
+        format!("{} s", axis_number(s))
+    }
 }
 
 fn escape(s: &str) -> String {
@@ -375,26 +584,12 @@ fn escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{axis_number, hours_minutes};
+    use super::duration_words;
 
     #[test]
-    fn axis_labels_are_short() {
-        let cases = [
-            (0.0, "0"),
-            (0.85, "0.85"),
-            (1.0, "1"),
-            (120.0, "120"),
-            (9_999.0, "9999"),
-            (900_000.0, "900k"),
-            (1_250_000.0, "1.25M"),
-            (44_584_269_008.3, "44.584G"),
-            (-2_500.0, "-2500"),
-        ];
-        for (v, want) in cases {
-            assert_eq!(axis_number(v), want, "{v}");
-        }
-        assert_eq!(hours_minutes(0.0), "0:00");
-        assert_eq!(hours_minutes(5_400.0), "1:30");
-        assert_eq!(hours_minutes(86_400.0), "24:00");
+    fn durations_read_as_words() {
+        assert_eq!(duration_words(45.0), "45 s");
+        assert_eq!(duration_words(300.0), "5 min");
+        assert_eq!(duration_words(5_400.0), "1.5 h");
     }
 }

@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use super::ReplayError;
 use super::cli::{RunArgs, compare};
-use super::report::PALETTE;
+use super::figures::{self, Pen};
 
 /// Arguments of `replay study`.
 #[derive(Debug, Clone, Args)]
@@ -273,13 +273,35 @@ pub fn run(args: &StudyArgs) -> Result<String, ReplayError> {
         let wall = started.elapsed().as_secs_f64();
         let dir = args.out.join(&study.name);
         std::fs::create_dir_all(&dir).map_err(|source| ReplayError::Io { path: dir.clone(), source })?;
-        let md = render(&study, &sc, &rows, &path, args, wall);
+        let md = render(&study, &sc, &rows, &path, args, wall, "");
         write(&dir.join("results.md"), &md)?;
         write(&dir.join("runs.csv"), &runs_csv(&sc, &rows))?;
         write(&dir.join("summary.csv"), &summary_csv(&study, &sc, &rows))?;
-        write(&dir.join("goodput_over_bound.svg"), &plot(&study, &sc, &rows)?)?;
+        let mut svgs = vec![(PER_SCENARIO_SVG.to_string(), plot(&study, &sc, &rows)?)];
+        for set in SETS {
+            let members: Vec<usize> = (0..sc.len()).filter(|&i| sc[i].set == set).collect();
+            if !members.is_empty() {
+                svgs.push((set_svg(set), set_plot(&study, set, &members, &rows)?));
+            }
+        }
+        for (name, svg) in &svgs {
+            write(&dir.join(name), svg)?;
+        }
         crate::note(format_args!("study {}: {} runs in {wall:.0} s; wrote {}", study.name, rows.len(), dir.display()));
-        markdown.push_str(&md);
+        // With --markdown, the figures also go beside that file, under figures/<study>/, and it links them there;
+        // else what is printed is the study's results.md.
+        match &args.markdown {
+            Some(f) => {
+                let figs = f.parent().unwrap_or(Path::new("")).join("figures").join(&study.name);
+                std::fs::create_dir_all(&figs).map_err(|source| ReplayError::Io { path: figs.clone(), source })?;
+                for (name, svg) in &svgs {
+                    write(&figs.join(name), svg)?;
+                }
+                let prefix = format!("figures/{}/", study.name);
+                markdown.push_str(&render(&study, &sc, &rows, &path, args, wall, &prefix));
+            }
+            None => markdown.push_str(&md),
+        }
         markdown.push('\n');
     }
     if let Some(f) = &args.markdown {
@@ -380,7 +402,27 @@ fn set_geomean(scenarios: &[usize], per: impl Fn(usize) -> BTreeMap<u64, f64>) -
     set_mean(scenarios, logs).into_iter().map(f64::exp).collect()
 }
 
-fn render(study: &StudyFile, sc: &[Scenario], rows: &[Row], path: &Path, args: &StudyArgs, wall: f64) -> String {
+/// The sets a scenario may belong to, in the order reported.
+const SETS: [&str; 2] = ["evaluation", "tuning"];
+
+/// The figure of goodput over the bound per scenario.
+const PER_SCENARIO_SVG: &str = "goodput_over_bound.svg";
+
+/// The figure of a set's goodput over the bound.
+fn set_svg(set: &str) -> String {
+    format!("{set}_over_bound.svg")
+}
+
+/// A study's Markdown; its figures are linked as `figs` + file name.
+fn render(
+    study: &StudyFile,
+    sc: &[Scenario],
+    rows: &[Row],
+    path: &Path,
+    args: &StudyArgs,
+    wall: f64,
+    figs: &str,
+) -> String {
     let mut md = String::new();
     let seeds = study.seeds.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
     let _ = writeln!(md, "## Study: {}\n", study.name);
@@ -398,7 +440,7 @@ fn render(study: &StudyFile, sc: &[Scenario], rows: &[Row], path: &Path, args: &
         study.seeds.len(),
         study.policies.len(),
     );
-    for set in ["evaluation", "tuning"] {
+    for set in SETS {
         let members: Vec<usize> = (0..sc.len()).filter(|&i| sc[i].set == set).collect();
         if members.is_empty() {
             continue;
@@ -421,7 +463,8 @@ fn render(study: &StudyFile, sc: &[Scenario], rows: &[Row], path: &Path, args: &
             };
             let _ = writeln!(md, "| {p} | {} | {ratio} |", ob.show(3));
         }
-        md.push('\n');
+        let _ =
+            writeln!(md, "\n![{} set: goodput / upper bound per policy]({figs}{})\n", capitalise(set), set_svg(set));
         if set == "evaluation" && (study.goals.over_bound.is_some() || !study.goals.ratio.is_empty()) {
             let _ = writeln!(md, "Goals on the evaluation set:\n");
             let _ = writeln!(md, "| goal | target | measured | met |");
@@ -446,6 +489,7 @@ fn render(study: &StudyFile, sc: &[Scenario], rows: &[Row], path: &Path, args: &
             md.push('\n');
         }
     }
+    let _ = writeln!(md, "![Goodput / upper bound per scenario and policy]({figs}{PER_SCENARIO_SVG})\n");
     for (i, s) in sc.iter().enumerate() {
         let _ = writeln!(md, "### {} ({} set)\n", s.name, s.set);
         let _ = writeln!(md, "`replay {}` (seeds as above)\n", s.flags.join(" "));
@@ -526,55 +570,109 @@ fn summary_csv(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> String {
     s
 }
 
-/// Goodput over the bound per scenario and policy, with the interval as an error bar.
+/// The policies with the study's policy of interest (its baseline, the numerator of every ratio) first, and the pen
+/// each is drawn with (highlighted for the baseline).
+fn pens(study: &StudyFile) -> Vec<(&str, Pen)> {
+    let mut order: Vec<&str> = study.policies.iter().map(String::as_str).collect();
+    if let Some(k) = order.iter().position(|p| *p == study.baseline) {
+        let b = order.remove(k);
+        order.insert(0, b);
+    }
+    order.iter().enumerate().map(|(k, p)| (*p, Pen::of(k))).collect()
+}
+
+/// A set's goodput over the bound per policy: mean over its scenarios (per seed, then over seeds), with the 95 %
+/// interval as a whisker.
+fn set_plot(study: &StudyFile, set: &str, members: &[usize], rows: &[Row]) -> Result<String, ReplayError> {
+    let pens = pens(study);
+    let bars: Vec<(&str, f64, Option<f64>, Pen)> = pens
+        .iter()
+        .map(|&(p, pen)| {
+            let e = Estimate::of(&set_mean(members, |i| by_seed(rows, i, p, over_bound)));
+            (p, e.mean, Some(e.half), pen)
+        })
+        .collect();
+    figures::bars(
+        &format!("study {} {set} set", study.name),
+        &format!(
+            "goodput / upper bound, {set} set (mean over {} scenario(s), 95 % interval over seeds)",
+            members.len()
+        ),
+        0.0..1.0,
+        &bars,
+        (1000, 90 + 46 * bars.len() as u32),
+    )
+}
+
+/// Goodput over the bound per scenario and policy, with the 95 % interval as a whisker; the study's baseline is the
+/// saturated bar of each group.
 fn plot(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> Result<String, ReplayError> {
     let mut out = String::new();
     let draw = |e: String| ReplayError::Usage(format!("plot of study {}: {e}", study.name));
+    let pens = pens(study);
     {
-        let n = study.policies.len().max(1) as f64;
-        let root = SVGBackend::with_string(&mut out, (1000, 420)).into_drawing_area();
+        let n = pens.len().max(1) as f64;
+        let root = SVGBackend::with_string(&mut out, (1100, 520)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| draw(e.to_string()))?;
         let mut chart = ChartBuilder::on(&root)
-            .margin(10)
-            .caption(format!("{}: goodput / upper bound (mean, 95 % interval)", study.name), ("sans-serif", 18))
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..sc.len() as f64, 0.0..1.05)
+            .margin(12)
+            .margin_right(24)
+            .x_label_area_size(64)
+            .y_label_area_size(90)
+            .build_cartesian_2d(0.0..sc.len().max(1) as f64, 0.0..1.0)
             .map_err(|e| draw(e.to_string()))?;
         let names: Vec<String> = sc.iter().map(|s| s.name.clone()).collect();
         chart
             .configure_mesh()
-            .x_labels(sc.len().max(1))
-            .x_label_formatter(&|x| names.get(x.floor() as usize).cloned().unwrap_or_default())
+            .disable_x_mesh()
+            .light_line_style(WHITE.mix(0.0))
+            .bold_line_style(BLACK.mix(0.12))
+            .x_labels(2 * sc.len() + 1)
+            .x_label_formatter(&|x| {
+                let k = x - 0.5;
+                if (k - k.round()).abs() < 1e-6 && k >= 0.0 {
+                    names.get(k.round() as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
             .y_desc("goodput / upper bound")
+            .y_label_formatter(&|&y| figures::axis_number(y))
+            .label_style((figures::FONT, figures::TICK))
+            .axis_desc_style((figures::FONT, figures::AXIS))
             .draw()
             .map_err(|e| draw(e.to_string()))?;
-        for (k, p) in study.policies.iter().enumerate() {
-            let color = PALETTE[k % PALETTE.len()];
+        for (k, &(p, pen)) in pens.iter().enumerate() {
             let mut bars = Vec::new();
             let mut whiskers = Vec::new();
             for i in 0..sc.len() {
                 let e = Estimate::of(&by_seed(rows, i, p, over_bound).into_values().collect::<Vec<_>>());
-                let x0 = i as f64 + 0.1 + 0.8 * k as f64 / n;
-                let x1 = x0 + 0.8 / n * 0.9;
-                bars.push(Rectangle::new([(x0, 0.0), (x1, e.mean.max(0.0))], color.filled()));
+                let x0 = i as f64 + 0.08 + 0.84 * k as f64 / n;
+                let x1 = x0 + 0.84 / n * 0.85;
+                bars.push(Rectangle::new([(x0, 0.0), (x1, e.mean.max(0.0))], pen.fill()));
                 if e.half.is_finite() {
                     let xm = (x0 + x1) / 2.0;
-                    whiskers.push(PathElement::new(vec![(xm, e.mean - e.half), (xm, e.mean + e.half)], BLACK));
+                    let cap = (x1 - x0) * 0.3;
+                    let (a, b) = (e.mean - e.half, e.mean + e.half);
+                    let style = BLACK.stroke_width(2);
+                    whiskers.push(PathElement::new(vec![(xm, a), (xm, b)], style));
+                    whiskers.push(PathElement::new(vec![(xm - cap, a), (xm + cap, a)], style));
+                    whiskers.push(PathElement::new(vec![(xm - cap, b), (xm + cap, b)], style));
                 }
             }
             chart
                 .draw_series(bars)
                 .map_err(|e| draw(e.to_string()))?
-                .label(p.clone())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+                .label(p.to_string())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 7), (x + 16, y + 7)], pen.fill()));
             chart.draw_series(whiskers).map_err(|e| draw(e.to_string()))?;
         }
         chart
             .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
+            .label_font((figures::FONT, figures::AXIS))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .position(SeriesLabelPosition::UpperRight)
             .draw()
             .map_err(|e| draw(e.to_string()))?;
         root.present().map_err(|e| draw(e.to_string()))?;

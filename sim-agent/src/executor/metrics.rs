@@ -68,6 +68,20 @@ impl LatencyHistogram {
         self.counts.iter().sum()
     }
 
+    /// The distribution as steps, for a CDF: each non-empty bucket's upper edge (ms) with the requests recorded at
+    /// or below it, in increasing order.
+    pub fn cumulative(&self) -> Vec<(f64, u64)> {
+        let mut seen = 0;
+        let mut steps = Vec::new();
+        for (i, &c) in self.counts.iter().enumerate() {
+            if c > 0 {
+                seen += c;
+                steps.push((Self::upper_ms(i), seen));
+            }
+        }
+        steps
+    }
+
     /// The upper edge of the bucket holding the `q`-quantile (`q` in `[0, 1]`), ms; `None` when empty.
     pub fn quantile_ms(&self, q: f64) -> Option<f64> {
         let total = self.total();
@@ -264,6 +278,21 @@ mod tests {
         assert_eq!(a.total(), 10);
         assert_eq!(a.counts[LatencyHistogram::bucket(1.0)], 5);
         assert!(a.quantile_ms(0.5).unwrap() < 2.0 && a.quantile_ms(0.9).unwrap() >= 100.0);
+    }
+
+    #[test]
+    fn cumulative_steps_rise_to_the_total_and_agree_with_the_quantiles() {
+        let mut h = LatencyHistogram::default();
+        assert!(h.cumulative().is_empty());
+        for (ms, n) in [(0.5, 2), (3.0, 5), (40.0, 1), (3.1, 2), (900.0, 10)] {
+            h.record(ms, n);
+        }
+        let steps = h.cumulative();
+        assert_eq!(steps.last().map(|s| s.1), Some(h.total()));
+        assert!(steps.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1), "{steps:?}");
+        // The median is the first step holding half the requests.
+        let median = steps.iter().find(|s| s.1 * 2 >= h.total()).map(|s| s.0);
+        assert_eq!(median, h.quantile_ms(0.5));
     }
 
     #[test]
