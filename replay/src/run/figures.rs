@@ -544,7 +544,7 @@ pub(super) fn instance_spans(windows: &[(f64, &[Vec<SliceRun>])], end_s: f64) ->
         let now: Vec<(usize, SliceRun)> =
             gpus.iter().enumerate().flat_map(|(g, runs)| runs.iter().map(move |r| (g, r.clone()))).collect();
         let mut closed: Vec<(usize, SliceRun)> = open.keys().filter(|k| !now.contains(k)).cloned().collect();
-        closed.sort_by(|a, b| (a.0, a.1.start).cmp(&(b.0, b.1.start)));
+        closed.sort_by_key(|a| (a.0, a.1.start));
         for k in closed {
             let from_s = open.remove(&k).expect("an open span");
             done.push(InstanceSpan { gpu: k.0, run: k.1, from_s, to_s: t });
@@ -554,7 +554,7 @@ pub(super) fn instance_spans(windows: &[(f64, &[Vec<SliceRun>])], end_s: f64) ->
         }
     }
     let mut rest: Vec<_> = open.into_iter().collect();
-    rest.sort_by(|a, b| (a.0.0, a.0.1.start).cmp(&(b.0.0, b.0.1.start)));
+    rest.sort_by_key(|a| (a.0.0, a.0.1.start));
     done.extend(rest.into_iter().map(|((gpu, run), from_s)| InstanceSpan { gpu, run, from_s, to_s: end_s }));
     done
 }

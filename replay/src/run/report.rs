@@ -314,7 +314,9 @@ impl Comparison {
         let window = scenario.window_s;
         let mid = |w: &WindowRow| w.start_s + 0.5 * window.min((time.end_s - w.start_s).max(0.0));
         type Metric = fn(&WindowRow) -> f64;
-        let plots: [(&str, &str, Metric, Option<f64>, Option<f64>, &str); 4] = [
+        // Figure name, y axis, value, y floor and ceiling, caption.
+        type Panel = (&'static str, &'static str, Metric, Option<f64>, Option<f64>, &'static str);
+        let plots: [Panel; 4] = [
             (
                 "goodput per window",
                 "goodput per window",
@@ -371,11 +373,11 @@ impl Comparison {
 
         h.push_str(&self.slice_maps(scenario, &time, &mut figure)?);
         h.push_str(&self.tenant_tables(focus));
-        let _ = write!(
+        let _ = writeln!(
             h,
             "<h2>Rerun</h2><p><code>summary.json</code> (schema {SUMMARY_SCHEMA_VERSION}) holds these figures, and its \
              <code>reproduce</code> block what reruns the scenario; <code>timeseries.csv</code> holds the windows.</p>\
-             <details><summary>reproduce</summary><pre>{}</pre></details></body></html>\n",
+             <details><summary>reproduce</summary><pre>{}</pre></details></body></html>",
             escape(&serde_json::to_string_pretty(&self.reproduce).expect("JSON values serialise")),
         );
         Ok(h)

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use clap::{Args, Parser};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use rayon::prelude::*;
 use serde::Deserialize;
 
@@ -598,7 +599,7 @@ fn set_plot(study: &StudyFile, set: &str, members: &[usize], rows: &[Row]) -> Re
             "goodput / upper bound, {set} set (mean over {} scenario(s), 95 % interval over seeds)",
             members.len()
         ),
-        0.0..1.0,
+        0.0..bars.iter().map(|b| b.1 + b.2.filter(|h| h.is_finite()).unwrap_or(0.0)).fold(1.0_f64, f64::max),
         &bars,
         (1000, 90 + 46 * bars.len() as u32),
     )
@@ -610,16 +611,27 @@ fn plot(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> Result<String, Repl
     let mut out = String::new();
     let draw = |e: String| ReplayError::Usage(format!("plot of study {}: {e}", study.name));
     let pens = pens(study);
+    let estimate = |i: usize, p: &str| Estimate::of(&by_seed(rows, i, p, over_bound).into_values().collect::<Vec<_>>());
+    let top = (0..sc.len())
+        .flat_map(|i| pens.iter().map(move |&(p, _)| (i, p)))
+        .map(|(i, p)| estimate(i, p))
+        .map(|e| if e.half.is_finite() { e.mean + e.half } else { e.mean })
+        .filter(|v| v.is_finite())
+        .fold(1.0_f64, f64::max)
+        + 0.02;
     {
         let n = pens.len().max(1) as f64;
-        let root = SVGBackend::with_string(&mut out, (1100, 520)).into_drawing_area();
+        let width = (120 + 200 * sc.len() as u32).max(1000);
+        let root = SVGBackend::with_string(&mut out, (width, 560)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| draw(e.to_string()))?;
         let mut chart = ChartBuilder::on(&root)
             .margin(12)
             .margin_right(24)
+            .margin_top(56)
             .x_label_area_size(64)
             .y_label_area_size(90)
-            .build_cartesian_2d(0.0..sc.len().max(1) as f64, 0.0..1.0)
+            // Room above 1 for a whisker that passes it.
+            .build_cartesian_2d(0.0..sc.len().max(1) as f64, 0.0..top)
             .map_err(|e| draw(e.to_string()))?;
         let names: Vec<String> = sc.iter().map(|s| s.name.clone()).collect();
         chart
@@ -646,7 +658,7 @@ fn plot(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> Result<String, Repl
             let mut bars = Vec::new();
             let mut whiskers = Vec::new();
             for i in 0..sc.len() {
-                let e = Estimate::of(&by_seed(rows, i, p, over_bound).into_values().collect::<Vec<_>>());
+                let e = estimate(i, p);
                 let x0 = i as f64 + 0.08 + 0.84 * k as f64 / n;
                 let x1 = x0 + 0.84 / n * 0.85;
                 bars.push(Rectangle::new([(x0, 0.0), (x1, e.mean.max(0.0))], pen.fill()));
@@ -660,21 +672,18 @@ fn plot(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> Result<String, Repl
                     whiskers.push(PathElement::new(vec![(xm - cap, b), (xm + cap, b)], style));
                 }
             }
-            chart
-                .draw_series(bars)
-                .map_err(|e| draw(e.to_string()))?
-                .label(p.to_string())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 7), (x + 16, y + 7)], pen.fill()));
+            chart.draw_series(bars).map_err(|e| draw(e.to_string()))?;
             chart.draw_series(whiskers).map_err(|e| draw(e.to_string()))?;
         }
-        chart
-            .configure_series_labels()
-            .label_font((figures::FONT, figures::AXIS))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(|e| draw(e.to_string()))?;
+        // The legend in a row above the plot, where it hides no bar.
+        let mut x = 110;
+        for &(p, pen) in &pens {
+            let swatch = Rectangle::new([(x, 18), (x + 16, 34)], pen.fill());
+            root.draw(&swatch).map_err(|e| draw(e.to_string()))?;
+            let font = (figures::FONT, figures::AXIS).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+            root.draw(&Text::new(p.to_string(), (x + 22, 26), font)).map_err(|e| draw(e.to_string()))?;
+            x += 48 + 11 * p.chars().count() as i32;
+        }
         root.present().map_err(|e| draw(e.to_string()))?;
     }
     Ok(out)
