@@ -133,6 +133,11 @@ fn default_trace_every_output_and_the_upper_bound() {
     }
     // Figures: the bound's bars, the CDF, four time series and one slice map per policy.
     assert_eq!(html.matches("<svg").count(), 1 + 1 + 4 + 3, "figures in report.html");
+    // Each also as a file, for a paper.
+    let files = std::fs::read_dir(dir.join("figures")).unwrap().count();
+    assert_eq!(files, 1 + 1 + 4 + 3, "figures/*.svg");
+    assert!(std::fs::read_to_string(dir.join("figures/latency_cdf.svg")).unwrap().starts_with("<svg"));
+    assert!(html.contains("href=\"figures/slice_map_tessera.svg\""));
     // The policy of interest (the first run) is the highlighted row, and every tenant has a row per policy.
     assert!(html.contains("<tr class=\"focus\"><td>tessera</td>"));
     assert_eq!(html.matches("<td>t0000</td>").count(), 3);

@@ -205,6 +205,11 @@ impl Comparison {
     /// per-window series, a slice map of the first GPUs' layouts over time per policy, the per-tenant breakdown and
     /// what reruns the scenario. The first policy run is the policy of interest: highlighted everywhere.
     pub fn html(&self, scenario: &Scenario) -> Result<String, ReplayError> {
+        self.page(scenario).map(|(html, _)| html)
+    }
+
+    /// The report page and its figures, each as `(file name, SVG)` (`--out DIR` writes them to `DIR/figures/`).
+    fn page(&self, scenario: &Scenario) -> Result<(String, Vec<(String, String)>), ReplayError> {
         let focus = self.runs.first().map_or("", |r| r.policy.as_str());
         let mut h = String::new();
         let mut models: BTreeMap<String, usize> = BTreeMap::new();
@@ -233,10 +238,15 @@ impl Comparison {
         );
         h.push_str(&self.results_table());
 
-        let mut fig = 0;
-        let mut figure = |h: &mut String, svg: String, caption: &str| -> () {
-            fig += 1;
-            let _ = write!(h, "<figure>{svg}<figcaption><b>Figure {fig}.</b> {caption}</figcaption></figure>");
+        let mut files: Vec<(String, String)> = Vec::new();
+        let mut figure = |h: &mut String, file: String, svg: String, caption: &str| -> () {
+            let _ = write!(
+                h,
+                "<figure>{svg}<figcaption><b>Figure {}.</b> {caption} <a href=\"figures/{file}\">SVG</a></figcaption>\
+                 </figure>",
+                files.len() + 1
+            );
+            files.push((file, svg));
         };
         let pens: Vec<Pen> = (0..self.runs.len()).map(Pen::of).collect();
 
@@ -257,6 +267,7 @@ impl Comparison {
             )?;
             figure(
                 &mut h,
+                "goodput_over_bound.svg".into(),
                 svg,
                 &format!(
                     "Goodput of each policy over the upper bound ({} goodput units: the smaller of an LP and a \
@@ -292,6 +303,7 @@ impl Comparison {
         };
         figure(
             &mut h,
+            "latency_cdf.svg".into(),
             figures::latency_cdf(
                 "latency CDF",
                 "latency of a request / its tenant's SLO (log scale)",
@@ -366,6 +378,7 @@ impl Comparison {
             let axis_note = if y.start > 0.0 { " The y axis does not start at zero." } else { "" };
             figure(
                 &mut h,
+                format!("{}.svg", name.replace(' ', "_")),
                 figures::time_series(name, &time, y_desc, y, &series, (1000, 340))?,
                 &format!("{caption} Points are window midpoints.{axis_note}"),
             );
@@ -380,7 +393,7 @@ impl Comparison {
              <details><summary>reproduce</summary><pre>{}</pre></details></body></html>",
             escape(&serde_json::to_string_pretty(&self.reproduce).expect("JSON values serialise")),
         );
-        Ok(h)
+        Ok((h, files))
     }
 
     /// The results as an HTML table, the policy of interest's row highlighted, the bound last.
@@ -429,7 +442,7 @@ impl Comparison {
         &self,
         scenario: &Scenario,
         time: &TimeAxis,
-        figure: &mut dyn FnMut(&mut String, String, &str),
+        figure: &mut dyn FnMut(&mut String, String, String, &str),
     ) -> Result<String, ReplayError> {
         let tenants: BTreeMap<String, usize> =
             scenario.tenants.iter().enumerate().map(|(i, t)| (t.id.to_string(), i)).collect();
@@ -461,11 +474,12 @@ impl Comparison {
                 1000,
             )?;
             let caption = format!("GPU instances of <b>{}</b> over time.", escape(&r.policy));
+            let file = format!("slice_map_{}.svg", file_safe(&r.policy));
             if i == 0 {
-                figure(&mut h, svg, &caption);
+                figure(&mut h, file, svg, &caption);
             } else {
                 let _ = write!(h, "<details><summary>{}</summary>", escape(&r.policy));
-                figure(&mut h, svg, &caption);
+                figure(&mut h, file, svg, &caption);
                 h.push_str("</details>");
             }
         }
@@ -507,7 +521,8 @@ impl Comparison {
         h
     }
 
-    /// Writes `summary.json`, `timeseries.csv` and `report.html` into `dir` (created if missing).
+    /// Writes `summary.json`, `timeseries.csv`, `report.html` and its figures (`figures/*.svg`) into `dir` (created
+    /// if missing).
     pub fn write(&self, dir: &Path, scenario: &Scenario) -> Result<(), ReplayError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
@@ -520,7 +535,14 @@ impl Comparison {
         let p = dir.join("timeseries.csv");
         std::fs::write(&p, self.timeseries()).map_err(io(&p))?;
         let p = dir.join("report.html");
-        std::fs::write(&p, self.html(scenario)?).map_err(io(&p))?;
+        let (html, figures) = self.page(scenario)?;
+        std::fs::write(&p, html).map_err(io(&p))?;
+        let figs = dir.join("figures");
+        std::fs::create_dir_all(&figs).map_err(io(&figs))?;
+        for (name, svg) in figures {
+            let p = figs.join(name);
+            std::fs::write(&p, svg).map_err(io(&p))?;
+        }
         Ok(())
     }
 }
@@ -569,6 +591,11 @@ fn slo_words(ms: f64) -> String {
     if ms >= 100.0 { format!("{ms:.0}") } else { axis_number((ms * 100.0).round() / 100.0) }
 }
 
+/// A policy name as a file name: letters, digits, `-` and `_` kept, anything else `_`.
+fn file_safe(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+}
+
 /// Seconds of workload as words: `5 min`, `1.5 h`, `45 s`.
 fn duration_words(s: f64) -> String {
     if s >= 3600.0 {
@@ -586,7 +613,13 @@ fn escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::duration_words;
+    use super::{duration_words, file_safe};
+
+    #[test]
+    fn policy_names_make_safe_file_names() {
+        assert_eq!(file_safe("tessera-no-tail"), "tessera-no-tail");
+        assert_eq!(file_safe("../a b"), "___a_b");
+    }
 
     #[test]
     fn durations_read_as_words() {
