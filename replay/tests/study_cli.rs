@@ -120,3 +120,71 @@ fn bad_study_files_name_the_file_and_what_is_wrong() {
         assert!(err.contains(&format!("bad{i}.toml")) && err.contains(expected), "case {i}: {err}");
     }
 }
+
+#[test]
+fn a_study_in_shards_merges_to_the_numbers_of_one_run() {
+    let dir = scratch("shards");
+    let file = dir.join("small.toml");
+    std::fs::write(&file, STUDY).unwrap();
+    let one = replay().arg("study").arg(&file).arg("--out").arg(dir.join("one")).output().unwrap();
+    assert!(one.status.success(), "{}", String::from_utf8_lossy(&one.stderr));
+    // 6 (scenario, seed) jobs in 4 shards: two of two jobs, two of one.
+    let parts = dir.join("parts");
+    for k in 1..=4 {
+        let out = replay()
+            .arg("study")
+            .arg(&file)
+            .args(["--shard", &format!("{k}/4"), "--out"])
+            .arg(&parts)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "shard {k}: {}", String::from_utf8_lossy(&out.stderr));
+        let written = String::from_utf8(out.stdout).unwrap();
+        assert!(written.trim_end().ends_with(&format!("part-{k}-of-4.json")), "{written}");
+    }
+    assert!(!parts.join("small/results.md").exists(), "a shard writes its part, not results");
+    let merged = replay().args(["study", "merge"]).arg(&file).arg("--out").arg(&parts).output().unwrap();
+    assert!(merged.status.success(), "{}", String::from_utf8_lossy(&merged.stderr));
+    // The same rows in the same order, planning times aside; the same summary.
+    let figures = |p: PathBuf| -> Vec<String> {
+        let csv = std::fs::read_to_string(p).unwrap();
+        csv.lines().map(|l| l.rsplit_once(',').map_or(l, |(head, _)| head).to_string()).collect()
+    };
+    assert_eq!(figures(dir.join("one/small/runs.csv")), figures(parts.join("small/runs.csv")));
+    let summary = |d: &str| std::fs::read_to_string(dir.join(d).join("small/summary.csv")).unwrap();
+    assert_eq!(summary("one"), summary("parts"));
+    let md = std::fs::read_to_string(parts.join("small/results.md")).unwrap();
+    assert!(md.contains("in 4 shards, the longest"), "{md}");
+    let tables = |md: &str| md.lines().filter(|l| l.starts_with('|')).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(tables(&std::fs::read_to_string(dir.join("one/small/results.md")).unwrap()), tables(&md));
+
+    let merge = |extra: &[&str], study: &Path| {
+        let out = replay().args(["study", "merge"]).arg(study).arg("--out").arg(&parts).args(extra).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{extra:?} was accepted");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    // A shard given twice, and the wrong --seeds.
+    let copy = dir.join("copy.json");
+    std::fs::copy(parts.join("small/part-2-of-4.json"), &copy).unwrap();
+    let part_dir = parts.join("small");
+    let err = merge(&["--parts", part_dir.to_str().unwrap(), copy.to_str().unwrap()], &file);
+    assert!(err.contains("shard 2/4 again") && err.contains("copy.json"), "{err}");
+    let err = merge(&["--seeds", "2"], &file);
+    assert!(err.contains("made with seeds [1, 2, 3]") && err.contains("--seeds"), "{err}");
+    // Another version of the study file.
+    let changed = dir.join("changed/small.toml");
+    std::fs::create_dir_all(changed.parent().unwrap()).unwrap();
+    std::fs::write(&changed, STUDY.replace("load = 0.9", "load = 0.8")).unwrap();
+    let err = merge(&[], &changed);
+    assert!(err.contains("part-1-of-4.json") && err.contains("another version of"), "{err}");
+    // A shard missing.
+    std::fs::remove_file(parts.join("small/part-3-of-4.json")).unwrap();
+    let err = merge(&[], &file);
+    assert!(err.contains("study small: shard(s) 3/4 missing"), "{err}");
+    // K/N out of range.
+    for bad in ["0/4", "5/4", "2", "a/b"] {
+        let out = replay().arg("study").arg(&file).args(["--shard", bad]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "--shard {bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("expected K/N"), "--shard {bad}");
+    }
+}

@@ -7,6 +7,12 @@
 //! divides each goodput by the run's upper bound. Writes, per study, `results.md`, `runs.csv` (one row per scenario,
 //! seed and policy), `summary.csv` (mean and interval per scenario and policy) and `goodput_over_bound.svg`.
 //!
+//! A study can also run as N independent jobs (a Slurm array, Kubernetes Jobs, GNU parallel over ssh): `replay study
+//! FILE --shard K/N` runs every N-th (scenario, seed) starting at the K-th and writes `part-K-of-N.json` instead of
+//! the results; `replay study merge FILE` reads the N parts, checks that they were made from the same study and cover
+//! every (scenario, seed) once, and writes the results as one run would, with the same numbers (each (scenario, seed)
+//! is deterministic; only planning times differ between machines).
+//!
 //! Intervals are Student-t 95 % intervals over seeds. Ratios between policies are paired: the ratio is taken per
 //! seed, on the same arrivals, then averaged. A set's figure is, per seed, the mean over its scenarios (the geometric
 //! mean for ratios, so that one scenario with a large ratio does not stand for the set); the interval is over seeds.
@@ -16,11 +22,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use clap::{Args, Parser};
+use clap::{Args, Parser, Subcommand};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use rayon::prelude::*;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::ReplayError;
 use super::cli::{RunArgs, compare};
@@ -28,7 +34,23 @@ use super::figures::{self, Pen};
 
 /// Arguments of `replay study`.
 #[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct StudyArgs {
+    /// `merge`: combine the parts of a sharded study.
+    #[command(subcommand)]
+    pub command: Option<StudyCommand>,
+    /// Files, output and seeds.
+    #[command(flatten)]
+    pub options: StudyOptions,
+    /// Run only shard K of N (1 <= K <= N): every N-th (scenario, seed) from the K-th, over all FILEs in order.
+    /// Writes DIR/<study name>/part-K-of-N.json instead of the results; `replay study merge` combines the parts.
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+}
+
+/// What `replay study` and `replay study merge` share.
+#[derive(Debug, Clone, Args)]
+pub struct StudyOptions {
     /// Study files (TOML; `configs/studies/*.toml`).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
@@ -38,9 +60,59 @@ pub struct StudyArgs {
     /// Also write every study's tables into one Markdown file (how `docs/results.md` is made).
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
-    /// Run only the first N seeds of each study (a quick look; the intervals widen).
+    /// Run only the first N seeds of each study (a quick look; the intervals widen). A sharded study's merge must
+    /// be given the same N as its shards.
     #[arg(long, value_name = "N")]
     pub seeds: Option<usize>,
+}
+
+/// Subcommands of `replay study`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum StudyCommand {
+    /// Combine the parts written by `replay study FILE... --shard K/N` (K = 1..N) and write the results as one
+    /// run of FILE... would.
+    Merge(MergeArgs),
+}
+
+/// Arguments of `replay study merge`.
+#[derive(Debug, Clone, Args)]
+pub struct MergeArgs {
+    /// Files, output and seeds, as the shards were given them.
+    #[command(flatten)]
+    pub options: StudyOptions,
+    /// Part files, or folders to read every `part-*.json` of (default: DIR/<study name>/ of `--out`).
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    pub parts: Vec<PathBuf>,
+}
+
+/// One shard of a study: the `k`-th of `n`, counted from 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// Which one, 1..=n.
+    pub k: usize,
+    /// How many.
+    pub n: usize,
+}
+
+impl Shard {
+    /// Whether the job at `index` (counted from 0 over all of a run's studies) is this shard's.
+    pub fn owns(&self, index: usize) -> bool {
+        index % self.n == self.k - 1
+    }
+
+    fn file_name(&self) -> String {
+        format!("part-{}-of-{}.json", self.k, self.n)
+    }
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    let bad = || format!("{s:?}: expected K/N with 1 <= K <= N (for example 2/8)");
+    let (k, n) = s.split_once('/').ok_or_else(bad)?;
+    let (k, n) = (k.trim().parse::<usize>().map_err(|_| bad())?, n.trim().parse::<usize>().map_err(|_| bad())?);
+    if k == 0 || n == 0 || k > n {
+        return Err(bad());
+    }
+    Ok(Shard { k, n })
 }
 
 /// A study file.
@@ -85,17 +157,36 @@ pub struct Goals {
 }
 
 /// One policy's figures on one (scenario, seed).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Row {
     scenario: usize,
     seed: u64,
     policy: String,
+    #[serde(with = "finite_or_null")]
     goodput: f64,
+    #[serde(with = "finite_or_null")]
     bound: f64,
+    #[serde(with = "finite_or_null")]
     slo_attainment: f64,
+    #[serde(with = "finite_or_null")]
     mean_accuracy: f64,
     reconfigurations: u64,
+    #[serde(with = "finite_or_null")]
     plan_ms: f64,
+}
+
+/// An `f64` in JSON, which has no NaN: a non-finite value is written as `null` and read back as NaN.
+mod finite_or_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if x.is_finite() { s.serialize_f64(*x) } else { s.serialize_none() }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+    }
 }
 
 /// A mean and the half-width of its 95 % interval (NaN with fewer than two samples).
@@ -256,25 +347,304 @@ fn scenarios(study: &StudyFile, path: &Path) -> Result<Vec<Scenario>, ReplayErro
     Ok(out)
 }
 
-/// `replay study`: runs every study file, writes its results, and returns the Markdown of all of them.
-pub fn run(args: &StudyArgs) -> Result<String, ReplayError> {
-    let mut loaded = Vec::new();
-    for f in &args.files {
-        let study = load(f)?;
-        let sc = scenarios(&study, f)?;
-        loaded.push((f.clone(), study, sc));
+/// A study run to its end: its rows and how long they took.
+struct Done {
+    path: PathBuf,
+    study: StudyFile,
+    sc: Vec<Scenario>,
+    rows: Vec<Row>,
+    timing: Timing,
+}
+
+/// How long a study's runs took.
+#[derive(Debug, Clone, Copy)]
+enum Timing {
+    /// In one process: wall-clock seconds.
+    One(f64),
+    /// In `n` shards: the longest shard's seconds and the sum over shards.
+    Shards { n: usize, longest: f64, total: f64 },
+}
+
+impl Timing {
+    fn show(&self) -> String {
+        match *self {
+            Timing::One(wall) => format!("{wall:.0} s on this machine"),
+            Timing::Shards { n, longest, total } => {
+                format!("in {n} shards, the longest {longest:.0} s, {total:.0} s together")
+            }
+        }
     }
-    let mut markdown = String::new();
-    for (path, mut study, sc) in loaded {
-        if let Some(n) = args.seeds {
+}
+
+/// The format of a part file (`part-K-of-N.json`).
+const PART_SCHEMA: u32 = 1;
+
+/// What one shard of a study ran: enough of the study to check that all parts agree, and its rows.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Part {
+    /// [`PART_SCHEMA`].
+    schema_version: u32,
+    /// The `replay` version that ran it.
+    tool: String,
+    /// The study's name.
+    study: String,
+    /// Which shard.
+    shard: Shard,
+    /// The study's seeds (after `--seeds`).
+    seeds: Vec<u64>,
+    /// The study's policies and baseline.
+    policies: Vec<String>,
+    baseline: String,
+    /// The study's scenarios, as flags.
+    scenarios: Vec<PartScenario>,
+    /// The (scenario, seed) jobs this shard ran.
+    jobs: Vec<(usize, u64)>,
+    /// Wall-clock seconds the shard took.
+    wall_s: f64,
+    /// Its rows, in the order one run would have them.
+    rows: Vec<Row>,
+}
+
+/// A scenario as a part file records it.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartScenario {
+    name: String,
+    set: String,
+    flags: Vec<String>,
+}
+
+fn part_scenarios(sc: &[Scenario]) -> Vec<PartScenario> {
+    sc.iter().map(|s| PartScenario { name: s.name.clone(), set: s.set.clone(), flags: s.flags.clone() }).collect()
+}
+
+/// Every (scenario, seed) of a study, in the order its rows are reported.
+fn jobs(study: &StudyFile, scenarios: usize) -> Vec<(usize, u64)> {
+    (0..scenarios).flat_map(|i| study.seeds.iter().map(move |s| (i, *s))).collect()
+}
+
+/// Reads and checks every study file (all of them before anything runs), with `--seeds` applied.
+fn load_all(o: &StudyOptions) -> Result<Vec<(PathBuf, StudyFile, Vec<Scenario>)>, ReplayError> {
+    let mut loaded = Vec::new();
+    for f in &o.files {
+        let mut study = load(f)?;
+        let sc = scenarios(&study, f)?;
+        if let Some(n) = o.seeds {
             study.seeds.truncate(n.max(1));
         }
+        loaded.push((f.clone(), study, sc));
+    }
+    Ok(loaded)
+}
+
+/// `replay study`: runs every study file, writes its results, and returns the Markdown of all of them. With
+/// `--shard K/N`, runs that shard's part of every study, writes each part, and returns a line per part.
+pub fn run(args: &StudyArgs) -> Result<String, ReplayError> {
+    if let Some(StudyCommand::Merge(m)) = &args.command {
+        return merge(m);
+    }
+    let o = &args.options;
+    let mut done = Vec::new();
+    let mut written = String::new();
+    // Jobs are numbered over all files in order, so that N shards share a run of several small studies evenly.
+    let mut first_job = 0;
+    for (path, study, sc) in load_all(o)? {
+        let all = jobs(&study, sc.len());
+        let mine: Vec<(usize, u64)> = (0..all.len())
+            .filter(|j| args.shard.is_none_or(|shard| shard.owns(first_job + j)))
+            .map(|j| all[j])
+            .collect();
+        first_job += all.len();
         let started = Instant::now();
-        let rows = run_study(&study, &sc, &path)?;
+        let rows = run_study(&study, &sc, &path, &mine)?;
         let wall = started.elapsed().as_secs_f64();
-        let dir = args.out.join(&study.name);
+        let Some(shard) = args.shard else {
+            done.push(Done { path, study, sc, rows, timing: Timing::One(wall) });
+            continue;
+        };
+        let part = Part {
+            schema_version: PART_SCHEMA,
+            tool: env!("CARGO_PKG_VERSION").to_string(),
+            study: study.name.clone(),
+            shard,
+            seeds: study.seeds.clone(),
+            policies: study.policies.clone(),
+            baseline: study.baseline.clone(),
+            scenarios: part_scenarios(&sc),
+            jobs: mine,
+            wall_s: wall,
+            rows,
+        };
+        let dir = o.out.join(&study.name);
         std::fs::create_dir_all(&dir).map_err(|source| ReplayError::Io { path: dir.clone(), source })?;
-        let md = render(&study, &sc, &rows, &path, args, wall, "");
+        let file = dir.join(shard.file_name());
+        let json = serde_json::to_string_pretty(&part).expect("a part serialises");
+        write(&file, &(json + "\n"))?;
+        crate::note(format_args!(
+            "study {} shard {}/{}: {} of {} runs in {wall:.0} s; wrote {}",
+            study.name,
+            shard.k,
+            shard.n,
+            part.jobs.len(),
+            all.len(),
+            file.display()
+        ));
+        let _ = writeln!(written, "{}", file.display());
+    }
+    if args.shard.is_some() { Ok(written) } else { finish(o, done) }
+}
+
+/// `replay study merge`: reads every study's parts, checks them, and writes the results as one run would.
+fn merge(m: &MergeArgs) -> Result<String, ReplayError> {
+    let o = &m.options;
+    let mut done = Vec::new();
+    for (path, study, sc) in load_all(o)? {
+        let sources = if m.parts.is_empty() { vec![o.out.join(&study.name)] } else { m.parts.clone() };
+        let parts = read_parts(&sources, &study.name)?;
+        let (rows, timing) = combine(&study, &sc, &path, parts)?;
+        done.push(Done { path, study, sc, rows, timing });
+    }
+    finish(o, done)
+}
+
+/// Every part of study `name` in `sources` (part files, or folders of them).
+fn read_parts(sources: &[PathBuf], name: &str) -> Result<Vec<(PathBuf, Part)>, ReplayError> {
+    let mut files = Vec::new();
+    for src in sources {
+        if src.is_dir() {
+            let entries = std::fs::read_dir(src).map_err(|source| ReplayError::Io { path: src.clone(), source })?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    let f = p.file_name().and_then(|f| f.to_str()).unwrap_or("");
+                    f.starts_with("part-") && f.ends_with(".json")
+                })
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(src.clone());
+        }
+    }
+    let mut parts = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f)
+            .map_err(|e| ReplayError::Usage(format!("{}: cannot read a study part: {e}", f.display())))?;
+        let part: Part = serde_json::from_str(&text)
+            .map_err(|e| ReplayError::Usage(format!("{}: not a study part: {e}", f.display())))?;
+        if part.schema_version != PART_SCHEMA {
+            return Err(ReplayError::Usage(format!(
+                "{}: schema_version {} (this replay reads {PART_SCHEMA})",
+                f.display(),
+                part.schema_version
+            )));
+        }
+        if part.study == name {
+            parts.push((f, part));
+        }
+    }
+    if parts.is_empty() {
+        let places: Vec<String> = sources.iter().map(|p| p.display().to_string()).collect();
+        return Err(ReplayError::Usage(format!(
+            "no part of study {name} in {}: run `replay study FILE --shard K/N` for K = 1..N first",
+            places.join(", ")
+        )));
+    }
+    Ok(parts)
+}
+
+/// Checks that `parts` are the N shards of `study` as given, each once, covering every (scenario, seed) once, and
+/// returns their rows in the order one run would have them.
+fn combine(
+    study: &StudyFile,
+    sc: &[Scenario],
+    path: &Path,
+    mut parts: Vec<(PathBuf, Part)>,
+) -> Result<(Vec<Row>, Timing), ReplayError> {
+    let bad = |f: &Path, what: String| ReplayError::Usage(format!("{}: {what}", f.display()));
+    parts.sort_by_key(|(_, p)| p.shard.k);
+    let (first_file, first) = &parts[0];
+    let n = first.shard.n;
+    let scenarios = part_scenarios(sc);
+    for (f, p) in &parts {
+        if p.shard.n != n {
+            let what = format!("shard {}/{}, but {} is one of {n}", p.shard.k, p.shard.n, first_file.display());
+            return Err(bad(f, what));
+        }
+        if p.tool != first.tool {
+            let what = format!("made by replay {}, but {} by replay {}", p.tool, first_file.display(), first.tool);
+            return Err(bad(f, what));
+        }
+        if p.seeds != study.seeds {
+            let what = format!(
+                "made with seeds {:?}, but {} has {:?} here: give merge the --seeds the shards had",
+                p.seeds,
+                path.display(),
+                study.seeds
+            );
+            return Err(bad(f, what));
+        }
+        if p.policies != study.policies || p.baseline != study.baseline || p.scenarios != scenarios {
+            let what = format!("made from another version of {} (its policies or scenarios differ)", path.display());
+            return Err(bad(f, what));
+        }
+    }
+    for w in parts.windows(2) {
+        if w[0].1.shard.k == w[1].1.shard.k {
+            return Err(bad(&w[1].0, format!("shard {}/{n} again (also {})", w[1].1.shard.k, w[0].0.display())));
+        }
+    }
+    let have: Vec<usize> = parts.iter().map(|(_, p)| p.shard.k).collect();
+    let missing: Vec<String> = (1..=n).filter(|k| !have.contains(k)).map(|k| format!("{k}/{n}")).collect();
+    if !missing.is_empty() {
+        return Err(ReplayError::Usage(format!(
+            "study {}: shard(s) {} missing (found {} of {n} parts)",
+            study.name,
+            missing.join(", "),
+            parts.len()
+        )));
+    }
+    let order: BTreeMap<(usize, u64), usize> =
+        jobs(study, sc.len()).into_iter().enumerate().map(|(j, x)| (x, j)).collect();
+    let mut owner: BTreeMap<(usize, u64), &Path> = BTreeMap::new();
+    for (f, p) in &parts {
+        for job in &p.jobs {
+            let Some(s) = sc.get(job.0).filter(|_| order.contains_key(job)) else {
+                return Err(bad(
+                    f,
+                    format!("ran scenario {} seed {}, which the study does not have", job.0 + 1, job.1),
+                ));
+            };
+            if let Some(other) = owner.insert(*job, f) {
+                return Err(bad(f, format!("scenario {} seed {} is also in {}", s.name, job.1, other.display())));
+            }
+        }
+        if let Some(r) = p.rows.iter().find(|r| !p.jobs.contains(&(r.scenario, r.seed))) {
+            return Err(bad(f, format!("has a row for scenario {} seed {} it did not run", r.scenario + 1, r.seed)));
+        }
+    }
+    if let Some((i, seed)) = order.keys().find(|j| !owner.contains_key(j)) {
+        return Err(ReplayError::Usage(format!(
+            "study {}: no part ran scenario {} seed {seed}",
+            study.name, sc[*i].name
+        )));
+    }
+    let longest = parts.iter().map(|(_, p)| p.wall_s).fold(0.0, f64::max);
+    let total = parts.iter().map(|(_, p)| p.wall_s).sum();
+    let mut rows: Vec<Row> = parts.into_iter().flat_map(|(_, p)| p.rows).collect();
+    // Stable: a job's rows keep the order its shard wrote them in.
+    rows.sort_by_key(|r| order[&(r.scenario, r.seed)]);
+    Ok((rows, Timing::Shards { n, longest, total }))
+}
+
+/// Writes each study's results and figures (and `--markdown`), and returns the Markdown of all of them.
+fn finish(o: &StudyOptions, done: Vec<Done>) -> Result<String, ReplayError> {
+    let mut markdown = String::new();
+    for Done { path, study, sc, rows, timing } in done {
+        let dir = o.out.join(&study.name);
+        std::fs::create_dir_all(&dir).map_err(|source| ReplayError::Io { path: dir.clone(), source })?;
+        let md = render(&study, &sc, &rows, &path, o, timing, "");
         write(&dir.join("results.md"), &md)?;
         write(&dir.join("runs.csv"), &runs_csv(&sc, &rows))?;
         write(&dir.join("summary.csv"), &summary_csv(&study, &sc, &rows))?;
@@ -288,10 +658,16 @@ pub fn run(args: &StudyArgs) -> Result<String, ReplayError> {
         for (name, svg) in &svgs {
             write(&dir.join(name), svg)?;
         }
-        crate::note(format_args!("study {}: {} runs in {wall:.0} s; wrote {}", study.name, rows.len(), dir.display()));
+        crate::note(format_args!(
+            "study {}: {} runs {}; wrote {}",
+            study.name,
+            rows.len(),
+            timing.show(),
+            dir.display()
+        ));
         // With --markdown, the figures also go beside that file, under figures/<study>/, and it links them there;
         // else what is printed is the study's results.md.
-        match &args.markdown {
+        match &o.markdown {
             Some(f) => {
                 let figs = f.parent().unwrap_or(Path::new("")).join("figures").join(&study.name);
                 std::fs::create_dir_all(&figs).map_err(|source| ReplayError::Io { path: figs.clone(), source })?;
@@ -299,19 +675,19 @@ pub fn run(args: &StudyArgs) -> Result<String, ReplayError> {
                     write(&figs.join(name), svg)?;
                 }
                 let prefix = format!("figures/{}/", study.name);
-                markdown.push_str(&render(&study, &sc, &rows, &path, args, wall, &prefix));
+                markdown.push_str(&render(&study, &sc, &rows, &path, o, timing, &prefix));
             }
             None => markdown.push_str(&md),
         }
         markdown.push('\n');
     }
-    if let Some(f) = &args.markdown {
-        let files: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
+    if let Some(f) = &o.markdown {
+        let files: Vec<String> = o.files.iter().map(|f| f.display().to_string()).collect();
         let header = format!(
             "# Results\n\nMade by `replay study {}{}` on the release build (2 shared cores); do not edit by hand. The \
              protocol, the upper bound and how to read these tables: [evaluation.md](evaluation.md).\n\n",
             files.join(" "),
-            args.seeds.map_or(String::new(), |n| format!(" --seeds {n}")),
+            o.seeds.map_or(String::new(), |n| format!(" --seeds {n}")),
         );
         write(f, &(header + &markdown))?;
     }
@@ -322,9 +698,8 @@ fn write(path: &Path, text: &str) -> Result<(), ReplayError> {
     std::fs::write(path, text).map_err(|source| ReplayError::Io { path: path.to_path_buf(), source })
 }
 
-/// Every (scenario, seed), two at a time.
-fn run_study(study: &StudyFile, sc: &[Scenario], path: &Path) -> Result<Vec<Row>, ReplayError> {
-    let jobs: Vec<(usize, u64)> = (0..sc.len()).flat_map(|i| study.seeds.iter().map(move |s| (i, *s))).collect();
+/// The (scenario, seed) `jobs`, as many at a time as there are cores; rows in the order of `jobs`.
+fn run_study(study: &StudyFile, sc: &[Scenario], path: &Path, jobs: &[(usize, u64)]) -> Result<Vec<Row>, ReplayError> {
     let total = jobs.len();
     let done = std::sync::atomic::AtomicUsize::new(0);
     let started = Instant::now();
@@ -420,8 +795,8 @@ fn render(
     sc: &[Scenario],
     rows: &[Row],
     path: &Path,
-    args: &StudyArgs,
-    wall: f64,
+    o: &StudyOptions,
+    timing: Timing,
     figs: &str,
 ) -> String {
     let mut md = String::new();
@@ -432,14 +807,15 @@ fn render(
     }
     let _ = writeln!(
         md,
-        "Made by `replay study {}`{} ({} scenario(s) x {} seed(s) [{seeds}] x {} policies, {wall:.0} s on this machine). \
+        "Made by `replay study {}`{} ({} scenario(s) x {} seed(s) [{seeds}] x {} policies, {}). \
          Means over seeds with 95 % Student-t intervals; goodput is divided by each run's upper bound \
          (`docs/evaluation.md`); ratios are paired per seed.\n",
         path.display(),
-        args.seeds.map_or(String::new(), |n| format!(" --seeds {n}")),
+        o.seeds.map_or(String::new(), |n| format!(" --seeds {n}")),
         sc.len(),
         study.seeds.len(),
         study.policies.len(),
+        timing.show(),
     );
     for set in SETS {
         let members: Vec<usize> = (0..sc.len()).filter(|&i| sc[i].set == set).collect();
