@@ -30,7 +30,7 @@
 //! [`given`] is the assignment MIGRator assumes (it plans one GPU with a given set of tenants): tenants stay where
 //! they are, and new ones are dealt round-robin over the healthy GPUs they fit, by tenant count only.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 use tessera_core::fleet::GpuHealth;
@@ -246,13 +246,31 @@ fn keeps_work(health: GpuHealth) -> bool {
     matches!(health, GpuHealth::Healthy | GpuHealth::Draining)
 }
 
-fn instances(input: &PlannerInput, tenant: &TenantId) -> usize {
-    1 + usize::from(input.tenants[tenant].retraining_left_s() > 0.0)
+/// The tenants whose retraining runs now: each holds an instance for it that level 2 cannot take back.
+fn running_retrainings(input: &PlannerInput) -> HashSet<&TenantId> {
+    input
+        .gpus
+        .values()
+        .flat_map(|g| g.assignments.iter())
+        .filter(|a| a.role == tessera_core::plan::Role::Retraining)
+        .map(|a| &a.tenant)
+        .collect()
+}
+
+/// The instances a tenant holds for certain over the horizon, which a GPU's 7 must hold: its inference instance, and
+/// its retraining's while one runs. A due retraining that has not started holds none: level 2 shares a GPU's
+/// instances between inference and retraining slot by slot, and its room is reserved by compute slices
+/// ([`retraining_budget`]). Counting it as a second instance for the whole horizon left tenants that fit with no
+/// GPU at all: 3 of 7 on one A100 (`replay plan --synthetic --gpus 1 --tenants 7 --seed 11`), each worth a seventh
+/// of the goodput.
+fn instances(running: &HashSet<&TenantId>, tenant: &TenantId) -> usize {
+    1 + usize::from(running.contains(tenant))
 }
 
 /// Tessera's level 1 (see the module doc).
 pub fn balanced(input: &PlannerInput) -> L1 {
     let budgeted = retraining_budget(input);
+    let running = running_retrainings(input);
     let sizes = Sizes::new(input, |id, gpu| sized(input, &budgeted, id, gpu));
     let mut out = L1::default();
     let mut load: BTreeMap<GpuId, (f64, usize)> = BTreeMap::new();
@@ -280,7 +298,7 @@ pub fn balanced(input: &PlannerInput) -> L1 {
         ts.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let (mut slices, mut count) = (0.0, 0);
         for (id, n) in ts {
-            let k = instances(input, &id);
+            let k = instances(&running, &id);
             if count + k <= 7 {
                 slices += n;
                 count += k;
@@ -316,7 +334,7 @@ pub fn balanced(input: &PlannerInput) -> L1 {
             tenants.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
             let mut moved = false;
             for (t, n_here) in tenants {
-                let k = instances(input, &t);
+                let k = instances(&running, &t);
                 let need = need_at(&t);
                 let target = (0..gpus.len()).filter(|o| *o != gi && takes[*o]).find(|o| {
                     let (s, c) = loads[*o];
@@ -346,7 +364,7 @@ pub fn balanced(input: &PlannerInput) -> L1 {
     }
     homeless.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     for (id, _) in homeless {
-        let k = instances(input, &id);
+        let k = instances(&running, &id);
         let model = &input.tenants[&id].spec.model;
         let need = need_at(&id);
         let mut best: Option<(f64, usize, f64)> = None;
@@ -394,6 +412,7 @@ pub fn balanced(input: &PlannerInput) -> L1 {
 /// MIGRator's given assignment (see the module doc).
 pub fn given(input: &PlannerInput) -> L1 {
     let sizes = Sizes::new(input, |id, gpu| need(input, id, gpu));
+    let running = running_retrainings(input);
     let need = |_: &PlannerInput, id: &TenantId, gpu: GpuModel| sizes.get(id, gpu);
     let mut out = L1::default();
     let mut count: BTreeMap<GpuId, usize> = BTreeMap::new();
@@ -408,14 +427,14 @@ pub fn given(input: &PlannerInput) -> L1 {
     for id in input.tenants.keys() {
         match current.get(id).copied().filter(|g| count.contains_key(*g)) {
             Some(g) if need(input, id, input.gpus[g].model).is_some() => {
-                *count.get_mut(g).expect("tracked") += instances(input, id);
+                *count.get_mut(g).expect("tracked") += instances(&running, id);
                 out.per_gpu.get_mut(g).expect("tracked").push(id.clone());
             }
             _ => new.push(id.clone()),
         }
     }
     for id in new {
-        let k = instances(input, &id);
+        let k = instances(&running, &id);
         let pick = count
             .iter()
             .filter(|(g, c)| {

@@ -428,6 +428,48 @@ fn level1_relieves_a_crowded_gpu_smallest_first() {
     }
 }
 
+/// Level 1 places every tenant a GPU can hold by instance count: 7 due to retrain on one A100 all get a place (a due
+/// retraining that has not started holds no instance of its own; level 2 shares the 7 between inference and
+/// retraining), for every policy's level 1. A running retraining holds its instance: with three running, the GPU
+/// holds those three tenants and one more.
+#[test]
+fn level1_places_every_tenant_a_gpu_holds_by_instance_count() {
+    let mut input = tiny(7, 6, 11, 7);
+    for placement in assign::Placement::ALL.map(|(_, p)| p) {
+        input.config.placement = placement;
+        let l1 = assign::place(&input);
+        assert!(l1.unplaced.is_empty(), "{placement}: {l1:?}");
+        assert_eq!(l1.per_gpu.values().map(Vec::len).sum::<usize>(), 7, "{placement}");
+    }
+    let gpu = input.gpus.keys().next().unwrap().clone();
+    let ids: Vec<TenantId> = input.tenants.keys().cloned().collect();
+    input.gpus.get_mut(&gpu).unwrap().assignments = ids[..3]
+        .iter()
+        .enumerate()
+        .flat_map(|(k, id)| {
+            [(Role::Inference, 2 * k), (Role::Retraining, 2 * k + 1)].map(|(role, start)| {
+                tessera_core::plan::Assignment {
+                    placement: Placement::new(Profile::G1, start as u8),
+                    tenant: id.clone(),
+                    role,
+                    preinit: false,
+                }
+            })
+        })
+        .collect();
+    for placement in [assign::Placement::Fleet, assign::Placement::RoundRobin] {
+        input.config.placement = placement;
+        let l1 = assign::place(&input);
+        assert_eq!(l1.unplaced.len(), 3, "{placement}: {l1:?}");
+        assert!(ids[..3].iter().all(|id| l1.per_gpu[&gpu].contains(id)), "{placement}: {l1:?}");
+    }
+    // Planned, every tenant serves: all 7 placed tenants get inference in the first slot.
+    let mut fresh = tiny(7, 6, 11, 7);
+    fresh.config.solver = SolverConfig::default();
+    let report = planned("tessera", &fresh);
+    assert!(report.stats.unplaced.is_empty(), "{:?}", report.stats.unplaced);
+}
+
 #[test]
 fn planner_input_round_trips_through_json_and_bad_input_names_the_field() {
     let input = tiny(2, 4, 1, 1);
