@@ -95,7 +95,7 @@ struct RawConfig {
     resync_interval: Option<String>,
     retry_interval: Option<String>,
     coordinator: Option<RawCoordinator>,
-    tls: Option<RawTls>,
+    tls: Option<tessera_auth::TlsFiles>,
     insecure: Option<bool>,
     metrics_listen: Option<String>,
     otlp_endpoint: Option<String>,
@@ -118,14 +118,6 @@ struct RawScrape {
     metric: String,
     #[serde(default)]
     labels: BTreeMap<String, String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTls {
-    cert: String,
-    key: String,
-    ca: String,
 }
 
 #[derive(Deserialize)]
@@ -272,11 +264,7 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
             resync_interval: duration("resync_interval", raw.resync_interval.as_deref(), DEFAULT_RESYNC_INTERVAL)?,
             retry_interval: duration("retry_interval", raw.retry_interval.as_deref(), DEFAULT_RETRY_INTERVAL)?,
             coordinator,
-            tls: raw.tls.map(|t| tessera_auth::TlsFiles {
-                cert: base.join(t.cert),
-                key: base.join(t.key),
-                ca: base.join(t.ca),
-            }),
+            tls: raw.tls.map(|t| t.relative_to(base)),
             metrics: None,
         },
     })

@@ -171,8 +171,11 @@ fn read(path: &Path) -> Result<Vec<u8>, AuthError> {
     std::fs::read(path).map_err(|e| AuthError::File { path: path.to_path_buf(), message: format!("cannot read: {e}") })
 }
 
-/// A certificate, its private key and the CA that signs the cluster's certificates (PEM files).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A certificate, its private key and the CA that signs the cluster's certificates (PEM files). In a service's TOML
+/// config it is the `[tls]` table (`cert`, `key`, `ca`), its paths relative to the config file
+/// ([`TlsFiles::relative_to`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TlsFiles {
     /// This process's certificate.
     pub cert: PathBuf,
@@ -183,6 +186,11 @@ pub struct TlsFiles {
 }
 
 impl TlsFiles {
+    /// The same files, relative paths taken from `base` (the folder of the config file that names them).
+    pub fn relative_to(&self, base: &Path) -> TlsFiles {
+        TlsFiles { cert: base.join(&self.cert), key: base.join(&self.key), ca: base.join(&self.ca) }
+    }
+
     /// `--tls-cert`, `--tls-key` and `--tls-ca` together, or none of them (`Ok(None)`); one or two alone is an
     /// error naming what is missing.
     pub fn from_flags(

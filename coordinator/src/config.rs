@@ -132,16 +132,8 @@ struct RawConfig {
     planner: RawPlanner,
     #[serde(default)]
     failure_detection: RawFailureDetection,
-    tls: Option<RawTls>,
+    tls: Option<tessera_auth::TlsFiles>,
     insecure: Option<bool>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTls {
-    cert: String,
-    key: String,
-    ca: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -403,9 +395,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     }
     let tls = match (&over.tls, raw.tls) {
         (Some(t), _) => Some(t.clone()),
-        (None, Some(t)) => {
-            Some(tessera_auth::TlsFiles { cert: base.join(t.cert), key: base.join(t.key), ca: base.join(t.ca) })
-        }
+        (None, Some(t)) => Some(t.relative_to(base)),
         (None, None) => None,
     };
     // A coordinator reachable beyond this host decides what runs on every GPU: it must check who calls.

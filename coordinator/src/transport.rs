@@ -201,7 +201,8 @@ async fn send_loop(inner: Arc<Inner>, peer: u64, endpoint: String, mut rx: mpsc:
             }
         }
         let messages = batch.iter().filter_map(|m| m.write_to_bytes().ok()).collect();
-        let req = v1::RaftBatch { from: inner.id, from_address: inner.own_address.clone(), messages };
+        // `from_address` stays empty: no receiver reads it (a peer's address is configuration's or membership's).
+        let req = v1::RaftBatch { from: inner.id, from_address: String::new(), messages };
         match client.step(req).await {
             Ok(_) => failures = 0,
             Err(status) => {
