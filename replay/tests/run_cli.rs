@@ -165,6 +165,32 @@ fn the_same_seed_gives_the_same_numbers_and_another_seed_others() {
     assert_ne!(a["policies"]["ekya"], run("8")["policies"]["ekya"]);
 }
 
+/// `--tlb` picks the TLB model every policy runs under (`--tlb` alone is today's TLB), and summary.json records it;
+/// the same seed gives the same numbers under each.
+#[test]
+fn the_tlb_model_is_chosen_for_every_policy_and_recorded() {
+    let run = |tlb: &[&str]| -> Value {
+        let out = replay().args(SMALL).args(["--policy", "static,tessera", "--json"]).args(tlb).output().unwrap();
+        let mut v: Value = serde_json::from_str(&ok(&out)).unwrap();
+        for p in ["static", "tessera"] {
+            let s = v["policies"][p].as_object_mut().unwrap();
+            s.remove("wall_s");
+            s.remove("plan_ms_median");
+        }
+        v
+    };
+    for (flags, name) in [(&[][..], "off"), (&["--tlb"][..], "baseline"), (&["--tlb", "star"][..], "star")] {
+        let v = run(flags);
+        assert_eq!(v["scenario"]["tlb"], name, "{flags:?}");
+        assert_eq!(v, run(flags), "{flags:?}: the same seed, the same numbers");
+        let bound = v["upper_bound"]["goodput"].as_f64().unwrap();
+        for p in ["static", "tessera"] {
+            let g = v["policies"][p]["goodput"].as_f64().unwrap();
+            assert!(g <= bound * (1.0 + 1e-9), "{name}: {p} {g} above the bound {bound}");
+        }
+    }
+}
+
 #[test]
 fn tenants_files_with_trace_ranks_and_poisson_tenants() {
     let dir = scratch("tenants");
@@ -258,6 +284,8 @@ fn bad_input_is_named() {
     assert!(err.contains("target_utilization") && err.contains("1.5"), "{err}");
     let err = failed(&replay().args(["--gap", "1", "--duration", "1m"]).output().unwrap());
     assert!(err.contains("--gap") && err.contains("[0, 1)"), "{err}");
+    let err = failed(&replay().args(["--tlb", "l2", "--duration", "1m"]).output().unwrap());
+    assert!(err.contains("--tlb") && err.contains("off, baseline, star"), "{err}");
 
     // A malformed row names the file, the line and the column; nothing runs.
     let dir = scratch("bad");

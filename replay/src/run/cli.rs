@@ -102,9 +102,10 @@ pub struct RunArgs {
     /// Forecaster of every tenant: last, ewma or seasonal (a day of slots).
     #[arg(long, default_value_t = RoundSettings::default().forecaster)]
     pub forecaster: String,
-    /// Co-located tenants slow each other down through the L3 TLB model (baseline TLB).
-    #[arg(long)]
-    pub tlb: bool,
+    /// Co-located tenants slow each other down through the L3 TLB model, the same for every policy: off, baseline
+    /// (today's TLB) or star (STAR's shared entries). `--tlb` alone is baseline.
+    #[arg(long, value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "baseline", value_name = "TLB")]
+    pub tlb: super::Tlb,
     /// Seed of every random choice (trace conventions, scaling, tenants, Poisson arrivals).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -400,7 +401,7 @@ fn reproduce(spec: &super::RunSpec) -> serde_json::Value {
         "target_utilization": spec.planner.target_utilization,
         "gap": spec.planner.solver.mip_rel_gap,
         "forecaster": spec.forecaster.to_string(),
-        "tlb": spec.tlb,
+        "tlb": spec.tlb.name(),
         "fluid_tick_ms": spec.fluid_tick_ms,
         "late_requests": spec.late,
         "replan_on_burst": spec.replan_on_burst,

@@ -39,7 +39,7 @@ use tessera_sim::executor::{
     Arrival, Dispatch, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference, NoInterference, TenantIndex,
     TlbInterference,
 };
-use tessera_sim::tlb::{TlbMode, TlbModel};
+use tessera_sim::tlb::TlbModel;
 
 use super::arrivals::{ArrivalSource, Arrivals, TickCounts};
 use super::{ReplayError, Scenario};
@@ -471,10 +471,9 @@ pub(crate) fn executor_for(scenario: &Scenario, dispatch: Dispatch) -> Result<Ex
     let config = ExecutorConfig { seed: scenario.seed, dispatch, ..scenario.executor.clone() };
     let fleet =
         FleetSpec { models: scenario.models.clone(), tenants: scenario.tenants.clone(), gpus: scenario.gpus.clone() };
-    let interference: Box<dyn Interference> = if scenario.tlb {
-        Box::new(TlbInterference::new(TlbModel::with_seed(scenario.seed), TlbMode::Baseline))
-    } else {
-        Box::new(NoInterference)
+    let interference: Box<dyn Interference> = match scenario.tlb.mode() {
+        Some(mode) => Box::new(TlbInterference::new(TlbModel::with_seed(scenario.seed), mode)),
+        None => Box::new(NoInterference),
     };
     Executor::new(config, fleet, interference).map_err(|e| ReplayError::Sim(e.to_string()))
 }

@@ -38,6 +38,39 @@ use crate::trace::{self, ArrivalStream, TraceArrival, TraceOptions, TraceScan};
 use arrivals::{ArrivalSource, Arrivals, Merged, PoissonSet, Reorder, Scaler, TickCounts, TickSpread};
 use mapping::Binding;
 
+/// Whether co-located tenants slow each other down through the L3 TLB model (`--tlb`), and with which TLB: the same
+/// for every policy of a run, through both executors and cluster mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Tlb {
+    /// No interference between co-located tenants.
+    #[default]
+    Off,
+    /// Today's GPUs: one base per L3 TLB entry, 16 sub-entries (`sim-agent tlb --mode baseline`).
+    Baseline,
+    /// STAR: an entry may hold two bases with 8 sub-entries each (`sim-agent tlb --mode star`).
+    Star,
+}
+
+impl Tlb {
+    /// The TLB the executor simulates, `None` when off.
+    pub fn mode(self) -> Option<tessera_sim::tlb::TlbMode> {
+        match self {
+            Tlb::Off => None,
+            Tlb::Baseline => Some(tessera_sim::tlb::TlbMode::Baseline),
+            Tlb::Star => Some(tessera_sim::tlb::TlbMode::Star),
+        }
+    }
+
+    /// Its name, as `--tlb` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tlb::Off => "off",
+            Tlb::Baseline => "baseline",
+            Tlb::Star => "star",
+        }
+    }
+}
+
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -97,8 +130,8 @@ pub struct Scenario {
     pub forecaster: ForecasterConfig,
     /// Executor settings (the dispatch rule is set per policy).
     pub executor: ExecutorConfig,
-    /// Co-location slows tenants down through the L3 TLB model (baseline TLB).
-    pub tlb: bool,
+    /// Whether co-location slows tenants down through the L3 TLB model, and with which TLB.
+    pub tlb: Tlb,
     /// Fluid serving with ticks of this many ms ([`Executor::flow`](tessera_sim::executor::Executor::flow):
     /// requests as expected counts per tick); `None`: every request simulated.
     pub fluid_tick_ms: Option<f64>,
@@ -141,8 +174,8 @@ pub struct RunSpec {
     pub planner: PlannerConfig,
     /// Forecaster.
     pub forecaster: ForecasterConfig,
-    /// TLB interference on.
-    pub tlb: bool,
+    /// TLB interference, and with which TLB.
+    pub tlb: Tlb,
     /// Fluid serving's tick, ms (`None`: every request simulated).
     pub fluid_tick_ms: Option<f64>,
     /// Queued requests that can no longer meet their SLO: served late or shed.

@@ -152,7 +152,7 @@ impl Comparison {
                 "horizon_slots": scenario.planner.horizon_slots,
                 "gap": scenario.planner.solver.mip_rel_gap,
                 "forecaster": scenario.forecaster.to_string(),
-                "tlb": scenario.tlb,
+                "tlb": scenario.tlb.name(),
                 "executor": if scenario.fluid_tick_ms.is_some() { "fluid" } else { "discrete" },
                 "fluid_tick_ms": scenario.fluid_tick_ms,
                 "late_requests": scenario.executor.late,
