@@ -246,13 +246,17 @@ fn keeps_work(health: GpuHealth) -> bool {
     matches!(health, GpuHealth::Healthy | GpuHealth::Draining)
 }
 
-/// The tenants whose retraining runs now: each holds an instance for it that level 2 cannot take back.
+/// The tenants whose retraining runs now, on a GPU that keeps its work, with work left: each holds an instance for it
+/// that level 2 cannot take back. A retraining instance of one that has finished (still in the last plan) or on a
+/// failed GPU holds nothing.
 fn running_retrainings(input: &PlannerInput) -> HashSet<&TenantId> {
     input
         .gpus
         .values()
+        .filter(|g| keeps_work(g.health))
         .flat_map(|g| g.assignments.iter())
         .filter(|a| a.role == tessera_core::plan::Role::Retraining)
+        .filter(|a| input.tenants.get(&a.tenant).is_some_and(|t| t.retraining_left_s() > 0.0))
         .map(|a| &a.tenant)
         .collect()
 }

@@ -463,7 +463,17 @@ fn level1_places_every_tenant_a_gpu_holds_by_instance_count() {
         assert_eq!(l1.unplaced.len(), 3, "{placement}: {l1:?}");
         assert!(ids[..3].iter().all(|id| l1.per_gpu[&gpu].contains(id)), "{placement}: {l1:?}");
     }
-    // Planned, every tenant serves: all 7 placed tenants get inference in the first slot.
+    // Once those retrainings are done (their instances still in the last plan), they hold nothing more.
+    let mut done = input.clone();
+    for id in &ids[..3] {
+        done.tenants.get_mut(id).unwrap().retraining_due = false;
+    }
+    for placement in [assign::Placement::Fleet, assign::Placement::RoundRobin] {
+        done.config.placement = placement;
+        let l1 = assign::place(&done);
+        assert!(l1.unplaced.is_empty(), "{placement}: {l1:?}");
+    }
+    // Planned by tessera, no tenant is left out.
     let mut fresh = tiny(7, 6, 11, 7);
     fresh.config.solver = SolverConfig::default();
     let report = planned("tessera", &fresh);

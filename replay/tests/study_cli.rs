@@ -177,6 +177,13 @@ fn a_study_in_shards_merges_to_the_numbers_of_one_run() {
     std::fs::write(&changed, STUDY.replace("load = 0.9", "load = 0.8")).unwrap();
     let err = merge(&[], &changed);
     assert!(err.contains("part-1-of-4.json") && err.contains("another version of"), "{err}");
+    // A part with a row taken out.
+    let first = parts.join("small/part-1-of-4.json");
+    let mut part: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&first).unwrap()).unwrap();
+    part["rows"].as_array_mut().unwrap().pop();
+    std::fs::write(&first, part.to_string()).unwrap();
+    let err = merge(&[], &file);
+    assert!(err.contains("part-1-of-4.json") && err.contains("not one for each of"), "{err}");
     // A shard missing.
     std::fs::remove_file(parts.join("small/part-3-of-4.json")).unwrap();
     let err = merge(&[], &file);

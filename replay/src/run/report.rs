@@ -31,8 +31,9 @@ pub struct Comparison {
 }
 
 /// Version of `summary.json`'s layout: 2 added `schema_version`, `tool`, `reproduce` and `scenario.gpu_models`; 3
-/// added each policy's `latency_ms` percentiles and `tenants` breakdown.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 3;
+/// added each policy's `latency_ms` percentiles and `tenants` breakdown; 4 made `scenario.tlb` the TLB's name (`off`,
+/// `baseline` or `star`) instead of a boolean.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 4;
 
 impl Comparison {
     /// `goodput / upper bound` for `run` (`None` without a bound; 1 when the bound is 0).

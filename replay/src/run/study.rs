@@ -572,8 +572,8 @@ fn combine(
             let what = format!("shard {}/{}, but {} is one of {n}", p.shard.k, p.shard.n, first_file.display());
             return Err(bad(f, what));
         }
-        if p.tool != first.tool {
-            let what = format!("made by replay {}, but {} by replay {}", p.tool, first_file.display(), first.tool);
+        if p.tool != env!("CARGO_PKG_VERSION") {
+            let what = format!("made by replay {}; this is replay {}", p.tool, env!("CARGO_PKG_VERSION"));
             return Err(bad(f, what));
         }
         if p.seeds != study.seeds {
@@ -622,6 +622,21 @@ fn combine(
         }
         if let Some(r) = p.rows.iter().find(|r| !p.jobs.contains(&(r.scenario, r.seed))) {
             return Err(bad(f, format!("has a row for scenario {} seed {} it did not run", r.scenario + 1, r.seed)));
+        }
+        // Each job it ran has one row per policy: a truncated or edited part would average tables over fewer seeds.
+        for job in &p.jobs {
+            let mut policies: Vec<&str> =
+                p.rows.iter().filter(|r| (r.scenario, r.seed) == *job).map(|r| r.policy.as_str()).collect();
+            policies.sort_unstable();
+            let mut want: Vec<&str> = study.policies.iter().map(String::as_str).collect();
+            want.sort_unstable();
+            if policies != want {
+                let what = format!(
+                    "scenario {} seed {} has rows for {policies:?}, not one for each of {:?}",
+                    sc[job.0].name, job.1, study.policies
+                );
+                return Err(bad(f, what));
+            }
         }
     }
     if let Some((i, seed)) = order.keys().find(|j| !owner.contains_key(j)) {
