@@ -63,11 +63,7 @@ impl Tlb {
 
     /// Its name, as `--tlb` takes it.
     pub fn name(self) -> &'static str {
-        match self {
-            Tlb::Off => "off",
-            Tlb::Baseline => "baseline",
-            Tlb::Star => "star",
-        }
+        self.mode().map_or("off", tessera_sim::tlb::TlbMode::name)
     }
 }
 
