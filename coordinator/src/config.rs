@@ -108,6 +108,9 @@ pub struct CoordinatorConfig {
     pub allow_fault_injection: bool,
     /// The leader's failure detector (`None`: off).
     pub failure_detection: Option<crate::planning::FailureDetection>,
+    /// The interference table every round is planned with (`planner.interference`, a JSON file as `sim-agent
+    /// interference` prints it; `None`: plan as if co-located tenants did not slow each other down).
+    pub interference: Option<tessera_planner::input::Interference>,
     /// Mutual TLS (`None`: plaintext, every caller may do everything).
     pub tls: Option<tessera_auth::TlsFiles>,
 }
@@ -165,6 +168,7 @@ struct RawPlanner {
     gap: Option<f64>,
     forecaster: Option<String>,
     replan_on_burst: Option<bool>,
+    interference: Option<String>,
 }
 
 /// Command-line values that override the file (each `None` keeps the file's value).
@@ -216,6 +220,8 @@ pub struct Overrides {
     pub fail_after: Option<String>,
     /// `--no-failure-detection` (true when given).
     pub no_failure_detection: bool,
+    /// `planner.interference`: the interference table's JSON file.
+    pub interference: Option<String>,
     /// `--tls-cert`, `--tls-key`, `--tls-ca` (all three, or none: the file's `[tls]`).
     pub tls: Option<tessera_auth::TlsFiles>,
     /// `--insecure` (true when given): plaintext beyond loopback.
@@ -245,6 +251,25 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
         }
     }
     Ok(peers)
+}
+
+/// The largest interference table file read (100 models, every ordered pair, is about 1 MB).
+const MAX_INTERFERENCE_BYTES: u64 = 4 << 20;
+
+/// Reads and checks an interference table; the message names the file and, for bad JSON, the line and column.
+fn load_interference(file: &Path) -> Result<tessera_planner::input::Interference, String> {
+    use std::io::Read as _;
+    let shown = file.display();
+    let f = std::fs::File::open(file).map_err(|e| format!("{shown}: {e}"))?;
+    let mut text = String::new();
+    f.take(MAX_INTERFERENCE_BYTES + 1).read_to_string(&mut text).map_err(|e| format!("{shown}: {e}"))?;
+    if text.len() as u64 > MAX_INTERFERENCE_BYTES {
+        return Err(format!("{shown}: larger than {MAX_INTERFERENCE_BYTES} bytes"));
+    }
+    let table: tessera_planner::input::Interference =
+        serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
+    table.validate().map_err(|e| format!("{shown}: {e}"))?;
+    Ok(table)
 }
 
 fn field(f: &str, m: impl Into<String>) -> FieldError {
@@ -377,6 +402,10 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
         .map_err(|m| field("planner.forecaster", m))?;
     let replan_on_burst = over.replan_on_burst || raw.planner.replan_on_burst.unwrap_or(planning.replan_on_burst);
+    let interference = match path(&over.interference, raw.planner.interference) {
+        Some(file) => Some(load_interference(&file).map_err(|m| field("planner.interference", m))?),
+        None => None,
+    };
     let fd = raw.failure_detection;
     let detect = !over.no_failure_detection && fd.enabled.unwrap_or(clock == ClockMode::Wall);
     let suspect_after = duration(
@@ -431,6 +460,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         otlp_endpoint,
         allow_fault_injection: over.allow_fault_injection,
         failure_detection,
+        interference,
         tls,
     })
 }
@@ -510,6 +540,38 @@ mod tests {
         std::fs::write(&file, "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\nbogus = 1\n").unwrap();
         let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn the_interference_table_is_read_relative_to_the_file_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let base = "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\n[planner]\ninterference = \"x.json\"\n";
+        std::fs::write(&file, base).unwrap();
+        let table = dir.path().join("x.json");
+        std::fs::write(&table, r#"{"source": "test", "pairs": [["a", "b", 1.5], ["b", "a", 1.2]]}"#).unwrap();
+        let c = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap();
+        let x = c.interference.unwrap();
+        assert_eq!((x.slowdown("a", "b"), x.slowdown("b", "a"), x.slowdown("a", "c")), (1.5, 1.2, 1.0));
+        let none = "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\n";
+        std::fs::write(&file, none).unwrap();
+        assert!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().interference.is_none());
+        std::fs::write(&file, base).unwrap();
+        // Each bad table is refused naming the field and the file (and the pair or the JSON line).
+        for (text, says) in [
+            (r#"{"pairs": [["a", "b", 0.5]]}"#, "pairs[0]"),
+            (r#"{"pairs": [["a", "b", 1.5], ["a", "b", 1.6]]}"#, "given twice"),
+            (r#"{"pairs": [["", "b", 1.5]]}"#, "empty"),
+            ("{\"pairs\": [\n[\"a\", \"b\"]]}", "line 2"),
+            (r#"{"pairs": [], "extra": 1}"#, "extra"),
+        ] {
+            std::fs::write(&table, text).unwrap();
+            let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+            assert!(e.contains("planner.interference") && e.contains("x.json") && e.contains(says), "{text}: {e}");
+        }
+        std::fs::remove_file(&table).unwrap();
+        let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("planner.interference") && e.contains("x.json"), "{e}");
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub struct DevClusterArgs {
     /// cluster` the same --replan-on-burst).
     #[arg(long)]
     pub replan_on_burst: bool,
+    /// The interference table to plan with, as `sim-agent interference` prints it (give `replay --mode cluster` a
+    /// matching --tlb; replay in-process computes the same table from the TLB model).
+    #[arg(long, value_name = "FILE")]
+    pub interference: Option<std::path::PathBuf>,
     /// Workload clock: virtual (replay drives it) or wall.
     #[arg(long, default_value = "virtual")]
     pub clock: String,
@@ -129,6 +133,7 @@ pub async fn start(args: &DevClusterArgs) -> anyhow::Result<DevCluster> {
             replan_on_burst: args.replan_on_burst,
             gap: Some(args.gap),
             forecaster: Some(args.forecaster.clone()),
+            interference: args.interference.as_ref().map(|p| p.to_string_lossy().into_owned()),
             ..Overrides::default()
         };
         let config = CoordinatorConfig::load(None, &over).map_err(|e| anyhow::anyhow!("{e}"))?;

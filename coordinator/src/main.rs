@@ -145,6 +145,10 @@ struct ServeArgs {
     /// Turn the failure detector off (it is on by default on the wall clock).
     #[arg(long)]
     no_failure_detection: bool,
+    /// The interference table to plan with: a JSON file as `sim-agent interference` prints it
+    /// (`planner.interference`).
+    #[arg(long, value_name = "FILE")]
+    interference: Option<String>,
     /// This member's certificate (`coordinator certs init` writes node-N.pem): mutual TLS on every connection.
     #[arg(long, value_name = "FILE")]
     tls_cert: Option<PathBuf>,
@@ -536,6 +540,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 suspect_after: a.suspect_after,
                 fail_after: a.fail_after,
                 no_failure_detection: a.no_failure_detection,
+                interference: a.interference,
                 tls: tessera_auth::TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca)
                     .map_err(|e| anyhow::anyhow!(e))?,
                 insecure: a.insecure,

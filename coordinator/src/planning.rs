@@ -68,6 +68,8 @@ pub struct PlanningSettings {
     pub failure_detection: Option<FailureDetection>,
     /// This member's certificate for mutual TLS with agents (`None`: plaintext).
     pub tls: Option<tessera_auth::TlsFiles>,
+    /// The interference table every round is planned with (`None`: none).
+    pub interference: Option<tessera_planner::input::Interference>,
 }
 
 /// When the leader's failure detector changes a node's health.
@@ -207,7 +209,8 @@ impl Planner {
     /// A planner over `node` (the policy name is checked by the configuration).
     pub fn new(node: Replica, settings: PlanningSettings, metrics: Arc<Metrics>) -> Result<Arc<Planner>, String> {
         let policy = tessera_planner::policies::by_name(&settings.policy)?;
-        let rounds = Rounds::new(settings.forecaster.clone());
+        let mut rounds = Rounds::new(settings.forecaster.clone());
+        rounds.set_interference(settings.interference.clone());
         Ok(Arc::new(Planner {
             node,
             policy,

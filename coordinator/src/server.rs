@@ -87,6 +87,7 @@ pub async fn serve_on(
             push_timeout: Duration::from_secs(5),
             failure_detection: config.failure_detection.clone(),
             tls: config.tls.clone(),
+            interference: config.interference.clone(),
         },
         Arc::clone(&metrics),
     )

@@ -196,17 +196,52 @@ impl TenantInput {
 }
 
 /// Slowdown of a tenant's model when co-located with another model on one GPU (shared L3 TLB and memory
-/// system), as measured by the TLB model or on hardware. Missing pairs mean no slowdown.
+/// system), as measured by the TLB model (`sim-agent interference`) or on hardware. Missing pairs mean no slowdown.
+///
+/// Level 1 of tessera keeps tenants that slow each other down apart, level 2 plans each tenant with its largest
+/// slowdown against the tenants it shares the GPU with, and PARIS sizes its instances with the same factors.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Interference {
+    /// How the table was made (free text, for the record: e.g. the command that printed it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// `(victim model, aggressor model, latency multiplier >= 1)`.
     pub pairs: Vec<(String, String, f64)>,
 }
+
+/// The most pairs an [`Interference`] table may hold (100 models, every ordered pair).
+pub const MAX_INTERFERENCE_PAIRS: usize = 10_000;
+
+/// The largest latency multiplier an [`Interference`] table may give (a tenant 100 times slower is a measurement
+/// error, not a co-location).
+pub const MAX_SLOWDOWN: f64 = 100.0;
 
 impl Interference {
     /// The multiplier on `victim`'s latency when it shares a GPU with `aggressor`.
     pub fn slowdown(&self, victim: &str, aggressor: &str) -> f64 {
         self.pairs.iter().find(|(v, a, _)| v == victim && a == aggressor).map_or(1.0, |(_, _, s)| s.max(1.0))
+    }
+
+    /// Checks the table, naming the first bad pair (`pairs[i]`): at most [`MAX_INTERFERENCE_PAIRS`] pairs, model
+    /// names not empty, each ordered pair once, multipliers finite and in `[1, MAX_SLOWDOWN]`.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.pairs.len() > MAX_INTERFERENCE_PAIRS {
+            return Err(format!("pairs: {} pairs, at most {MAX_INTERFERENCE_PAIRS}", self.pairs.len()));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(self.pairs.len());
+        for (i, (v, a, s)) in self.pairs.iter().enumerate() {
+            if v.is_empty() || a.is_empty() {
+                return Err(format!("pairs[{i}]: a model name is empty"));
+            }
+            if !(s.is_finite() && (1.0..=MAX_SLOWDOWN).contains(s)) {
+                return Err(format!("pairs[{i}]: multiplier {s} of {v} next to {a} is not in [1, {MAX_SLOWDOWN}]"));
+            }
+            if !seen.insert((v.as_str(), a.as_str())) {
+                return Err(format!("pairs[{i}]: {v} next to {a} is given twice"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -235,6 +270,9 @@ impl PlannerInput {
     /// Checks references and shapes, naming the first problem (a bad input is an error, not an infeasible plan).
     pub fn validate(&self) -> Result<(), String> {
         self.config.validate()?;
+        if let Some(x) = &self.interference {
+            x.validate().map_err(|e| format!("interference.{e}"))?;
+        }
         for (id, t) in &self.tenants {
             if !self.models.contains_key(&t.spec.model) {
                 return Err(format!("tenants.{id}.spec.model: unknown model {:?}", t.spec.model));

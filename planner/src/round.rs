@@ -19,7 +19,7 @@ use tessera_core::model::ModelProfile;
 use tessera_core::time::SimTime;
 
 use crate::forecast::{Forecast, Forecaster, ForecasterConfig, burst_calls_replan};
-use crate::input::{GpuInput, PlannerConfig, PlannerInput, TenantInput, WarmStart};
+use crate::input::{GpuInput, Interference, PlannerConfig, PlannerInput, TenantInput, WarmStart};
 use crate::policy::PlanReport;
 
 /// The settings of a planning loop: which policy plans, how often, over which slots and with which forecasts.
@@ -97,18 +97,30 @@ pub struct Planned {
 }
 
 /// What a planner keeps from one round to the next: a forecaster per tenant, the warm start each GPU's last plan
-/// left, and the forecasts the last round was made with.
+/// left, and the forecasts the last round was made with; and the interference table every round is given.
 pub struct Rounds {
     forecaster: ForecasterConfig,
     forecasters: BTreeMap<TenantId, (Box<dyn Forecaster>, usize)>,
     warm: BTreeMap<GpuId, WarmStart>,
     planned: Option<Planned>,
+    interference: Option<Interference>,
 }
 
 impl Rounds {
     /// No round yet; each tenant's forecaster is built from `forecaster` when first seen.
     pub fn new(forecaster: ForecasterConfig) -> Rounds {
-        Rounds { forecaster, forecasters: BTreeMap::new(), warm: BTreeMap::new(), planned: None }
+        Rounds { forecaster, forecasters: BTreeMap::new(), warm: BTreeMap::new(), planned: None, interference: None }
+    }
+
+    /// Gives every later round's input this interference table (`None`: plan as if co-located tenants did not
+    /// slow each other down).
+    pub fn set_interference(&mut self, interference: Option<Interference>) {
+        self.interference = interference;
+    }
+
+    /// The interference table every round is given.
+    pub fn interference(&self) -> Option<&Interference> {
+        self.interference.as_ref()
     }
 
     /// Feeds `tenant`'s forecaster the rate measured over the next slot (requests per second).
@@ -173,7 +185,7 @@ impl Rounds {
             })
             .collect();
         self.planned = Some(Planned { at: now, forecasts });
-        PlannerInput { epoch, now, config, models, gpus, tenants, interference: None }
+        PlannerInput { epoch, now, config, models, gpus, tenants, interference: self.interference.clone() }
     }
 
     /// Keeps what a planned round leaves the next: each GPU's warm start (`None`, an infeasible or abandoned

@@ -365,10 +365,49 @@ fn level1_is_sticky_memory_aware_and_spreads_interfering_tenants() {
     let node = tessera_core::ids::NodeId::new("node-0000").unwrap();
     add_gpu(&mut pair, tessera_core::ids::GpuId::new(node, 1), GpuModel::A100_40GB);
     let ms: Vec<String> = pair.tenants.values().map(|t| t.spec.model.clone()).collect();
-    pair.interference =
-        Some(Interference { pairs: vec![(ms[0].clone(), ms[1].clone(), 2.0), (ms[1].clone(), ms[0].clone(), 2.0)] });
+    pair.interference = Some(Interference {
+        source: None,
+        pairs: vec![(ms[0].clone(), ms[1].clone(), 2.0), (ms[1].clone(), ms[0].clone(), 2.0)],
+    });
     let l1 = assign::balanced(&pair);
     assert!(l1.per_gpu.values().all(|ts| ts.len() <= 1), "{l1:?}");
+}
+
+/// Level 2 plans each tenant with its largest slowdown against the tenants it shares the GPU with: a table that
+/// slows one tenant down by its co-tenant's model lowers that tenant's SLO capacity on every profile it fits (never
+/// raises any), leaves a tenant it does not name alone, and a table that names no co-located pair changes nothing.
+/// A bad table is refused by the input's validation, naming the pair.
+#[test]
+fn level2_plans_with_the_slowed_capacities_of_the_interference_table() {
+    let mut input = tiny(3, 4, 21, 0);
+    let ids: Vec<TenantId> = input.tenants.keys().cloned().collect();
+    let ms: Vec<String> = input.tenants.values().map(|t| t.spec.model.clone()).collect();
+    let plain = problem(&input, Arrivals::Point);
+    input.interference = Some(Interference {
+        source: Some("test".into()),
+        pairs: vec![(ms[0].clone(), ms[1].clone(), 1.6), ("no_such".into(), ms[0].clone(), 3.0)],
+    });
+    input.validate().unwrap();
+    let slowed = problem(&input, Arrivals::Point);
+    for (k, (a, b)) in plain.tenants.iter().zip(&slowed.tenants).enumerate() {
+        assert_eq!(a.id, b.id);
+        for (ca, cb) in a.cap.iter().zip(&b.cap) {
+            assert!(cb <= ca, "{}: {cb} > {ca}", a.id);
+        }
+        // Tenant 0 is slowed by tenant 1's model (unless both share a model it is also slowed by); others are not,
+        // unless they run tenant 0's model.
+        let named = input.tenants[&ids[k]].spec.model == ms[0];
+        let lower = a.cap.iter().zip(&b.cap).any(|(ca, cb)| cb < ca);
+        assert_eq!(lower, named && a.cap.iter().any(|c| *c > 0.0), "{}: {:?} -> {:?}", a.id, a.cap, b.cap);
+    }
+    input.interference = Some(Interference { source: None, pairs: vec![("no_such".into(), "other".into(), 2.0)] });
+    assert_eq!(
+        problem(&input, Arrivals::Point).tenants.iter().map(|t| &t.cap).collect::<Vec<_>>(),
+        plain.tenants.iter().map(|t| &t.cap).collect::<Vec<_>>()
+    );
+    input.interference = Some(Interference { source: None, pairs: vec![(ms[0].clone(), ms[1].clone(), 0.5)] });
+    let e = input.validate().unwrap_err();
+    assert!(e.starts_with("interference.pairs[0]"), "{e}");
 }
 
 /// Level 1 relieves a crowded GPU: its smallest tenants leave, each to the first GPU (in order) with room for it by

@@ -45,7 +45,7 @@ fn default_trace_every_output_and_the_upper_bound() {
     assert_eq!(summary["trace"], "azure-llm-2023-conv.csv");
     assert_eq!(summary["seed"], 1);
     // Versioned, and enough to run it again: the trace's path, the fleet, the load, the planner settings.
-    assert_eq!(summary["schema_version"], 4);
+    assert_eq!(summary["schema_version"], 5);
     assert_eq!(summary["tool"]["name"], "tessera-replay");
     let r = &summary["reproduce"];
     assert!(r["trace_path"].as_str().unwrap().ends_with("azure-llm-2023-conv.csv"), "{r}");
@@ -193,6 +193,12 @@ fn the_tlb_model_is_chosen_for_every_policy_and_recorded() {
     }
     // Each TLB is wired to its own model: static's fixed layout co-locates tenants, so each serves differently.
     assert!(goodputs[0] != goodputs[1] && goodputs[1] != goodputs[2], "{goodputs:?}");
+    // With the TLB on, the planners get the TLB model's table unless --tlb-blind withholds it; off, there is none.
+    for (flags, aware) in [(&[][..], false), (&["--tlb"][..], true), (&["--tlb", "--tlb-blind"][..], false)] {
+        let v = run(flags);
+        assert_eq!(v["scenario"]["tlb_aware"], aware, "{flags:?}");
+        assert_eq!(v["reproduce"]["tlb_blind"], flags.contains(&"--tlb-blind"), "{flags:?}");
+    }
 }
 
 #[test]

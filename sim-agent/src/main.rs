@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tessera_sim::node::{self, RunArgs};
-use tessera_sim::tlb::cli::{self as tlb_cli, TlbArgs};
+use tessera_sim::tlb::cli::{self as tlb_cli, InterferenceArgs, TlbArgs};
 
 #[derive(Parser)]
 #[command(name = "sim-agent", version, about = "Tessera's simulated MIG/TLB backend")]
@@ -23,6 +23,9 @@ enum Command {
     /// Simulate the shared L3 TLB (baseline or STAR) for a co-located mix: hit rates, sub-entry utilisation and
     /// per-tenant slowdown against running alone.
     Tlb(TlbArgs),
+    /// Print the planner's pairwise interference table of some models from the TLB model, as JSON (the
+    /// coordinator's `interference` setting): each model's latency factor next to each other one.
+    Interference(InterferenceArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,16 +35,20 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(args) => run_nodes(args),
-        Command::Tlb(args) => {
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            match tlb_cli::run(&args, &mut out).and_then(|()| out.flush().map_err(Into::into)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
-            }
+        Command::Tlb(args) => print_with(|out| tlb_cli::run(&args, out)),
+        Command::Interference(args) => print_with(|out| tlb_cli::run_interference(&args, out)),
+    }
+}
+
+/// Runs a printing subcommand on stdout; its error goes to stderr with its exit code.
+fn print_with(run: impl FnOnce(&mut dyn Write) -> Result<(), tlb_cli::TlbCliError>) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match run(&mut out).and_then(|()| out.flush().map_err(Into::into)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -370,3 +370,35 @@ fn t15_cli_bad_input() {
         assert!(out.stdout.is_empty());
     }
 }
+
+// 16. CLI: `interference` prints the planner's table: every ordered pair of the models once, factors >= 1, and how
+// it was made; an unknown model is an input error naming it.
+#[test]
+fn t16_cli_interference_table() {
+    let args = ["interference", "--models", "resnet50,llama_2_7b", "--mode", "star", "--accesses", "100000"];
+    let out = sim_agent(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON value");
+    assert_eq!(
+        v["source"],
+        "sim-agent interference --models llama_2_7b,resnet50 --mode star --seed 1 --accesses 100000"
+    );
+    let pairs: Vec<(String, String, f64)> = serde_json::from_value(v["pairs"].clone()).unwrap();
+    let names: Vec<(&str, &str)> = pairs.iter().map(|(a, b, _)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(
+        names,
+        [
+            ("llama_2_7b", "llama_2_7b"),
+            ("llama_2_7b", "resnet50"),
+            ("resnet50", "llama_2_7b"),
+            ("resnet50", "resnet50")
+        ]
+    );
+    assert!(pairs.iter().all(|(_, _, f)| f.is_finite() && *f >= 1.0), "{pairs:?}");
+    assert_eq!(out.stdout, sim_agent(&args).stdout, "the same seed, the same table");
+
+    let out = sim_agent(&["interference", "--models", "resnet50,zigzag"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("error: ") && err.contains("zigzag"), "{err}");
+}

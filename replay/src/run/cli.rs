@@ -106,6 +106,11 @@ pub struct RunArgs {
     /// (today's TLB) or star (STAR's shared entries). `--tlb` alone is baseline.
     #[arg(long, value_enum, default_value = "off", num_args = 0..=1, default_missing_value = "baseline", value_name = "TLB")]
     pub tlb: super::Tlb,
+    /// Plan as if co-located tenants did not slow each other down: every policy's planner gets no interference
+    /// table (with `--tlb` on, it gets the TLB model's pairwise slowdowns of the tenants' models by default). The
+    /// ablation of TLB-aware planning.
+    #[arg(long)]
+    pub tlb_blind: bool,
     /// Seed of every random choice (trace conventions, scaling, tenants, Poisson arrivals).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -246,6 +251,7 @@ impl RunArgs {
             },
             forecaster,
             tlb: self.tlb,
+            tlb_blind: self.tlb_blind,
             fluid_tick_ms,
             late: match self.late_requests.as_str() {
                 "serve" => LateRequests::Serve,
@@ -402,6 +408,7 @@ fn reproduce(spec: &super::RunSpec) -> serde_json::Value {
         "gap": spec.planner.solver.mip_rel_gap,
         "forecaster": spec.forecaster.to_string(),
         "tlb": spec.tlb.name(),
+        "tlb_blind": spec.tlb_blind,
         "fluid_tick_ms": spec.fluid_tick_ms,
         "late_requests": spec.late,
         "replan_on_burst": spec.replan_on_burst,

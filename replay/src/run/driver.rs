@@ -504,6 +504,7 @@ pub fn run_policy(
 
     // Forecasters, warm starts and the burst rule's forecasts, as the coordinator's leader keeps them.
     let mut rounds = Rounds::new(scenario.forecaster.clone());
+    rounds.set_interference(scenario.interference.clone());
     for (i, id) in tenant_ids.iter().enumerate() {
         rounds.observe(id, truth.mean(i, 0, slots_per_window));
     }

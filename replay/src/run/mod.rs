@@ -128,6 +128,10 @@ pub struct Scenario {
     pub executor: ExecutorConfig,
     /// Whether co-location slows tenants down through the L3 TLB model, and with which TLB.
     pub tlb: Tlb,
+    /// What every policy's planner is told of that slowdown: the TLB model's pairwise table of the tenants' models
+    /// ([`tessera_sim::tlb::TlbModel::pairwise`], same TLB, same seed), or `None` with the TLB off or with
+    /// `--tlb-blind`.
+    pub interference: Option<tessera_planner::input::Interference>,
     /// Fluid serving with ticks of this many ms ([`Executor::flow`](tessera_sim::executor::Executor::flow):
     /// requests as expected counts per tick); `None`: every request simulated.
     pub fluid_tick_ms: Option<f64>,
@@ -172,6 +176,8 @@ pub struct RunSpec {
     pub forecaster: ForecasterConfig,
     /// TLB interference, and with which TLB.
     pub tlb: Tlb,
+    /// Plan without the interference table (`--tlb-blind`): the ablation of TLB-aware planning.
+    pub tlb_blind: bool,
     /// Fluid serving's tick, ms (`None`: every request simulated).
     pub fluid_tick_ms: Option<f64>,
     /// Queued requests that can no longer meet their SLO: served late or shed.
@@ -331,6 +337,11 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
     if !poisson.is_empty() {
         parts.push(Box::new(PoissonSet { seed: spec.seed, rates: poisson, end_ms: duration_ms }));
     }
+    let interference = if spec.tlb_blind {
+        None
+    } else {
+        planner_interference(spec.tlb, bindings.iter().map(|b| b.spec.model.as_str()), spec.seed)?
+    };
     let scenario = Scenario {
         name: spec.trace.file_name().map_or_else(|| "trace".into(), |n| n.to_string_lossy().into_owned()),
         models,
@@ -341,12 +352,29 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
         planner: spec.planner.clone(),
         forecaster: spec.forecaster.clone(),
         executor: ExecutorConfig { late: spec.late, ..ExecutorConfig::default() },
+        interference,
         tlb: spec.tlb,
         fluid_tick_ms: spec.fluid_tick_ms,
         replan_on_burst: spec.replan_on_burst,
         seed: spec.seed,
     };
     Ok(Prepared { scenario, arrivals: Box::new(Merged { parts }), scan, tenant_sources, capped_streams })
+}
+
+/// The interference table the planners of a run with `tlb` get: the TLB model's pairwise slowdowns of `models`
+/// with the simulator's TLB and seed (`None` with the TLB off).
+pub fn planner_interference<'a>(
+    tlb: Tlb,
+    models: impl IntoIterator<Item = &'a str>,
+    seed: u64,
+) -> Result<Option<tessera_planner::input::Interference>, ReplayError> {
+    let Some(mode) = tlb.mode() else { return Ok(None) };
+    let models: Vec<&str> = models.into_iter().collect();
+    let pairs = tessera_sim::tlb::TlbModel::with_seed(seed)
+        .pairwise(&models, mode)
+        .map_err(|e| ReplayError::Sim(format!("interference table: {e}")))?;
+    let source = format!("replay: the TLB model's pairwise table, --tlb {}, seed {seed}", tlb.name());
+    Ok(Some(tessera_planner::input::Interference { source: Some(source), pairs }))
 }
 
 /// The most a trace stream may be denser over a run than over its trace window: a tenant's requests in a run are at

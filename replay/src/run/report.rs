@@ -32,8 +32,9 @@ pub struct Comparison {
 
 /// Version of `summary.json`'s layout: 2 added `schema_version`, `tool`, `reproduce` and `scenario.gpu_models`; 3
 /// added each policy's `latency_ms` percentiles and `tenants` breakdown; 4 made `scenario.tlb` the TLB's name (`off`,
-/// `baseline` or `star`) instead of a boolean.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 4;
+/// `baseline` or `star`) instead of a boolean; 5 added `scenario.tlb_aware` (whether the planners got the TLB
+/// model's interference table) and `reproduce.tlb_blind`.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 5;
 
 impl Comparison {
     /// `goodput / upper bound` for `run` (`None` without a bound; 1 when the bound is 0).
@@ -154,6 +155,7 @@ impl Comparison {
                 "gap": scenario.planner.solver.mip_rel_gap,
                 "forecaster": scenario.forecaster.to_string(),
                 "tlb": scenario.tlb.name(),
+                "tlb_aware": scenario.interference.is_some(),
                 "executor": if scenario.fluid_tick_ms.is_some() { "fluid" } else { "discrete" },
                 "fluid_tick_ms": scenario.fluid_tick_ms,
                 "late_requests": scenario.executor.late,

@@ -139,6 +139,23 @@ pub struct StudyFile {
     pub goals: Goals,
     /// The scenarios.
     pub scenario: Vec<toml::Table>,
+    /// Scenarios compared with one another: each policy's goodput on one over its goodput on another, per seed.
+    #[serde(default)]
+    pub compare: Vec<Compare>,
+}
+
+/// A comparison of two scenarios that differ in one thing (a TLB design, a planner feature): per policy and seed,
+/// goodput on `scenario` over goodput on `against` (the same seed draws the same tenants and arrivals where the
+/// two scenarios share the trace and fleet), then the mean and interval over seeds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compare {
+    /// What the ratio measures (a column of the table, e.g. "STAR").
+    pub name: String,
+    /// The scenario whose goodput is the numerator.
+    pub scenario: String,
+    /// The scenario whose goodput is the denominator.
+    pub against: String,
 }
 
 fn default_baseline() -> String {
@@ -271,6 +288,17 @@ pub fn parse(text: &str, path: &Path) -> Result<StudyFile, ReplayError> {
     }
     if study.scenario.is_empty() {
         return Err(bad("no [[scenario]]".into()));
+    }
+    let names: Vec<Option<&str>> = study.scenario.iter().map(|t| t.get("name").and_then(|v| v.as_str())).collect();
+    for (i, c) in study.compare.iter().enumerate() {
+        for (field, name) in [("scenario", &c.scenario), ("against", &c.against)] {
+            if !names.contains(&Some(name.as_str())) {
+                return Err(bad(format!("compare {} ({}): {field}: no scenario is named {name:?}", i + 1, c.name)));
+            }
+        }
+        if c.scenario == c.against {
+            return Err(bad(format!("compare {} ({}): a scenario is compared with itself", i + 1, c.name)));
+        }
     }
     Ok(study)
 }
@@ -776,6 +804,19 @@ fn ratios(rows: &[Row], i: usize, baseline: &str, policy: &str) -> BTreeMap<u64,
     base.iter().filter_map(|(s, b)| other.get(s).filter(|o| **o > 0.0).map(|o| (*s, b / o))).collect()
 }
 
+/// Per seed, `policy`'s goodput on scenario `i` over its goodput on scenario `j`.
+fn across(rows: &[Row], i: usize, j: usize, policy: &str) -> BTreeMap<u64, f64> {
+    let num = by_seed(rows, i, policy, |r| r.goodput);
+    let den = by_seed(rows, j, policy, |r| r.goodput);
+    num.iter().filter_map(|(s, n)| den.get(s).filter(|d| **d > 0.0).map(|d| (*s, n / d))).collect()
+}
+
+/// The scenario comparisons of a study: per compare, its scenarios' indices.
+fn comparisons<'a>(study: &'a StudyFile, sc: &[Scenario]) -> Vec<(&'a Compare, usize, usize)> {
+    let index = |name: &str| sc.iter().position(|s| s.name == name).expect("checked by parse");
+    study.compare.iter().map(|c| (c, index(&c.scenario), index(&c.against))).collect()
+}
+
 /// Per seed, the mean over `scenarios` of `per(i)` (seeds missing in any scenario are left out).
 fn set_mean(scenarios: &[usize], per: impl Fn(usize) -> BTreeMap<u64, f64>) -> Vec<f64> {
     let maps: Vec<BTreeMap<u64, f64>> = scenarios.iter().map(|&i| per(i)).collect();
@@ -880,6 +921,29 @@ fn render(
             }
             md.push('\n');
         }
+    }
+    let compared = comparisons(study, sc);
+    if !compared.is_empty() {
+        let _ = writeln!(
+            md,
+            "### Scenarios compared\n\nEach policy's goodput on one scenario over its goodput on another, paired per \
+             seed (same tenants and arrivals), mean over seeds.\n"
+        );
+        for (c, i, j) in &compared {
+            let _ = writeln!(md, "- **{}**: `{}` / `{}`", c.name, sc[*i].name, sc[*j].name);
+        }
+        md.push('\n');
+        let head: Vec<String> = compared.iter().map(|(c, _, _)| c.name.clone()).collect();
+        let _ = writeln!(md, "| policy | {} |", head.join(" | "));
+        let _ = writeln!(md, "|---|{}", "---|".repeat(head.len()));
+        for p in &study.policies {
+            let cells: Vec<String> = compared
+                .iter()
+                .map(|(_, i, j)| Estimate::of(&across(rows, *i, *j, p).into_values().collect::<Vec<_>>()).show(3))
+                .collect();
+            let _ = writeln!(md, "| {p} | {} |", cells.join(" | "));
+        }
+        md.push('\n');
     }
     let _ = writeln!(md, "![Goodput / upper bound per scenario and policy]({figs}{PER_SCENARIO_SVG})\n");
     for (i, s) in sc.iter().enumerate() {
@@ -1117,5 +1181,38 @@ mod tests {
         assert_eq!(v, vec![2.0]);
         let g = set_geomean(&[0, 1], |i| BTreeMap::from([(1, if i == 0 { 1.0 } else { 4.0 })]));
         assert!((g[0] - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn scenario_comparisons_pair_seeds_and_name_unknown_scenarios() {
+        let row = |scenario, seed, goodput| Row {
+            scenario,
+            seed,
+            policy: "static".into(),
+            goodput,
+            bound: 10.0,
+            slo_attainment: 1.0,
+            mean_accuracy: 1.0,
+            reconfigurations: 0,
+            plan_ms: 0.0,
+        };
+        // Seed 3 ran only on scenario 0, seed 2 has no goodput on scenario 1: neither is a pair.
+        let rows = [row(0, 1, 6.0), row(1, 1, 4.0), row(0, 2, 5.0), row(1, 2, 0.0), row(0, 3, 9.0)];
+        assert_eq!(across(&rows, 0, 1, "static"), BTreeMap::from([(1, 1.5)]));
+        assert!(across(&rows, 0, 1, "tessera").is_empty());
+
+        let text = |against: &str| {
+            format!(
+                "name = \"c\"\nseeds = [1, 2]\npolicies = [\"tessera\"]\n[[scenario]]\nname = \"a\"\nset = \"evaluation\"\n\
+                 [[scenario]]\nname = \"b\"\nset = \"evaluation\"\n[[compare]]\nname = \"X\"\nscenario = \"a\"\n\
+                 against = \"{against}\"\n"
+            )
+        };
+        let study = parse(&text("b"), Path::new("c.toml")).unwrap();
+        assert_eq!((study.compare[0].scenario.as_str(), study.compare[0].against.as_str()), ("a", "b"));
+        let e = parse(&text("z"), Path::new("c.toml")).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("compare 1 (X): against") && e.contains("\"z\""), "{e}");
+        let e = parse(&text("a"), Path::new("c.toml")).unwrap_err().to_string();
+        assert!(e.contains("with itself"), "{e}");
     }
 }

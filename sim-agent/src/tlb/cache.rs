@@ -95,7 +95,41 @@ impl TlbModel {
         }
         Ok(Arc::new(canonical.permuted(&position)))
     }
+
+    /// The planner's interference table of `models` in `mode`: for every ordered pair of models with a default
+    /// stream ([`TenantStreamSpec::for_model`]), the same model twice included, the latency factor (`1 +
+    /// slowdown`, at least 1) of the first when it shares the GPU's L3 TLB with the second. Each pair runs as two
+    /// instances of [`PAIR_SLICES`] slices each; with equal slices only the two streams' rates set the interleaving,
+    /// so the factor stands for any two instances of one size. A model twice gets the mean of its two streams
+    /// (two seeds). Models without a stream are left out (the executor gives them no slowdown either); names are
+    /// deduplicated and sorted, so the table does not depend on the order given.
+    pub fn pairwise(&mut self, models: &[&str], mode: TlbMode) -> Result<Vec<(String, String, f64)>, TlbError> {
+        let mut named: Vec<(&str, TenantStreamSpec)> = models
+            .iter()
+            .filter_map(|m| TenantStreamSpec::for_model(m).map(|s| (*m, s.with_slices(PAIR_SLICES))))
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(b.0));
+        named.dedup_by(|a, b| a.0 == b.0);
+        let mut out = Vec::with_capacity(named.len() * named.len());
+        for (i, (a, sa)) in named.iter().enumerate() {
+            for (b, sb) in &named[i..] {
+                let r = self.slowdowns(&[*sa, *sb], mode)?;
+                let (fa, fb) = (r.tenants[0].latency_factor().max(1.0), r.tenants[1].latency_factor().max(1.0));
+                if a == b {
+                    out.push((a.to_string(), a.to_string(), (fa + fb) / 2.0));
+                } else {
+                    out.push((a.to_string(), b.to_string(), fa));
+                    out.push((b.to_string(), a.to_string(), fb));
+                }
+            }
+        }
+        out.sort_by(|x, y| (&x.0, &x.1).cmp(&(&y.0, &y.1)));
+        Ok(out)
+    }
 }
+
+/// Compute slices of each of the two instances [`TlbModel::pairwise`] simulates.
+pub const PAIR_SLICES: u8 = 3;
 
 #[cfg(test)]
 mod tests {
@@ -118,5 +152,30 @@ mod tests {
         assert_eq!(ba.tenants[0].spec, b);
         m.slowdowns(&[a, b], TlbMode::Star).unwrap();
         assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn pairwise_covers_every_ordered_pair_once_whatever_the_order() {
+        let mut m = TlbModel::new(TlbParams::default(), 5, 50_000).unwrap();
+        let t = m.pairwise(&["resnet50", "bert_base", "no_such_model", "resnet50"], TlbMode::Baseline).unwrap();
+        let pairs: Vec<(&str, &str)> = t.iter().map(|(v, a, _)| (v.as_str(), a.as_str())).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("bert_base", "bert_base"),
+                ("bert_base", "resnet50"),
+                ("resnet50", "bert_base"),
+                ("resnet50", "resnet50")
+            ]
+        );
+        assert!(t.iter().all(|(_, _, f)| f.is_finite() && *f >= 1.0), "{t:?}");
+        // The same pair simulated directly gives the same factors.
+        let (r, b) =
+            (TenantStreamSpec::for_model("resnet50").unwrap(), TenantStreamSpec::for_model("bert_base").unwrap());
+        let direct = m.slowdowns(&[r.with_slices(PAIR_SLICES), b.with_slices(PAIR_SLICES)], TlbMode::Baseline).unwrap();
+        assert_eq!(t[2].2, direct.tenants[0].latency_factor().max(1.0));
+        assert_eq!(t[1].2, direct.tenants[1].latency_factor().max(1.0));
+        let again = m.pairwise(&["bert_base", "resnet50"], TlbMode::Baseline).unwrap();
+        assert_eq!(t, again);
     }
 }

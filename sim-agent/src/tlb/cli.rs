@@ -7,6 +7,13 @@
 //!
 //! A mix entry is an access pattern (`streaming`, `stride`, `blocked`, `random`, with the calibrated defaults of
 //! [`TenantStreamSpec::new`]) or a model name with a default stream ([`model_stream`]).
+//!
+//! And the `sim-agent interference` subcommand: the planner's pairwise interference table of some models
+//! ([`TlbModel::pairwise`]), as the JSON the coordinator's `interference` setting reads:
+//!
+//! ```text
+//! sim-agent interference --models resnet50,bert_base,llama_2_7b --mode baseline [--seed K] [--accesses N]
+//! ```
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -16,7 +23,7 @@ use serde::Serialize;
 
 use super::sim::{TlbReport, simulate};
 use super::stream::model_stream;
-use super::{AccessPattern, DEFAULT_ACCESSES, TenantStreamSpec, TlbError, TlbMode, TlbParams};
+use super::{AccessPattern, DEFAULT_ACCESSES, TenantStreamSpec, TlbError, TlbMode, TlbModel, TlbParams};
 
 /// One tenant of `--mix`: its label and stream.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,6 +157,61 @@ pub fn run(args: &TlbArgs, out: &mut dyn Write) -> Result<(), TlbCliError> {
     } else {
         out.write_all(table(&report, &labels).as_bytes())?;
     }
+    Ok(())
+}
+
+/// Arguments of `sim-agent interference`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InterferenceArgs {
+    /// Comma-separated model names, each with a default stream (e.g. resnet50,bert_base,llama_2_7b).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub models: Vec<String>,
+    /// L3 TLB design: baseline or star.
+    #[arg(long, default_value = "baseline")]
+    pub mode: TlbMode,
+    /// Seed of the streams and the interleaving.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Interleaved accesses of each pair's co-located run.
+    #[arg(long, default_value_t = DEFAULT_ACCESSES)]
+    pub accesses: u64,
+}
+
+/// The table `sim-agent interference` prints: the planner's `Interference` (`tessera_planner::input`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InterferenceTable {
+    /// How it was made: the command that prints it again.
+    pub source: String,
+    /// `(victim model, aggressor model, latency multiplier >= 1)`, sorted.
+    pub pairs: Vec<(String, String, f64)>,
+}
+
+/// The table of the arguments: every model must have a default stream (an unknown name is an error naming it).
+pub fn interference_table(args: &InterferenceArgs) -> Result<InterferenceTable, TlbError> {
+    if let Some(bad) = args.models.iter().find(|m| model_stream(m).is_none()) {
+        return Err(TlbError::UnknownPattern(bad.clone()));
+    }
+    let mut model = TlbModel::new(TlbParams::default(), args.seed, args.accesses)?;
+    let names: Vec<&str> = args.models.iter().map(String::as_str).collect();
+    let pairs = model.pairwise(&names, args.mode)?;
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let source = format!(
+        "sim-agent interference --models {} --mode {} --seed {} --accesses {}",
+        sorted.join(","),
+        args.mode.name(),
+        args.seed,
+        args.accesses
+    );
+    Ok(InterferenceTable { source, pairs })
+}
+
+/// Runs `sim-agent interference`, writing the table as one JSON object to `out`.
+pub fn run_interference(args: &InterferenceArgs, out: &mut dyn Write) -> Result<(), TlbCliError> {
+    let table = interference_table(args)?;
+    serde_json::to_writer_pretty(&mut *out, &table).map_err(io::Error::from)?;
+    writeln!(out)?;
     Ok(())
 }
 
