@@ -27,5 +27,6 @@ pub use tessera_agent as agent;
 pub mod device;
 pub mod executor;
 pub mod node;
+pub mod share;
 pub mod shared_node;
 pub mod tlb;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tessera_sim::node::{self, RunArgs};
+use tessera_sim::share::{self, ShareArgs};
 use tessera_sim::tlb::cli::{self as tlb_cli, InterferenceArgs, TlbArgs};
 
 #[derive(Parser)]
@@ -26,6 +27,9 @@ enum Command {
     /// Print the planner's pairwise interference table of some models from the TLB model, as JSON (the
     /// coordinator's `interference` setting): each model's latency factor next to each other one.
     Interference(InterferenceArgs),
+    /// Simulate a tenant's inference and retraining sharing one MIG instance (exclusive, TGS-like timeslice or
+    /// Tally-like priority): inference p99 and its overhead against running alone, and training throughput.
+    Share(ShareArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +41,17 @@ fn main() -> ExitCode {
         Command::Run(args) => run_nodes(args),
         Command::Tlb(args) => print_with(|out| tlb_cli::run(&args, out)),
         Command::Interference(args) => print_with(|out| tlb_cli::run_interference(&args, out)),
+        Command::Share(args) => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            match share::run_cli(&args, &mut out).and_then(|()| out.flush().map_err(Into::into)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
     }
 }
 
