@@ -22,7 +22,10 @@
 //! due and its progress, and the measured arrival rate of every planner slot (before the first window, each
 //! tenant's first-window rate, the rate it declares when onboarded). With the same `--plan-every`, `--slot`,
 //! `--horizon`, `--target-utilization` and `--forecaster` on both sides, the leader's `PlannerInput` is the one
-//! in-process replay builds, so both modes give the same numbers for the same seed (a test checks it). The
+//! in-process replay builds, so both modes give the same numbers for the same seed (a test checks it). With
+//! `--tlb`, in-process planners also get the TLB model's interference table; give the coordinator the same one
+//! (`sim-agent interference --models <the tenants' models> --mode <the TLB> --seed <the seed>`, then
+//! `coordinator dev-cluster --interference FILE`), or run replay with `--tlb-blind` to match a coordinator without. The
 //! coordinator must run with `--clock virtual` (as `coordinator dev-cluster` starts it) and start with no nodes of
 //! its own.
 
