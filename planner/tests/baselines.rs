@@ -177,6 +177,40 @@ fn astraea_ignores_accuracy() {
     assert!((a - b).abs() > 1e-6);
 }
 
+/// A tenant that no instance can serve (an interference table slows it past its SLO on every instance) gets none
+/// from `static` or `paris`, and does not make them hand out their instances again every round: the next round
+/// keeps the owners while the forecasts move.
+#[test]
+fn a_tenant_no_instance_can_serve_does_not_make_fixed_policies_reshuffle() {
+    for policy in ["static", "paris"] {
+        let spec = SyntheticSpec { gpus: 1, tenants: 4, slots: 10, gpu_model: GpuModel::A100_40GB, seed: 5 };
+        let mut input = synthetic(&spec, &models(), PlannerConfig::default());
+        let ids: Vec<TenantId> = input.tenants.keys().cloned().collect();
+        let victim = input.tenants[&ids[0]].spec.model.clone();
+        // The victim is slowed 100x next to every other model (and its own, in case another tenant runs it).
+        let others: std::collections::BTreeSet<String> = input.tenants.values().map(|t| t.spec.model.clone()).collect();
+        let pairs = others.into_iter().map(|m| (victim.clone(), m, 100.0)).collect();
+        input.interference = Some(tessera_planner::input::Interference { source: None, pairs });
+        input.validate().unwrap();
+        let first = planned(policy, &input);
+        let inference = |p: &GpuPlan| owners(p).into_iter().filter(|a| a.2 == Role::Inference).collect::<Vec<_>>();
+        for (gpu, plan) in &first.plan.gpus {
+            assert!(inference(plan).iter().all(|a| a.1 != ids[0]), "{policy}: the victim got an instance");
+            let g = input.gpus.get_mut(gpu).unwrap();
+            g.layout = plan.layout.clone();
+            g.assignments = plan.assignments.clone();
+        }
+        for t in input.tenants.values_mut() {
+            t.forecast.mean.iter_mut().rev().for_each(|r| *r *= 3.0);
+        }
+        let again = planned(policy, &input);
+        for (gpu, plan) in &again.plan.gpus {
+            assert_eq!(plan.layout, first.plan.gpus[gpu].layout, "{policy}");
+            assert_eq!(inference(plan), inference(&first.plan.gpus[gpu]), "{policy}");
+        }
+    }
+}
+
 #[test]
 fn static_keeps_the_balanced_layout_and_its_owners() {
     let spec = SyntheticSpec { gpus: 2, tenants: 6, slots: 10, gpu_model: GpuModel::A100_40GB, seed: 3 };

@@ -119,11 +119,15 @@ pub struct ShareSetup<'a> {
     pub training: &'a ModelProfile,
     /// Inference arrival rate as a share of the instance's batch-1 throughput, in (0, 1).
     pub load: f64,
-    /// Simulated time, seconds.
+    /// Simulated time, seconds (at most [`MAX_DURATION_S`]).
     pub duration_s: f64,
     /// Seed of the arrivals and the training kernels.
     pub seed: u64,
 }
+
+/// The longest run simulated, seconds (arrival times are kept in memory: an hour at a 0.5 ms batch-1 latency is
+/// 3.6 M requests).
+pub const MAX_DURATION_S: f64 = 3600.0;
 
 /// Why a sharing run cannot be simulated.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -166,13 +170,13 @@ pub struct ShareReport {
 }
 
 impl ShareSetup<'_> {
-    fn check(&self, p: &ShareParams) -> Result<(), ShareError> {
+    fn check(&self, mode: ShareMode, p: &ShareParams) -> Result<(), ShareError> {
         let bad = |field, reason: String| Err(ShareError::Invalid { field, reason });
         if !(self.load > 0.0 && self.load < 1.0) {
             return bad("load", format!("{} is not in (0, 1)", self.load));
         }
-        if !(self.duration_s.is_finite() && self.duration_s > 0.0 && self.duration_s <= 86_400.0) {
-            return bad("duration", format!("{} s is not in (0, 86400]", self.duration_s));
+        if !(self.duration_s > 0.0 && self.duration_s <= MAX_DURATION_S) {
+            return bad("duration", format!("{} s is not in (0, {MAX_DURATION_S}]", self.duration_s));
         }
         let Some(spec) = self.gpu.profile(self.profile) else {
             return bad("profile", format!("{} does not exist on {}", self.profile, self.gpu));
@@ -180,26 +184,33 @@ impl ShareSetup<'_> {
         if !self.inference.fits_inference(spec) {
             return bad("profile", format!("{} does not fit {} inference", self.profile, self.inference.name));
         }
-        let positive = [
-            ("train_kernel_median_ms", p.train_kernel_median_ms),
-            ("timeslice_ms", p.timeslice_ms),
-            ("preempt_bound_ms", p.preempt_bound_ms),
-            ("transform_efficiency", p.transform_efficiency),
+        let both = self.inference.inference_memory_gib + self.training.training_memory_gib;
+        if mode != ShareMode::Exclusive && both > spec.memory_gib {
+            return bad(
+                "profile",
+                format!(
+                    "{} ({} GiB) does not hold {} inference and {} retraining together ({both} GiB)",
+                    self.profile, spec.memory_gib, self.inference.name, self.training.name
+                ),
+            );
+        }
+        // Ranges that keep every duration measurable in f64 milliseconds and the loops moving.
+        let ranges = [
+            ("train_kernel_median_ms", p.train_kernel_median_ms, 1e-3, 1e3),
+            ("train_kernel_sigma", p.train_kernel_sigma, 0.0, 3.0),
+            ("timeslice_ms", p.timeslice_ms, 1e-3, 1e3),
+            ("switch_ms", p.switch_ms, 0.0, 1e3),
+            ("preempt_bound_ms", p.preempt_bound_ms, 0.0, 1e3),
+            ("idle_before_train_ms", p.idle_before_train_ms, 0.0, 1e3),
+            ("transform_efficiency", p.transform_efficiency, 1e-3, 1.0),
         ];
-        for (field, v) in positive {
-            if !(v.is_finite() && v > 0.0) {
-                return bad(field, format!("{v} is not positive"));
+        for (field, v, lo, hi) in ranges {
+            if !(lo..=hi).contains(&v) {
+                return bad(field, format!("{v} is not in [{lo}, {hi}]"));
             }
         }
-        for (field, v) in
-            [("train_kernel_sigma", p.train_kernel_sigma), ("switch_ms", p.switch_ms), ("idle", p.idle_before_train_ms)]
-        {
-            if !(v.is_finite() && v >= 0.0) {
-                return bad(field, format!("{v} is negative"));
-            }
-        }
-        if p.inference_kernels == 0 || p.transform_efficiency > 1.0 {
-            return bad("params", "inference_kernels >= 1 and transform_efficiency <= 1".into());
+        if !(1..=10_000).contains(&p.inference_kernels) {
+            return bad("inference_kernels", format!("{} is not in [1, 10000]", p.inference_kernels));
         }
         Ok(())
     }
@@ -339,8 +350,14 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 /// Simulates `mode` (and, for its overhead, `exclusive` on the same arrivals) and reports both.
 pub fn simulate(setup: &ShareSetup<'_>, mode: ShareMode, p: &ShareParams) -> Result<ShareReport, ShareError> {
-    setup.check(p)?;
+    setup.check(mode, p)?;
     let arrivals = setup.arrivals();
+    if arrivals.is_empty() {
+        return Err(ShareError::Invalid {
+            field: "duration",
+            reason: format!("no request arrives in {} s at load {}: run longer", setup.duration_s, setup.load),
+        });
+    }
     let alone = run(setup, &arrivals, ShareMode::Exclusive, p);
     let (latencies, busy, train_ms, completed) =
         if mode == ShareMode::Exclusive { alone.clone() } else { run(setup, &arrivals, mode, p) };
@@ -496,7 +513,7 @@ pub struct ShareArgs {
     /// GPU model.
     #[arg(long, default_value = "A100-40GB")]
     pub gpu_model: GpuModel,
-    /// The instance's profile (1g, 2g, 3g, 4g, 7g); default the smallest that holds both models' memory.
+    /// The instance's profile (1g, 1g.2x, 2g, 3g, 4g, 7g); default the smallest that holds both models' memory.
     #[arg(long)]
     pub profile: Option<Profile>,
     /// Simulated seconds.
@@ -577,7 +594,16 @@ pub fn run_cli(args: &ShareArgs, out: &mut dyn std::io::Write) -> Result<(), Sha
         seed: args.seed,
     };
     let params = ShareParams { timeslice_ms: args.timeslice_ms, ..ShareParams::default() };
-    let r = simulate(&setup, args.mode, &params).map_err(|e| ShareCliError::Input(format!("--{e}")))?;
+    let r = simulate(&setup, args.mode, &params).map_err(|e| {
+        let ShareError::Invalid { field, reason } = e;
+        // The settings with a flag are named by it; the others are the library's parameters.
+        match field {
+            "load" | "duration" | "profile" | "timeslice_ms" => {
+                ShareCliError::Input(format!("--{}: {reason}", field.replace('_', "-")))
+            }
+            _ => ShareCliError::Input(format!("sharing parameter {field}: {reason}")),
+        }
+    })?;
     if args.json {
         let v = serde_json::json!({
             "mode": r.mode,

@@ -102,7 +102,10 @@ fn cli_prints_the_figures_and_refuses_bad_input() {
         (&["--load", "1.5"][..], "load"),
         (&["--model", "zigzag"][..], "zigzag"),
         (&["--profile", "9g"][..], "9g"),
-        (&["--duration", "0"][..], "duration"),
+        (&["--duration", "0"][..], "--duration"),
+        (&["--duration", "0.0001", "--load", "0.01"][..], "no request arrives"),
+        (&["--timeslice-ms", "NaN"][..], "--timeslice-ms"),
+        (&["--profile", "1g"][..], "together"),
     ] {
         let mut a: Vec<&str> = args.to_vec();
         if extra[0] == "--model" {

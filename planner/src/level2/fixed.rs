@@ -37,9 +37,12 @@ impl Fixed {
     }
 }
 
-/// The current layout of `gpu` as a [`Fixed`], when it already serves every tenant of `pb` from an instance it
-/// still holds and serves nobody else: a static policy keeps it.
-pub fn keep_current(pb: &GpuProblem, gpu: &GpuInput) -> Option<Fixed> {
+/// The current layout of `gpu` as a [`Fixed`], when it serves only tenants of `pb`, from instances it still holds,
+/// and at least as many of them as `fresh` (the instances the policy would hand out now): a static policy keeps it.
+/// A tenant that no instance can serve now (its SLO capacity is 0 on each, as under a large slowdown), or that only
+/// an instance another tenant holds could serve, does not force a new layout every round as forecasts reorder the
+/// tenants; a new tenant that `fresh` can serve as well does.
+pub fn keep_current(pb: &GpuProblem, gpu: &GpuInput, fresh: &Fixed) -> Option<Fixed> {
     let mut inference = Vec::new();
     for a in gpu.assignments.iter().filter(|a| a.role == Role::Inference) {
         let i = pb.tenants.iter().position(|t| t.id == a.tenant)?;
@@ -48,8 +51,9 @@ pub fn keep_current(pb: &GpuProblem, gpu: &GpuInput) -> Option<Fixed> {
         }
         inference.push((a.placement, i));
     }
-    let everyone = (0..pb.tenants.len()).all(|i| inference.iter().any(|(_, j)| *j == i));
-    (everyone && !pb.tenants.is_empty()).then(|| Fixed { layout: gpu.layout.clone(), inference })
+    let served = |f: &[(Placement, usize)]| f.iter().map(|(_, i)| *i).collect::<std::collections::BTreeSet<_>>().len();
+    let enough = served(&inference) >= served(&fresh.inference);
+    (enough && !inference.is_empty()).then(|| Fixed { layout: gpu.layout.clone(), inference })
 }
 
 /// Runs `fixed` over the horizon of `pb` (see the module doc).

@@ -149,10 +149,8 @@ fn level2(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId]) -> Result<Opt
         return Ok(None);
     }
     let pb = gpu_problem(input, gpu, tenants, Arrivals::Point);
-    let fixed = match fixed::keep_current(&pb, &input.gpus[gpu]) {
-        Some(f) => f,
-        None => partition(input, &pb),
-    };
+    let fresh = partition(input, &pb);
+    let fixed = fixed::keep_current(&pb, &input.gpus[gpu], &fresh).unwrap_or(fresh);
     let placed = fixed::run(&pb, &fixed);
     let note = format!("PARIS partitions; {}", fixed::describe(&pb, &fixed));
     let objective = crate::level2::evaluate::goodput(&pb, &placed);

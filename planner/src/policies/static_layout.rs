@@ -71,12 +71,11 @@ fn level2(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId]) -> Result<Opt
     let pb = gpu_problem(input, gpu, tenants, Arrivals::Point);
     let layout = balanced_layout(pb.gpu);
     let current = &input.gpus[gpu];
-    let fixed = match fixed::keep_current(&pb, current) {
+    let retrains = tenants.iter().any(|t| input.tenants[t].spec.retraining.is_some());
+    let fresh = assign_instances(&pb, &layout, !retrains);
+    let fixed = match fixed::keep_current(&pb, current, &fresh) {
         Some(f) if f.layout == layout => f,
-        _ => {
-            let retrains = tenants.iter().any(|t| input.tenants[t].spec.retraining.is_some());
-            assign_instances(&pb, &layout, !retrains)
-        }
+        _ => fresh,
     };
     let placed = fixed::run(&pb, &fixed);
     let note = format!("static all-balanced; {}", fixed::describe(&pb, &fixed));

@@ -331,7 +331,11 @@ fn describe(p: &Prepared) -> String {
 /// prints nothing on stderr (studies run many at once).
 pub fn compare(args: &RunArgs, quiet: bool) -> Result<(Comparison, Scenario), ReplayError> {
     let spec = args.spec()?;
-    let prepared = prepare(&spec)?;
+    let mut prepared = prepare(&spec)?;
+    if args.mode == "cluster" {
+        // The coordinator plans with its own `planner.interference`; replay's table would plan nothing.
+        prepared.scenario.interference = None;
+    }
     if !quiet {
         crate::note(format_args!("{}", describe(&prepared)));
     }

@@ -32,8 +32,9 @@ pub struct Comparison {
 
 /// Version of `summary.json`'s layout: 2 added `schema_version`, `tool`, `reproduce` and `scenario.gpu_models`; 3
 /// added each policy's `latency_ms` percentiles and `tenants` breakdown; 4 made `scenario.tlb` the TLB's name (`off`,
-/// `baseline` or `star`) instead of a boolean; 5 added `scenario.tlb_aware` (whether the planners got the TLB
-/// model's interference table) and `reproduce.tlb_blind`.
+/// `baseline` or `star`) instead of a boolean; 5 added `scenario.tlb_aware` (whether replay gave the planners the
+/// TLB model's interference table; always false in cluster mode, where the coordinator plans with its own
+/// `planner.interference`) and `reproduce.tlb_blind`.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 5;
 
 impl Comparison {

@@ -290,6 +290,13 @@ pub fn parse(text: &str, path: &Path) -> Result<StudyFile, ReplayError> {
         return Err(bad("no [[scenario]]".into()));
     }
     let names: Vec<Option<&str>> = study.scenario.iter().map(|t| t.get("name").and_then(|v| v.as_str())).collect();
+    for (i, name) in names.iter().enumerate() {
+        if let Some(n) = name
+            && names[..i].contains(name)
+        {
+            return Err(bad(format!("scenario {}: the name {n:?} is taken by an earlier scenario", i + 1)));
+        }
+    }
     for (i, c) in study.compare.iter().enumerate() {
         for (field, name) in [("scenario", &c.scenario), ("against", &c.against)] {
             if !names.contains(&Some(name.as_str())) {
@@ -1214,5 +1221,8 @@ mod tests {
         assert!(e.contains("c.toml") && e.contains("compare 1 (X): against") && e.contains("\"z\""), "{e}");
         let e = parse(&text("a"), Path::new("c.toml")).unwrap_err().to_string();
         assert!(e.contains("with itself"), "{e}");
+        let twice = text("b").replace("name = \"b\"", "name = \"a\"");
+        let e = parse(&twice, Path::new("c.toml")).unwrap_err().to_string();
+        assert!(e.contains("scenario 2") && e.contains("taken"), "{e}");
     }
 }
