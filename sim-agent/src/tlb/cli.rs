@@ -54,15 +54,9 @@ pub struct TlbArgs {
     /// names (e.g. resnet50, bert_base).
     #[arg(long, value_delimiter = ',', required = true)]
     pub mix: Vec<MixEntry>,
-    /// L3 TLB design: baseline or star.
-    #[arg(long, default_value = "baseline")]
-    pub mode: TlbMode,
-    /// Seed of the streams and the interleaving.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Interleaved accesses of the co-located run (each alone run replays its tenant's share).
-    #[arg(long, default_value_t = DEFAULT_ACCESSES)]
-    pub accesses: u64,
+    /// TLB design, seed and run length.
+    #[command(flatten)]
+    pub run: RunOptions,
     /// Compute slices of each tenant's MIG instance, comma-separated (e.g. 3,2,2); 1 each when omitted.
     #[arg(long, value_delimiter = ',')]
     pub slices: Vec<u8>,
@@ -149,7 +143,7 @@ pub fn specs(args: &TlbArgs) -> Result<Vec<TenantStreamSpec>, TlbError> {
 /// Runs the subcommand, writing the table or JSON to `out`.
 pub fn run(args: &TlbArgs, out: &mut dyn Write) -> Result<(), TlbCliError> {
     let specs = specs(args)?;
-    let report = simulate(&TlbParams::default(), &specs, args.mode, args.seed, args.accesses)?;
+    let report = simulate(&TlbParams::default(), &specs, args.run.mode, args.run.seed, args.run.accesses)?;
     let labels = unique_labels(&args.mix);
     if args.json {
         serde_json::to_writer(&mut *out, &JsonOutput::new(&report, &labels)).map_err(io::Error::from)?;
@@ -166,13 +160,21 @@ pub struct InterferenceArgs {
     /// Comma-separated model names, each with a default stream (e.g. resnet50,bert_base,llama_2_7b).
     #[arg(long, value_delimiter = ',', required = true)]
     pub models: Vec<String>,
+    /// TLB design, seed and run length (of each pair's co-located run).
+    #[command(flatten)]
+    pub run: RunOptions,
+}
+
+/// What `sim-agent tlb` and `sim-agent interference` share: the TLB design, the seed and the run length.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunOptions {
     /// L3 TLB design: baseline or star.
     #[arg(long, default_value = "baseline")]
     pub mode: TlbMode,
     /// Seed of the streams and the interleaving.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Interleaved accesses of each pair's co-located run.
+    /// Interleaved accesses of a co-located run (each alone run replays its tenant's share).
     #[arg(long, default_value_t = DEFAULT_ACCESSES)]
     pub accesses: u64,
 }
@@ -191,18 +193,18 @@ pub fn interference_table(args: &InterferenceArgs) -> Result<InterferenceTable, 
     if let Some(bad) = args.models.iter().find(|m| model_stream(m).is_none()) {
         return Err(TlbError::UnknownPattern(bad.clone()));
     }
-    let mut model = TlbModel::new(TlbParams::default(), args.seed, args.accesses)?;
+    let mut model = TlbModel::new(TlbParams::default(), args.run.seed, args.run.accesses)?;
     let names: Vec<&str> = args.models.iter().map(String::as_str).collect();
-    let pairs = model.pairwise(&names, args.mode)?;
+    let pairs = model.pairwise(&names, args.run.mode)?;
     let mut sorted = names.clone();
     sorted.sort_unstable();
     sorted.dedup();
     let source = format!(
         "sim-agent interference --models {} --mode {} --seed {} --accesses {}",
         sorted.join(","),
-        args.mode.name(),
-        args.seed,
-        args.accesses
+        args.run.mode.name(),
+        args.run.seed,
+        args.run.accesses
     );
     Ok(InterferenceTable { source, pairs })
 }
