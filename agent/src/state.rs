@@ -124,6 +124,7 @@ mod tests {
             explanation: String::new(),
             upcoming: vec![],
             retraining_epochs: BTreeMap::new(),
+            sharing: Default::default(),
         };
         let state = DesiredState { epoch: 7, gpus: BTreeMap::from([(2, GpuTarget { epoch: 7, plan })]) };
         file.save(&state).unwrap();

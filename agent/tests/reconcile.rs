@@ -209,6 +209,7 @@ fn plan(layout: &str, assignments: Vec<Assignment>) -> GpuPlan {
         explanation: String::new(),
         upcoming: vec![],
         retraining_epochs: BTreeMap::new(),
+        sharing: Default::default(),
     }
 }
 

@@ -590,6 +590,7 @@ impl Planner {
                 explanation: "emptied: the GPU or its node failed".into(),
                 upcoming: Vec::new(),
                 retraining_epochs: BTreeMap::new(),
+                sharing: Default::default(),
             });
         }
         let epoch = plan.epoch;

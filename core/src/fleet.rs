@@ -779,7 +779,9 @@ impl FleetState {
             return Err(Rejected::FutureReport { gpu, epoch, committed: self.plan_epoch });
         }
         invariants::layout_valid_for_model(&gpu, g.model, &layout)?;
-        invariants::placement_serves_at_most_one_role(&gpu, &layout, &assignments)?;
+        // An agent may report one tenant's inference and retraining on one instance only where its target shares.
+        let sharing = g.target.as_ref().map_or(Default::default(), |t| t.sharing);
+        invariants::placement_serves_at_most_one_role(&gpu, &layout, &assignments, sharing)?;
         assignments.sort();
         let g = self.gpus.get_mut(&gpu).expect("checked above");
         let converged = epoch == g.target_epoch

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use crate::catalog::GpuModel;
 use crate::ids::{GpuId, TenantId};
 use crate::layout::{Layout, LayoutError, Placement};
-use crate::plan::{Assignment, GpuPlan};
+use crate::plan::{Assignment, GpuPlan, Role};
+use crate::sharing::Sharing;
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -41,8 +42,8 @@ pub enum Violation {
         /// The placement.
         placement: Placement,
     },
-    /// An instance serves more than one tenant role.
-    #[error("{gpu}: {placement} is assigned {count} times (at most one tenant role per instance)")]
+    /// An instance serves more than one tenant role (beyond what the GPU's sharing mode allows).
+    #[error("{gpu}: {placement} is assigned {count} times ({allowed})")]
     InstanceSharedByRoles {
         /// The GPU.
         gpu: GpuId,
@@ -50,6 +51,8 @@ pub enum Violation {
         placement: Placement,
         /// How many assignments it has.
         count: usize,
+        /// What the sharing mode allows.
+        allowed: &'static str,
     },
     /// An assignment names a tenant the fleet does not know.
     #[error("{gpu}: assigned tenant {tenant} does not exist")]
@@ -90,13 +93,17 @@ pub fn no_slice_used_twice(gpu: &GpuId, layout: &Layout) -> Result<(), Violation
 }
 
 /// Each instance serves at most one tenant role, and only instances of the layout are assigned: two jobs on one
-/// instance would share its SMs and memory without the planner having accounted for it.
+/// instance would share its SMs and memory without the planner having accounted for it. The one exception is the
+/// state [`crate::sharing`] models: under [`Sharing::Timeslice`] or [`Sharing::Priority`] an instance may serve
+/// one tenant's inference *and* its retraining (two assignments, same tenant, one of each role), since the
+/// planner then plans the inference with the shared latency and the retraining with the share left to it.
 pub fn placement_serves_at_most_one_role(
     gpu: &GpuId,
     layout: &Layout,
     assignments: &[Assignment],
+    sharing: Sharing,
 ) -> Result<(), Violation> {
-    let mut uses: BTreeMap<Placement, usize> = BTreeMap::new();
+    let mut uses: BTreeMap<Placement, Vec<&Assignment>> = BTreeMap::new();
     for a in assignments {
         if !layout.contains(a.placement) {
             return Err(Violation::AssignmentOutsideLayout {
@@ -105,12 +112,24 @@ pub fn placement_serves_at_most_one_role(
                 placement: a.placement,
             });
         }
-        *uses.entry(a.placement).or_insert(0) += 1;
+        uses.entry(a.placement).or_default().push(a);
     }
-    match uses.into_iter().find(|(_, n)| *n > 1) {
-        Some((placement, count)) => Err(Violation::InstanceSharedByRoles { gpu: gpu.clone(), placement, count }),
-        None => Ok(()),
+    let allowed = match sharing {
+        Sharing::Exclusive => "at most one tenant role per instance",
+        Sharing::Timeslice | Sharing::Priority => {
+            "at most one tenant role per instance, or one tenant's inference and retraining when shared"
+        }
+    };
+    for (placement, on) in uses {
+        let shared_pair = on.len() == 2
+            && on[0].tenant == on[1].tenant
+            && on[0].role != on[1].role
+            && on.iter().any(|a| a.role == Role::Inference);
+        if on.len() > 1 && !(shared_pair && !sharing.is_exclusive()) {
+            return Err(Violation::InstanceSharedByRoles { gpu: gpu.clone(), placement, count: on.len(), allowed });
+        }
     }
+    Ok(())
 }
 
 /// Plan epochs strictly increase: agents apply a target only if its epoch is newer than what they have, so an
@@ -133,7 +152,7 @@ pub fn check_gpu_plan(gpu: &GpuId, model: GpuModel, plan: &GpuPlan) -> Result<()
     }
     no_slice_used_twice(gpu, &plan.layout)?;
     layout_valid_for_model(gpu, model, &plan.layout)?;
-    placement_serves_at_most_one_role(gpu, &plan.layout, &plan.assignments)
+    placement_serves_at_most_one_role(gpu, &plan.layout, &plan.assignments, plan.sharing)
 }
 
 /// Every assignment of a committed target names a tenant the fleet knows: an agent told to serve a tenant that no
@@ -175,6 +194,7 @@ mod tests {
             explanation: String::new(),
             upcoming: Vec::new(),
             retraining_epochs: Default::default(),
+            sharing: Sharing::Exclusive,
         }
     }
 
@@ -197,6 +217,32 @@ mod tests {
         let twice = plan("3g@0 3g@4", &[("3g@0", "a", Role::Inference), ("3g@4", "a", Role::Inference)]);
         assert_eq!(check_gpu_plan(&gpu(), m, &twice), Ok(()));
         assert!(plan_epochs_never_decrease(3, 3).is_err());
+    }
+
+    #[test]
+    fn only_a_sharing_mode_lets_one_tenant_infer_and_retrain_on_one_instance() {
+        let m = GpuModel::A100_40GB;
+        let both = plan("3g@0", &[("3g@0", "a", Role::Inference), ("3g@0", "a", Role::Retraining)]);
+        let e = check_gpu_plan(&gpu(), m, &both).unwrap_err();
+        assert_eq!(e.to_string(), "n/0: 3g@0 is assigned 2 times (at most one tenant role per instance)");
+        for mode in [Sharing::Timeslice, Sharing::Priority] {
+            let shared = GpuPlan { sharing: mode, ..both.clone() };
+            assert_eq!(check_gpu_plan(&gpu(), m, &shared), Ok(()), "{mode}");
+            // Never two tenants, two inference roles or three assignments, whatever the mode.
+            for bad in [
+                plan("3g@0", &[("3g@0", "a", Role::Inference), ("3g@0", "b", Role::Retraining)]),
+                plan("3g@0", &[("3g@0", "a", Role::Inference), ("3g@0", "a", Role::Inference)]),
+                plan("3g@0", &[("3g@0", "a", Role::Retraining), ("3g@0", "a", Role::Retraining)]),
+                plan(
+                    "3g@0",
+                    &[("3g@0", "a", Role::Inference), ("3g@0", "a", Role::Retraining), ("3g@0", "a", Role::Inference)],
+                ),
+            ] {
+                let bad = GpuPlan { sharing: mode, ..bad };
+                let e = check_gpu_plan(&gpu(), m, &bad).unwrap_err();
+                assert!(matches!(e, Violation::InstanceSharedByRoles { .. }), "{mode}: {e}");
+            }
+        }
         assert!(plan_epochs_never_decrease(3, 4).is_ok());
     }
 }

@@ -15,6 +15,8 @@
 //! - [`plan`]: what the planner decides (per-GPU layout and assignments).
 //! - [`serving`]: how requests reach instances (dispatch rules, batching window, dead times) as planner and
 //!   simulator both assume them.
+//! - [`sharing`]: a tenant's inference and retraining on one instance (time-sliced or Tally's priority), the
+//!   model planner and simulator share.
 //! - [`fleet`]: the fleet state machine `apply(state, command) -> Result<Event, Rejected>`.
 //! - [`invariants`]: the invariants as functions, each with why it must hold.
 //! - [`config`]: TOML configuration, parsed raw then validated, with errors naming file and field.
@@ -60,6 +62,7 @@ pub mod model;
 pub mod plan;
 pub mod reconfig;
 pub mod serving;
+pub mod sharing;
 pub mod tenant;
 pub mod time;
 

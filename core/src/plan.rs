@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{GpuId, TenantId};
 use crate::layout::{Layout, Placement};
+use crate::sharing::Sharing;
 use crate::time::SimTime;
 
 /// What a GPU instance does for its tenant.
@@ -72,6 +73,10 @@ pub struct GpuPlan {
     /// default (`RetrainingSpec::epochs`); Ekya picks them from the Optimus-curve estimate.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub retraining_epochs: BTreeMap<TenantId, f64>,
+    /// How an instance assigned both a tenant's inference and its retraining shares them
+    /// ([`crate::sharing`]); with [`Sharing::Exclusive`] (the default) every instance serves one role.
+    #[serde(default, skip_serializing_if = "Sharing::is_exclusive")]
+    pub sharing: Sharing,
 }
 
 /// A layout change a plan expects later in its horizon.

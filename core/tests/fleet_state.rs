@@ -88,6 +88,7 @@ fn plan(epoch: u64, gpus: &[(&str, &str, Vec<Assignment>)]) -> Command {
                             explanation: "test".into(),
                             upcoming: Vec::new(),
                             retraining_epochs: Default::default(),
+                            sharing: Default::default(),
                         },
                     )
                 })

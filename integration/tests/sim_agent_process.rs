@@ -114,6 +114,7 @@ fn plan(layout: &str, assignments: Vec<Assignment>) -> v1::GpuPlan {
         explanation: "test".into(),
         upcoming: vec![],
         retraining_epochs: BTreeMap::new(),
+        sharing: Default::default(),
     };
     (&p).into()
 }

@@ -9,6 +9,7 @@ use tessera_core::Layout;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{GpuPlan, Plan, PlannedChange};
 use tessera_core::serving::Dispatch;
+use tessera_core::sharing::Sharing;
 use tessera_core::time::SimTime;
 
 use crate::assign::L1;
@@ -176,6 +177,9 @@ pub struct GpuOutcome {
     pub retraining_epochs: BTreeMap<TenantId, f64>,
     /// What the policy's next round on this GPU may start from, where it warm-starts.
     pub warm: Option<WarmStart>,
+    /// How instances that hold one tenant's inference and retraining share them (the placed assignments put
+    /// both roles on one placement only under a sharing mode).
+    pub sharing: Sharing,
 }
 
 impl GpuOutcome {
@@ -189,6 +193,7 @@ impl GpuOutcome {
             note,
             fixed_layout: None,
             retraining_epochs: BTreeMap::new(),
+            sharing: Default::default(),
             warm: None,
         }
     }
@@ -257,6 +262,7 @@ pub fn plan_fleet(
                     explanation: format!("{policy}: no tenants"),
                     upcoming: vec![],
                     retraining_epochs: BTreeMap::new(),
+                    sharing: Default::default(),
                 },
             );
             continue;
@@ -304,6 +310,7 @@ pub fn plan_fleet(
                 explanation,
                 upcoming,
                 retraining_epochs: o.retraining_epochs.clone(),
+                sharing: o.sharing,
             },
         );
         outcomes.insert(gpu, o);

@@ -76,6 +76,7 @@ fn gpu_plan(g: u32) -> GpuPlan {
         explanation: String::new(),
         upcoming: Vec::new(),
         retraining_epochs: BTreeMap::new(),
+        sharing: Default::default(),
     }
 }
 

@@ -648,6 +648,7 @@ mod tests {
             explanation: String::new(),
             upcoming: vec![],
             retraining_epochs: BTreeMap::new(),
+            sharing: Default::default(),
         }
     }
 

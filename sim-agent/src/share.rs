@@ -45,66 +45,10 @@ use serde::Serialize;
 use tessera_core::model::ModelProfile;
 use tessera_core::{GpuModel, Profile};
 
-/// How a tenant's inference and retraining share one instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ShareMode {
-    /// Inference alone: training needs an instance of its own.
-    Exclusive,
-    /// Time-sliced contexts (TGS-like): the jobs alternate, switching at kernel boundaries.
-    Timeslice,
-    /// Tally's block-level priority: inference preempts training within a bounded wait; training fills idle time.
-    Priority,
-}
-
-impl ShareMode {
-    /// The name used on the command line and in JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            ShareMode::Exclusive => "exclusive",
-            ShareMode::Timeslice => "timeslice",
-            ShareMode::Priority => "priority",
-        }
-    }
-}
-
-/// Parameters of the sharing model.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ShareParams {
-    /// Kernels per inference batch \[I: a ResNet-50-sized network is tens of kernels\]. 40.
-    pub inference_kernels: u32,
-    /// Median training kernel duration, ms \[I: backward GEMMs of a BERT-base step on a MIG slice\]. 0.3.
-    pub train_kernel_median_ms: f64,
-    /// Log-normal sigma of training kernel durations \[I: a long tail of large GEMMs, p99 about 10x the median\]. 1.0.
-    pub train_kernel_sigma: f64,
-    /// Time slice of each context in the time-slice mode, ms \[I: NVIDIA's driver sets per-context timeslices in
-    /// microseconds with a 1 ms minimum (DRIVE OS `NVRM_GPU_CHANNEL_TIMESLICE`); 2 ms is assumed\]. 2.0.
-    pub timeslice_ms: f64,
-    /// Cost of one context switch in the time-slice mode, ms \[I\]. 0.05.
-    pub switch_ms: f64,
-    /// Tally's bound on the estimated preemption latency, ms (0.1 by default in Tally). 0.1.
-    pub preempt_bound_ms: f64,
-    /// Inference idleness before a training kernel launches in the priority mode, ms (Tally: 0.1). 0.1.
-    pub idle_before_train_ms: f64,
-    /// Speed of Tally-transformed training kernels relative to the originals \[I: slicing and persistent thread
-    /// blocks cost a few per cent\]. 0.95.
-    pub transform_efficiency: f64,
-}
-
-impl Default for ShareParams {
-    fn default() -> Self {
-        ShareParams {
-            inference_kernels: 40,
-            train_kernel_median_ms: 0.3,
-            train_kernel_sigma: 1.0,
-            timeslice_ms: 2.0,
-            switch_ms: 0.05,
-            preempt_bound_ms: 0.1,
-            idle_before_train_ms: 0.1,
-            transform_efficiency: 0.95,
-        }
-    }
-}
+/// Parameters of the sharing model, shared with the executors and the planner.
+pub use tessera_core::sharing::ShareParams;
+/// How the two jobs share the instance (the core type; the command line's `--mode`).
+pub use tessera_core::sharing::Sharing as ShareMode;
 
 /// What one instance shares: the GPU, the profile, the two models and the inference load.
 #[derive(Debug, Clone)]
@@ -194,24 +138,7 @@ impl ShareSetup<'_> {
                 ),
             );
         }
-        // Ranges that keep every duration measurable in f64 milliseconds and the loops moving.
-        let ranges = [
-            ("train_kernel_median_ms", p.train_kernel_median_ms, 1e-3, 1e3),
-            ("train_kernel_sigma", p.train_kernel_sigma, 0.0, 3.0),
-            ("timeslice_ms", p.timeslice_ms, 1e-3, 1e3),
-            ("switch_ms", p.switch_ms, 0.0, 1e3),
-            ("preempt_bound_ms", p.preempt_bound_ms, 0.0, 1e3),
-            ("idle_before_train_ms", p.idle_before_train_ms, 0.0, 1e3),
-            ("transform_efficiency", p.transform_efficiency, 1e-3, 1.0),
-        ];
-        for (field, v, lo, hi) in ranges {
-            if !(lo..=hi).contains(&v) {
-                return bad(field, format!("{v} is not in [{lo}, {hi}]"));
-            }
-        }
-        if !(1..=10_000).contains(&p.inference_kernels) {
-            return bad("inference_kernels", format!("{} is not in [1, 10000]", p.inference_kernels));
-        }
+        p.validate().map_err(|e| ShareError::Invalid { field: e.field, reason: e.reason })?;
         Ok(())
     }
 
@@ -496,7 +423,7 @@ fn run(setup: &ShareSetup<'_>, arrivals: &[f64], mode: ShareMode, p: &ShareParam
 #[derive(Debug, Clone, clap::Args)]
 pub struct ShareArgs {
     /// How inference and retraining share the instance: exclusive, timeslice or priority.
-    #[arg(long, value_enum)]
+    #[arg(long)]
     pub mode: ShareMode,
     /// The inference model (a profile in --models).
     #[arg(long)]

@@ -1,7 +1,7 @@
 //! Workload executor tests, grouped by area and numbered:
 //! 1. queueing (M/D/1 closed form), 2. batching, 3. reconfiguration, 4. requests without an instance,
 //! 5. retraining and accuracy, 6. dispatch (ELSA), 7. determinism, 8. accounting, 9. interference,
-//! 10. fluid serving.
+//! 10. fluid serving, 11. sharing one instance between inference and retraining.
 //!
 //! Every run is seeded; a failing assertion prints the seed where one is used. No test reads a clock.
 
@@ -13,6 +13,7 @@ use tessera_core::goodput::GoodputLedger;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::model::{LatencyModel, ModelProfile, TrainingSpeed};
 use tessera_core::plan::{Assignment, GpuPlan, Plan, Role};
+use tessera_core::sharing::Sharing;
 use tessera_core::tenant::{DemandSource, RetrainingSpec, TenantSpec};
 use tessera_sim::executor::{
     Arrival, BatchCap, BatchRecord, Dispatch, ExecError, Executor, ExecutorConfig, FleetSpec, GpuIndex, Interference,
@@ -81,6 +82,7 @@ fn plan(layout: &str, assignments: &[(&str, &str, Role, bool)]) -> GpuPlan {
         explanation: String::new(),
         upcoming: Vec::new(),
         retraining_epochs: BTreeMap::new(),
+        sharing: Default::default(),
     }
 }
 
@@ -979,4 +981,145 @@ fn t10_6_fluid_steps_together_match_steps_one_by_one() {
     let (one_by_one, together) = (run(false), run(true));
     assert!(one_by_one.0[1].contains("retrainings_completed: 1"), "{}", one_by_one.0[1]);
     assert_eq!(one_by_one, together);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 11. Sharing one instance between inference and retraining
+
+/// A tenant of `batchy(8)` (SLO 100 ms) that retrains 60 7g-seconds, on one 7g instance whose inference and
+/// retraining share it under `mode` (inference alone under `Exclusive`), at `load` of the exclusive full-batch throughput for `secs` seconds.
+fn shared_run(mode: Sharing, load: f64, fluid: bool, secs: f64) -> (Executor, TenantIndex) {
+    let mut spec = tenant("a", "batchy", 100.0);
+    spec.retraining = Some(retraining());
+    let mut ex =
+        executor(ExecutorConfig { seed: 11, ..ExecutorConfig::default() }, vec![batchy(8)], vec![spec], &["n/0"]);
+    let mut p = plan("7g@0", &[("7g@0", "a", Role::Inference, false), ("7g@0", "a", Role::Retraining, false)]);
+    p.sharing = mode;
+    if mode == Sharing::Exclusive {
+        p.assignments.pop(); // inference alone
+    }
+    ex.install_plan(&gpu("n/0"), &p).unwrap();
+    let a = ix(&ex, "a");
+    let rate_rps = load * 8.0 / 11.0 * 1000.0;
+    let arrivals = ex.poisson_arrivals(&[(a, rate_rps)], 0.0, secs * 1000.0);
+    let mut t = 0.0;
+    let mut next = 0;
+    while t < secs * 1000.0 {
+        // Settled every 100 ms, as replay's ticks do.
+        if fluid {
+            ex.flow(t + 100.0, &[rate_rps / 10.0]).unwrap();
+        } else {
+            let k = next + arrivals[next..].partition_point(|x| x.at_ms < t + 100.0);
+            ex.arrive_all(&arrivals[next..k]).unwrap();
+            next = k;
+            ex.advance_to(t + 100.0).unwrap();
+        }
+        t += 100.0;
+    }
+    ex.check_invariants().unwrap();
+    (ex, a)
+}
+
+/// 11.1 Under a sharing mode one instance holds the tenant's inference and its retraining: both assignments are
+/// reported, every request is accounted for once, and the instance's time splits into inference's own work,
+/// training and the rest, never counting a second twice; the retraining progresses by exactly the training
+/// credited there. Priority costs inference the preemption bound per batch, time-slicing at least a slice.
+#[test]
+fn t11_1_a_shared_instance_serves_and_retrains_without_counting_twice() {
+    let mut mean_latency = BTreeMap::new();
+    for mode in [Sharing::Priority, Sharing::Timeslice] {
+        let (ex, a) = shared_run(mode, 0.5, false, 30.0);
+        let roles: Vec<Role> = ex.gpu_assignments(gix(&ex, "n/0")).iter().map(|x| x.role).collect();
+        assert_eq!(roles, vec![Role::Inference, Role::Retraining], "{mode}");
+        let m = ex.tenant_metrics(a);
+        let s = ex.tenant_state(a);
+        let l = m.ledger;
+        assert_eq!(l.requests, l.completed + l.dropped + s.queued + s.waiting, "{mode}");
+        let sh = m.shared;
+        assert!((sh.serving_ms - 30_000.0).abs() < 1e-6, "{mode}: {sh:?}");
+        assert!(sh.inference_ms + sh.train_ms <= sh.serving_ms + 1e-6, "{mode}: {sh:?}");
+        assert!(sh.inference_ms > 0.2 * sh.serving_ms && sh.train_ms > 0.2 * sh.serving_ms, "{mode}: {sh:?}");
+        // Training alone on a 7g runs at 1 7g-second per second: the progress is the training credited.
+        assert!(s.retraining_due, "{mode}: {s:?}");
+        assert!((s.retraining_done_gpu_s - sh.train_gpu_s).abs() < 1e-6, "{mode}: {s:?} {sh:?}");
+        assert!((sh.train_gpu_s - sh.train_ms / 1000.0).abs() < 1e-6, "{mode}: {sh:?}");
+        mean_latency.insert(mode, m.mean_latency_ms());
+    }
+    let (alone, a) = shared_run(Sharing::Exclusive, 0.5, false, 30.0);
+    let exclusive = alone.tenant_metrics(a).mean_latency_ms();
+    assert_eq!(alone.tenant_metrics(a).shared.serving_ms, 0.0);
+    assert!(!alone.gpu_assignments(gix(&alone, "n/0")).is_empty());
+    let priority = mean_latency[&Sharing::Priority];
+    let timeslice = mean_latency[&Sharing::Timeslice];
+    assert!(priority > exclusive && priority < exclusive * 1.1, "{exclusive} {priority}");
+    assert!(timeslice > exclusive + 2.0, "{exclusive} {timeslice}");
+}
+
+/// 11.2 A shared retraining completes, and the plan that starts sharing on a kept inference instance does not
+/// interrupt it (no reload); the one that stops it hands the retraining back to an exclusive instance with its
+/// progress.
+#[test]
+fn t11_2_sharing_starts_and_stops_on_a_kept_instance() {
+    let mut spec = tenant("a", "batchy", 100.0);
+    spec.retraining = Some(retraining());
+    let mut ex = executor(ExecutorConfig::default(), vec![batchy(8)], vec![spec], &["n/0"]);
+    ex.install_plan(&gpu("n/0"), &plan("4g@0", &[("4g@0", "a", Role::Inference, false)])).unwrap();
+    let a = ix(&ex, "a");
+    ex.advance_to(1_000.0).unwrap();
+    let mut shared = plan("4g@0", &[("4g@0", "a", Role::Inference, false), ("4g@0", "a", Role::Retraining, false)]);
+    shared.sharing = Sharing::Priority;
+    let summary = ex.apply_plan(&gpu("n/0"), &shared).unwrap();
+    assert_eq!((summary.kept, summary.reassigned, summary.created_cold), (1, 0, 0), "{summary:?}");
+    assert_eq!(ex.tenant_state(a).serving_instances, 1);
+    ex.advance_to(21_000.0).unwrap();
+    // Idle inference: training at Tally's transformed-kernel speed, 0.95 x 4/7 7g-seconds per second.
+    let done = ex.tenant_state(a).retraining_done_gpu_s;
+    assert!((done - 20.0 * 0.95 * 4.0 / 7.0).abs() < 1e-6, "{done}");
+    // Stop sharing: the retraining moves to 3g@4 (created cold) with its progress.
+    let back = plan("4g@0 3g@4", &[("4g@0", "a", Role::Inference, false), ("3g@4", "a", Role::Retraining, false)]);
+    let summary = ex.apply_plan(&gpu("n/0"), &back).unwrap();
+    assert_eq!((summary.kept, summary.created_cold), (1, 1), "{summary:?}");
+    ex.advance_to(22_000.0).unwrap();
+    assert!((ex.tenant_state(a).retraining_done_gpu_s - done).abs() < 1e-9);
+    let left = 60.0 - done;
+    let warm_ms = 21_000.0 + 1_000.0 + 4_000.0;
+    ex.advance_to(warm_ms + left / (3.0 / 7.0) * 1000.0 + 1.0).unwrap();
+    let s = ex.tenant_state(a);
+    assert!(!s.retraining_due, "{s:?}");
+    assert_eq!(ex.tenant_metrics(a).retrainings_completed, 1);
+}
+
+/// 11.3 Fluid serving credits a shared instance's training from the pool's busy time as discrete serving does
+/// from its batches: they agree within a few per cent of the instance's time.
+#[test]
+fn t11_3_fluid_and_discrete_sharing_agree() {
+    for mode in [Sharing::Priority, Sharing::Timeslice] {
+        for load in [0.3, 0.7] {
+            let (d, a) = shared_run(mode, load, false, 30.0);
+            let (f, b) = shared_run(mode, load, true, 30.0);
+            let (ds, fs) = (d.tenant_metrics(a).shared, f.tenant_metrics(b).shared);
+            eprintln!("{mode} at {load}: discrete {ds:?}; fluid {fs:?}");
+            assert!((ds.train_ms - fs.train_ms).abs() < 0.05 * ds.serving_ms, "{mode} {load}: {ds:?} {fs:?}");
+            let att = |ex: &Executor, t| {
+                let l = ex.tenant_metrics(t).ledger;
+                l.within_slo as f64 / l.requests as f64
+            };
+            assert!((att(&d, a) - att(&f, b)).abs() < 0.03, "{mode} {load}");
+        }
+    }
+}
+
+/// 11.4 Two roles on one instance are refused without a sharing mode, and never for two tenants.
+#[test]
+fn t11_4_plans_share_an_instance_only_under_a_sharing_mode() {
+    let mut spec = tenant("a", "batchy", 100.0);
+    spec.retraining = Some(retraining());
+    let mut ex =
+        executor(ExecutorConfig::default(), vec![batchy(8)], vec![spec, tenant("b", "batchy", 100.0)], &["n/0"]);
+    let both = plan("7g@0", &[("7g@0", "a", Role::Inference, false), ("7g@0", "a", Role::Retraining, false)]);
+    assert!(matches!(ex.apply_plan(&gpu("n/0"), &both), Err(ExecError::InvalidPlan(_))));
+    let mut two = plan("7g@0", &[("7g@0", "a", Role::Inference, false), ("7g@0", "b", Role::Retraining, false)]);
+    two.sharing = Sharing::Priority;
+    assert!(matches!(ex.apply_plan(&gpu("n/0"), &two), Err(ExecError::InvalidPlan(_))));
+    assert_eq!(ex.gpu_layout(gix(&ex, "n/0")).len(), 0);
 }

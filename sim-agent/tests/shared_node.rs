@@ -44,6 +44,7 @@ fn plan(layout: &str, assignments: &[(&str, &str)]) -> GpuPlan {
         explanation: String::new(),
         upcoming: Vec::new(),
         retraining_epochs: BTreeMap::new(),
+        sharing: Default::default(),
     }
 }
 

@@ -4,6 +4,7 @@ use tessera_core::ids::TenantId;
 use tessera_core::layout::Layout;
 use tessera_core::plan::{Assignment, GpuPlan, PlannedChange, Role};
 use tessera_core::reconfig::Work;
+use tessera_core::sharing::Sharing;
 use tessera_core::time::SimTime;
 
 use super::{ConvertError, required, try_all};
@@ -98,6 +99,12 @@ impl From<&GpuPlan> for v1::GpuPlan {
             explanation: p.explanation.clone(),
             upcoming: p.upcoming.iter().map(Into::into).collect(),
             retraining_epochs: p.retraining_epochs.iter().map(|(t, e)| (t.to_string(), *e)).collect(),
+            sharing: match p.sharing {
+                Sharing::Exclusive => v1::Sharing::Exclusive,
+                Sharing::Timeslice => v1::Sharing::Timeslice,
+                Sharing::Priority => v1::Sharing::Priority,
+            }
+            .into(),
         }
     }
 }
@@ -117,6 +124,12 @@ impl TryFrom<v1::GpuPlan> for GpuPlan {
             explanation: p.explanation,
             upcoming: try_all("upcoming", p.upcoming)?,
             retraining_epochs,
+            sharing: match v1::Sharing::try_from(p.sharing) {
+                Ok(v1::Sharing::Exclusive) => Sharing::Exclusive,
+                Ok(v1::Sharing::Timeslice) => Sharing::Timeslice,
+                Ok(v1::Sharing::Priority) => Sharing::Priority,
+                Err(_) => return Err(ConvertError::new("sharing", format!("unknown sharing mode {}", p.sharing))),
+            },
         })
     }
 }
@@ -145,6 +158,7 @@ mod tests {
                 assignments: vec![a("7g@0", "resnet", Role::Inference, false)],
             }],
             retraining_epochs: BTreeMap::from([(TenantId::new("bert").unwrap(), 3.0)]),
+            sharing: Sharing::Priority,
         }
     }
 

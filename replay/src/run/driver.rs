@@ -311,6 +311,7 @@ pub(crate) fn upcoming_within<'a>(
                     explanation: String::new(),
                     upcoming: vec![],
                     retraining_epochs: target.retraining_epochs.clone(),
+                    sharing: target.sharing,
                 };
                 later.push((at, gpu.clone(), step));
             }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::reconfig::ReconfigLatency;
 pub use tessera_core::serving::Dispatch;
 use tessera_core::serving::{BATCH_WINDOW_OF_SLO, DEAD_PREINIT_S};
+pub use tessera_core::sharing::ShareParams;
 
 use super::ExecError;
 
@@ -99,6 +100,9 @@ pub struct ExecutorConfig {
     /// Keep a [`BatchRecord`](super::BatchRecord) of every completed batch (for tests and time series; it
     /// allocates per batch, so it is off by default).
     pub record_batches: bool,
+    /// The sharing model of instances that serve a tenant's inference and its retraining
+    /// ([`tessera_core::sharing`]).
+    pub share: ShareParams,
 }
 
 impl Default for ExecutorConfig {
@@ -113,6 +117,7 @@ impl Default for ExecutorConfig {
             dispatch: Dispatch::EarliestFinish,
             late: LateRequests::Serve,
             record_batches: false,
+            share: ShareParams::default(),
         }
     }
 }
@@ -134,6 +139,9 @@ impl ExecutorConfig {
             && !(max_wait_of_slo.is_finite() && max_wait_of_slo >= 0.0)
         {
             return bad("no_instance.max_wait_of_slo", format!("must be finite and >= 0 (got {max_wait_of_slo})"));
+        }
+        if let Err(e) = self.share.validate() {
+            return bad("share", e.to_string());
         }
         Ok(())
     }

@@ -67,6 +67,9 @@ pub(super) struct FluidTenant {
     pub within_carry: f64,
     /// The pooled server, as of [`Executor`]'s `serving_epoch` (`None`: not computed yet).
     pub pool: Option<(u64, Pool)>,
+    /// Time each instance of the pool was busy since shared instances were last settled, ms (kept only while
+    /// the tenant has a shared instance).
+    pub pool_busy_ms: f64,
 }
 
 /// A tenant's serving instances pooled.
@@ -146,6 +149,7 @@ impl Executor {
         }
         self.run_until(to)?;
         self.now = to;
+        self.co_settle_all();
         self.debug_check();
         Ok(())
     }
@@ -191,6 +195,7 @@ impl Executor {
             let to = batch[n - 1].0;
             self.run_until(to)?;
             self.now = to;
+            self.co_settle_all();
             self.debug_check();
             i = k + 1;
         }
@@ -551,6 +556,9 @@ fn flow_one(
         let batches = served.div_ceil(u64::from(cap));
         m.batches += batches;
         chunk.requests = served;
+        if tenant.co_insts > 0 {
+            fl.pool_busy_ms += served as f64 / per_ms;
+        }
         Some(GpuDelta { gpu: insts[fast as usize].gpu, chunk, batches, busy_ms: served as f64 / per_ms })
     }
 }

@@ -131,6 +131,25 @@ pub struct TenantMetrics {
     pub retrainings_completed: u64,
     /// Retraining windows that ended without a completed retraining (the model drifted).
     pub drift_windows: u64,
+    /// Its instances that shared inference with retraining ([`tessera_core::sharing`]).
+    #[serde(default)]
+    pub shared: SharedMetrics,
+}
+
+/// Time on a tenant's shared instances (inference and retraining on one instance), ms of instance time: each
+/// settled period is split into inference's own work, training (at its speed alone on the instance) and the rest
+/// (idle, switches, Tally's idleness threshold, transformed kernels' loss), so
+/// `inference_ms + train_ms <= serving_ms`: no instance second is counted twice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SharedMetrics {
+    /// Time its shared instances served.
+    pub serving_ms: f64,
+    /// Time inference kernels ran on them (batch latency less the training within it).
+    pub inference_ms: f64,
+    /// Training time credited, as time alone on the instance.
+    pub train_ms: f64,
+    /// Retraining work credited there, 7g GPU-seconds.
+    pub train_gpu_s: f64,
 }
 
 impl TenantMetrics {

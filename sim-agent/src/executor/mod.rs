@@ -128,6 +128,7 @@
 
 pub mod arrivals;
 pub mod config;
+mod cotrain;
 pub mod elsa;
 mod fluid;
 pub mod interference;
@@ -155,8 +156,8 @@ pub use config::{BatchCap, BatchTimeout, Dispatch, ExecutorConfig, LateRequests,
 pub use elsa::{ElsaPartition, elsa_dispatch};
 pub use interference::{Interference, InterferenceError, NoInterference, Resident, TlbInterference};
 pub use metrics::{
-    BatchRecord, ExecutorReport, GpuMetrics, GpuReport, LatencyHistogram, ReconfigSummary, TenantMetrics, TenantReport,
-    TenantState,
+    BatchRecord, ExecutorReport, GpuMetrics, GpuReport, LatencyHistogram, ReconfigSummary, SharedMetrics,
+    TenantMetrics, TenantReport, TenantState,
 };
 
 use crate::device::SimGpu;
@@ -381,6 +382,7 @@ impl Executor {
                 insts: Vec::new(),
                 pending: Vec::new(),
                 metrics: GpuMetrics::default(),
+                sharing: Default::default(),
             })
             .collect();
         let mut heap = BinaryHeap::new();
@@ -458,6 +460,7 @@ impl Executor {
             retrain,
             metrics: TenantMetrics::default(),
             fluid: fluid::FluidTenant::default(),
+            co_insts: 0,
             spec,
         })
     }
@@ -536,6 +539,7 @@ impl Executor {
         self.check_time(t_ms)?;
         self.run_until(t_ms)?;
         self.now = t_ms;
+        self.co_settle_all();
         self.debug_check();
         Ok(())
     }
@@ -663,14 +667,17 @@ impl Executor {
                     (Phase::Draining, _) | (_, AfterDrain::Destroy) => None,
                     _ => i.work,
                 }?;
-                Some(Assignment {
-                    placement: i.placement,
-                    tenant: self.tenants[work.tenant as usize].spec.id.clone(),
-                    role: work.role,
-                    preinit: false,
-                })
+                Some((i.placement, work))
             })
+            .flat_map(|(placement, work)| self.assignments_of(placement, work))
             .collect()
+    }
+
+    /// The assignments an instance's work stands for: two (inference and retraining) on a shared instance.
+    fn assignments_of(&self, placement: tessera_core::Placement, work: Work) -> Vec<Assignment> {
+        let tenant = &self.tenants[work.tenant as usize].spec.id;
+        let one = |role| Assignment { placement, tenant: tenant.clone(), role, preinit: false };
+        if work.co_trains() { vec![one(Role::Inference), one(Role::Retraining)] } else { vec![one(work.role)] }
     }
 
     /// The completed batches recorded so far ([`ExecutorConfig::record_batches`]).
@@ -747,23 +754,18 @@ impl Executor {
                 .iter()
                 .map(|&s| &self.insts[s as usize])
                 .filter(|i| i.phase == Phase::Serving)
-                .filter_map(|i| {
-                    let w = i.work?;
-                    Some(Assignment {
-                        placement: i.placement,
-                        tenant: self.tenants[w.tenant as usize].spec.id.clone(),
-                        role: w.role,
-                        preinit: false,
-                    })
-                })
+                .filter_map(|i| Some((i.placement, i.work?)))
+                .flat_map(|(placement, work)| self.assignments_of(placement, work))
                 .collect();
-            invariants::placement_serves_at_most_one_role(&gpu.id, &layout, &serving)?;
+            invariants::placement_serves_at_most_one_role(&gpu.id, &layout, &serving, gpu.sharing)?;
         }
         for t in 0..self.tenants.len() {
             self.check_accounting(t)?;
             let serves = |s: &u32| {
                 let i = &self.insts[*s as usize];
-                i.alive && i.phase == Phase::Serving && i.work == Some(Work { tenant: t as u32, role: Role::Inference })
+                i.alive
+                    && i.phase == Phase::Serving
+                    && i.work.is_some_and(|w| w.tenant == t as u32 && w.role == Role::Inference)
             };
             if !self.tenants[t].serving.iter().all(serves) {
                 return Err(InvariantError::DispatchSet { tenant: self.tenants[t].spec.id.clone() });

@@ -54,15 +54,25 @@ impl Executor {
         let mut target: BTreeMap<Placement, (Option<Work>, bool)> =
             plan.layout.placements().iter().map(|&p| (p, (None, false))).collect();
         for a in &plan.assignments {
-            let work = Work { tenant: self.tenant_ix[&a.tenant] as u32, role: a.role };
-            target.insert(a.placement, (Some(work), a.preinit));
+            let work = Work::exclusive(self.tenant_ix[&a.tenant] as u32, a.role);
+            let entry = target.entry(a.placement).or_insert((None, false));
+            entry.0 = match entry.0 {
+                // The second role of a shared instance (the invariants allow only one tenant's inference and
+                // retraining, and only under a sharing mode): the instance runs the inference, sharing.
+                Some(_) => Some(Work { role: Role::Inference, share: plan.sharing, ..work }),
+                None => Some(work),
+            };
+            entry.1 |= a.preinit;
         }
         target
     }
 
     pub(super) fn apply_gpu_plan(&mut self, g: usize, plan: &GpuPlan) -> Result<ReconfigSummary, ExecError> {
         self.validate_plan(g, plan)?;
+        // Shared instances' training up to now counts at the rates they had.
+        self.co_settle_all();
         self.take_epochs(plan);
+        self.gpus[g].sharing = plan.sharing;
         let now = self.now;
         let model = self.gpus[g].model;
         let warmup_ms = self.config.latency.warmup_ms as f64;
@@ -86,6 +96,20 @@ impl Executor {
                         AfterDrain::Load(next) => next,
                         AfterDrain::Keep | AfterDrain::Destroy => inst.work,
                     };
+                    let same_job = |a: Option<Work>, b: Option<Work>| {
+                        a.map(|w| (w.tenant, w.role)) == b.map(|w| (w.tenant, w.role))
+                    };
+                    if !draining
+                        && inst.after_drain == AfterDrain::Keep
+                        && inst.work != work
+                        && same_job(inst.work, work)
+                        && let Some(w) = work
+                    {
+                        // Retraining starts or stops beside the inference it keeps: no reload.
+                        self.reshare(s, w.share);
+                        summary.kept += 1;
+                        continue;
+                    }
                     if future == work {
                         if !draining && inst.work == work {
                             // Cancels a switch-off an earlier plan scheduled and that has not happened yet (a
@@ -179,6 +203,7 @@ impl Executor {
             return Err(ExecError::NotEmpty { gpu: self.gpus[g].id.clone(), instances });
         }
         self.take_epochs(plan);
+        self.gpus[g].sharing = plan.sharing;
         let (index, model) = (self.gpus[g].id.index, self.gpus[g].model);
         let instant = ReconfigLatency { create_ms: 0, destroy_ms: 0, warmup_ms: 0 };
         self.gpus[g].device = SimGpu::new(index, model).with_latency(instant);
@@ -256,7 +281,7 @@ impl Executor {
 
     /// Computes the instance's batch cap and latency table (inference) or speed (retraining) from its work, its
     /// profile on its GPU model and its interference factor.
-    fn prepare(&mut self, s: usize) {
+    pub(super) fn prepare(&mut self, s: usize) {
         let inst = &mut self.insts[s];
         let Some(w) = inst.work else { return };
         let tenant = &self.tenants[w.tenant as usize];
@@ -264,7 +289,10 @@ impl Executor {
         let (gpu, profile, slowdown) = (self.gpus[inst.gpu as usize].model, inst.placement.profile, inst.slowdown);
         match w.role {
             Role::Inference => {
-                let latency = |b: u32| model.latency_on(gpu, profile, b) * slowdown;
+                // Alone on the instance, and as served (stretched when it shares with the tenant's retraining).
+                let alone = |b: u32| model.latency_on(gpu, profile, b) * slowdown;
+                let share = &self.config.share;
+                let latency = |b: u32| share.batch_latency_ms(w.share, alone(b));
                 let max_batch = model.max_batch.max(1);
                 let cap = match self.config.batch_cap {
                     super::BatchCap::MaxBatch => max_batch,
@@ -275,6 +303,11 @@ impl Executor {
                 inst.cap = cap;
                 inst.lat.clear();
                 inst.lat.extend((1..=cap).map(latency));
+                inst.co_lat.clear();
+                if w.co_trains() {
+                    inst.co_lat.extend((1..=cap).map(|b| share.batch_train_ms(w.share, alone(b))));
+                    inst.speed = model.training_speed_on(gpu, profile) / slowdown;
+                }
                 self.serving_epoch += 1;
                 inst.timeout_ms = tenant.timeout_ms;
             }
@@ -344,15 +377,22 @@ impl Executor {
             }
             let inst = &self.insts[s];
             let running = inst.phase == Phase::Serving && inst.work.is_some_and(|w| w.role == Role::Retraining);
+            let co = inst.phase == Phase::Serving && inst.work.is_some_and(|w| w.co_trains());
             let (t, old_speed) = (inst.work.map_or(0, |w| w.tenant as usize), inst.speed);
             if running {
                 self.retrain_remove(t, old_speed);
+            }
+            if co {
+                self.co_stop(s);
             }
             self.insts[s].slowdown = f;
             self.prepare(s);
             if running {
                 let speed = self.insts[s].speed;
                 self.retrain_add(t, speed);
+            }
+            if co {
+                self.co_start(s);
             }
         }
         self.factors = factors;

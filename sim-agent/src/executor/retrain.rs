@@ -51,6 +51,7 @@ impl Executor {
         if self.tenants[t].retrain.as_ref().is_none_or(|r| r.generation != generation) {
             return;
         }
+        self.co_settle(t, false);
         self.retrain_sync(t);
         let tenant = &mut self.tenants[t];
         let Some(r) = &mut tenant.retrain else { return };
@@ -73,6 +74,7 @@ impl Executor {
         if self.tenants[t].retrain.as_ref().is_none_or(|r| r.window_end != at) {
             return;
         }
+        self.co_settle(t, false);
         self.retrain_sync(t);
         let tenant = &mut self.tenants[t];
         let Some(r) = &mut tenant.retrain else { return };

@@ -197,6 +197,7 @@ impl Executor {
             inst.batch_start = now;
             inst.batch_end = now + inst.lat[n - 1];
             inst.batch_accuracy = self.tenants[tenant].accuracy;
+            self.co_batch(s, n);
         }
     }
 
@@ -255,6 +256,7 @@ impl Executor {
             Role::Inference => {
                 self.tenants[t].serving.push(s as u32);
                 self.serving_epoch += 1;
+                self.co_start(s);
                 self.flush_waiting(t);
             }
             Role::Retraining => {
@@ -278,6 +280,7 @@ impl Executor {
             let t = w.tenant as usize;
             match w.role {
                 Role::Inference => {
+                    self.co_stop(s);
                     self.tenants[t].serving.retain(|&x| x as usize != s);
                     self.serving_epoch += 1;
                     let inst = &mut self.insts[s];

@@ -8,6 +8,7 @@ use tessera_core::GpuModel;
 use tessera_core::ids::GpuId;
 use tessera_core::layout::Placement;
 use tessera_core::plan::Role;
+use tessera_core::sharing::Sharing;
 use tessera_core::tenant::{RetrainingSpec, TenantSpec};
 
 use super::metrics::{GpuMetrics, TenantMetrics};
@@ -16,11 +17,41 @@ use crate::device::SimGpu;
 /// "No such time": a wake that is not scheduled, a switch-off that is not planned.
 pub(super) const NEVER: f64 = f64::INFINITY;
 
-/// A tenant's job on an instance (tenant index, role).
+/// A tenant's job on an instance (tenant index, role), and whether its inference shares the instance with its
+/// retraining (`share` is [`Sharing::Exclusive`] for a retraining instance and an unshared inference instance).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Work {
     pub tenant: u32,
     pub role: Role,
+    pub share: Sharing,
+}
+
+impl Work {
+    /// A job on an instance of its own.
+    pub(super) fn exclusive(tenant: u32, role: Role) -> Work {
+        Work { tenant, role, share: Sharing::Exclusive }
+    }
+
+    /// Whether the instance runs the tenant's inference and, beside it, its retraining.
+    pub(super) fn co_trains(&self) -> bool {
+        self.role == Role::Inference && !self.share.is_exclusive()
+    }
+}
+
+/// A shared instance's retraining beside its inference ([`tessera_core::sharing`]): what it contributes to its
+/// tenant's retraining speed and what inference did since the contribution was last settled.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct CoTrain {
+    /// Speed added to the tenant's retraining now, 7g GPU-seconds per second (0 unless serving).
+    pub rate: f64,
+    /// Since when the counters below run, ms.
+    pub since: f64,
+    /// Latency of the batches started since, ms.
+    pub busy_ms: f64,
+    /// Batches started since.
+    pub batches: f64,
+    /// Training time within those batches' latency (time-slice mode), ms.
+    pub in_batch_ms: f64,
 }
 
 /// Where an instance is in its life.
@@ -80,8 +111,13 @@ pub(super) struct Inst {
     /// `lat[b - 1]`: latency of a batch of `b`, slowdown included, ms.
     pub lat: Vec<f64>,
     pub timeout_ms: f64,
-    /// Retraining: 7g GPU-seconds per second, slowdown included.
+    /// Retraining (or the retraining beside a shared inference): 7g GPU-seconds per second alone on the
+    /// instance, slowdown included.
     pub speed: f64,
+    /// Shared inference: `co_lat[b - 1]` is the training time within a batch of `b` (time-slice mode).
+    pub co_lat: Vec<f64>,
+    /// Shared inference: the retraining beside it.
+    pub co: CoTrain,
 }
 
 impl Inst {
@@ -109,6 +145,8 @@ impl Inst {
             lat: Vec::new(),
             timeout_ms: 0.0,
             speed: 0.0,
+            co_lat: Vec::new(),
+            co: CoTrain::default(),
         }
     }
 
@@ -117,9 +155,11 @@ impl Inst {
         let generation = self.generation;
         let mut queue = std::mem::take(&mut self.queue);
         let mut lat = std::mem::take(&mut self.lat);
+        let mut co_lat = std::mem::take(&mut self.co_lat);
         queue.clear();
         lat.clear();
-        *self = Inst { generation, queue, lat, ..Inst::new(gpu, placement, device_id, available_ms) };
+        co_lat.clear();
+        *self = Inst { generation, queue, lat, co_lat, ..Inst::new(gpu, placement, device_id, available_ms) };
     }
 
     /// Requests waiting for a batch (the batch in service excluded).
@@ -195,6 +235,8 @@ pub(super) struct Tenant {
     pub metrics: TenantMetrics,
     /// Fluid serving's backlog and carried fractions ([`Executor::flow`](super::Executor::flow)).
     pub fluid: super::fluid::FluidTenant,
+    /// Its serving inference instances that share with its retraining.
+    pub co_insts: u32,
 }
 
 /// A create waiting for its slices.
@@ -215,6 +257,8 @@ pub(super) struct Gpu {
     /// Cold creates waiting for their slices, in plan order.
     pub pending: Vec<PendingCreate>,
     pub metrics: GpuMetrics,
+    /// The sharing mode of the plan applied last.
+    pub sharing: Sharing,
 }
 
 /// What an event wakes.
