@@ -111,6 +111,9 @@ pub struct CoordinatorConfig {
     /// The interference table every round is planned with (`planner.interference`, a JSON file as `sim-agent
     /// interference` prints it; `None`: plan as if co-located tenants did not slow each other down).
     pub interference: Option<tessera_planner::input::Interference>,
+    /// Whether tessera may run a tenant's retraining on its inference instance (`planner.sharing`:
+    /// `exclusive`, the default, or `priority`, Tally's; `timeslice` is for studies and the simulator).
+    pub sharing: tessera_core::sharing::Sharing,
     /// Mutual TLS (`None`: plaintext, every caller may do everything).
     pub tls: Option<tessera_auth::TlsFiles>,
 }
@@ -169,6 +172,7 @@ struct RawPlanner {
     forecaster: Option<String>,
     replan_on_burst: Option<bool>,
     interference: Option<String>,
+    sharing: Option<String>,
 }
 
 /// Command-line values that override the file (each `None` keeps the file's value).
@@ -222,6 +226,8 @@ pub struct Overrides {
     pub no_failure_detection: bool,
     /// `planner.interference`: the interference table's JSON file.
     pub interference: Option<String>,
+    /// `--sharing`: `planner.sharing`.
+    pub sharing: Option<String>,
     /// `--tls-cert`, `--tls-key`, `--tls-ca` (all three, or none: the file's `[tls]`).
     pub tls: Option<tessera_auth::TlsFiles>,
     /// `--insecure` (true when given): plaintext beyond loopback.
@@ -406,6 +412,12 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         Some(file) => Some(load_interference(&file).map_err(|m| field("planner.interference", m))?),
         None => None,
     };
+    let sharing = match over.sharing.clone().or(raw.planner.sharing) {
+        Some(name) => {
+            name.parse().map_err(|e: tessera_core::sharing::UnknownSharing| field("planner.sharing", e.to_string()))?
+        }
+        None => tessera_core::sharing::Sharing::Exclusive,
+    };
     let fd = raw.failure_detection;
     let detect = !over.no_failure_detection && fd.enabled.unwrap_or(clock == ClockMode::Wall);
     let suspect_after = duration(
@@ -461,6 +473,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         allow_fault_injection: over.allow_fault_injection,
         failure_detection,
         interference,
+        sharing,
         tls,
     })
 }
@@ -540,6 +553,22 @@ mod tests {
         std::fs::write(&file, "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\nbogus = 1\n").unwrap();
         let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn the_sharing_mode_is_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let base = "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\n[planner]\n";
+        std::fs::write(&file, format!("{base}sharing = \"priority\"\n")).unwrap();
+        let c = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap();
+        assert_eq!(c.sharing, tessera_core::sharing::Sharing::Priority);
+        std::fs::write(&file, base).unwrap();
+        let c = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap();
+        assert_eq!(c.sharing, tessera_core::sharing::Sharing::Exclusive);
+        std::fs::write(&file, format!("{base}sharing = \"tally\"\n")).unwrap();
+        let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("planner.sharing") && e.contains("tally"), "{e}");
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub struct DevClusterArgs {
     /// matching --tlb; replay in-process computes the same table from the TLB model).
     #[arg(long, value_name = "FILE")]
     pub interference: Option<std::path::PathBuf>,
+    /// Let tessera run a tenant's retraining on its inference instance: exclusive or priority (give `replay --mode
+    /// cluster` the same --sharing, so that its upper bound matches).
+    #[arg(long, value_name = "MODE")]
+    pub sharing: Option<String>,
     /// Workload clock: virtual (replay drives it) or wall.
     #[arg(long, default_value = "virtual")]
     pub clock: String,
@@ -134,6 +138,7 @@ pub async fn start(args: &DevClusterArgs) -> anyhow::Result<DevCluster> {
             gap: Some(args.gap),
             forecaster: Some(args.forecaster.clone()),
             interference: args.interference.as_ref().map(|p| p.to_string_lossy().into_owned()),
+            sharing: args.sharing.clone(),
             ..Overrides::default()
         };
         let config = CoordinatorConfig::load(None, &over).map_err(|e| anyhow::anyhow!("{e}"))?;

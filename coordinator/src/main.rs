@@ -149,6 +149,10 @@ struct ServeArgs {
     /// (`planner.interference`).
     #[arg(long, value_name = "FILE")]
     interference: Option<String>,
+    /// Let tessera run a tenant's retraining on its own inference instance: exclusive (default) or priority
+    /// (Tally's block-level priority; `planner.sharing`).
+    #[arg(long, value_name = "MODE")]
+    sharing: Option<String>,
     /// This member's certificate (`coordinator certs init` writes node-N.pem): mutual TLS on every connection.
     #[arg(long, value_name = "FILE")]
     tls_cert: Option<PathBuf>,
@@ -541,6 +545,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 fail_after: a.fail_after,
                 no_failure_detection: a.no_failure_detection,
                 interference: a.interference,
+                sharing: a.sharing,
                 tls: tessera_auth::TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca)
                     .map_err(|e| anyhow::anyhow!(e))?,
                 insecure: a.insecure,

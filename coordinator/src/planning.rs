@@ -70,6 +70,8 @@ pub struct PlanningSettings {
     pub tls: Option<tessera_auth::TlsFiles>,
     /// The interference table every round is planned with (`None`: none).
     pub interference: Option<tessera_planner::input::Interference>,
+    /// How tessera may share an instance between a tenant's inference and its retraining.
+    pub sharing: tessera_core::sharing::Sharing,
 }
 
 /// When the leader's failure detector changes a node's health.
@@ -439,6 +441,7 @@ impl Planner {
             slot_s: self.settings.slot.as_secs_f64(),
             horizon_slots: self.settings.horizon_slots,
             target_utilization: self.settings.target_utilization,
+            sharing: self.settings.sharing,
             solver: tessera_planner::level2::solver::SolverConfig {
                 mip_rel_gap: self.settings.gap,
                 ..PlannerConfig::default().solver

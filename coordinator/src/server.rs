@@ -88,6 +88,7 @@ pub async fn serve_on(
             failure_detection: config.failure_detection.clone(),
             tls: config.tls.clone(),
             interference: config.interference.clone(),
+            sharing: config.sharing,
         },
         Arc::clone(&metrics),
     )

@@ -214,6 +214,21 @@ impl ModelProfile {
         self.best_batch(slo_ms, |b| curve(b) / divisor * slowdown)
     }
 
+    /// [`ModelProfile::slo_capacity_on`] for an instance whose batches take `served(latency alone)` ms, such as
+    /// one shared with a retraining ([`crate::sharing::ShareParams::batch_latency_ms`]).
+    pub fn slo_capacity_served_on(
+        &self,
+        gpu: GpuModel,
+        profile: Profile,
+        slo_ms: f64,
+        slowdown: f64,
+        served: impl Fn(f64) -> f64,
+    ) -> Option<SloCapacity> {
+        let curve = self.latency.curve(profile.compute_slices());
+        let divisor = Self::sm_ratio(gpu, profile).powf(self.size_sensitivity());
+        self.best_batch(slo_ms, |b| served(curve(b) / divisor * slowdown))
+    }
+
     /// The most requests per second one compute slice of a `gpu` serves within `slo_ms`, over the profiles an
     /// inference instance fits (`1g+me` aside); 0 when none meets the SLO.
     pub fn best_rps_per_slice_on(&self, gpu: GpuModel, slo_ms: f64) -> f64 {

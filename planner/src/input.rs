@@ -38,6 +38,9 @@ pub struct PlannerConfig {
     pub solver: SolverConfig,
     /// Level 1 of every policy but `static` ([`crate::assign::Placement`]).
     pub placement: crate::assign::Placement,
+    /// Whether tessera and the perfect-forecast reference may run a tenant's retraining on its own inference
+    /// instance ([`tessera_core::sharing`]; `priority` is Tally's). The baselines keep their published behaviour.
+    pub sharing: tessera_core::sharing::Sharing,
     /// Seed for any randomised choice (ties are broken deterministically without it).
     pub seed: u64,
 }
@@ -52,6 +55,7 @@ impl Default for PlannerConfig {
             target_utilization: 0.8,
             solver: SolverConfig::default(),
             placement: crate::assign::Placement::Fleet,
+            sharing: tessera_core::sharing::Sharing::Exclusive,
             seed: 0,
         }
     }

@@ -11,12 +11,13 @@ use tessera_core::ids::TenantId;
 use tessera_core::invariants::check_gpu_plan;
 use tessera_core::model::ModelProfile;
 use tessera_core::plan::Role;
+use tessera_core::sharing::Sharing;
 use tessera_core::{GpuModel, Layout, Placement, Profile};
 use tessera_planner::input::Interference;
 use tessera_planner::level2::build::{Arrivals, gpu_problem};
 use tessera_planner::level2::problem::GpuProblem;
 use tessera_planner::level2::solver::{SolverConfig, relative_gap};
-use tessera_planner::level2::{cg, exhaustive, goodput};
+use tessera_planner::level2::{cg, evaluate, exhaustive, goodput};
 use tessera_planner::policies::migrator;
 use tessera_planner::policies::{all_names, by_name};
 use tessera_planner::policy::{GpuStats, PlanOutcome, PlanReport};
@@ -697,4 +698,79 @@ fn warm_starts_from_their_own_result_save_rounds_in_total() {
     }
     assert!(cold_rounds > 0 && 2 * warm_rounds <= cold_rounds, "warm {warm_rounds} rounds against cold {cold_rounds}");
     assert!(100 * worse <= problems, "{worse} of {problems} problems took more rounds warm than cold");
+}
+
+/// With sharing allowed, tessera and the perfect-forecast reference may run a tenant's retraining on its own
+/// inference instance: every such plan keeps the invariants (one tenant's inference and retraining, and only
+/// under the round's mode), the instance holds both in memory, sharing is taken only where the GPU's exact
+/// evaluation gains, and the baselines never share.
+#[test]
+fn sharing_runs_retraining_beside_inference_only_where_it_gains() {
+    let mut shared_plans = 0;
+    for seed in 1..=6 {
+        let mut input = tiny(7, 12, seed, 7);
+        input.config.sharing = Sharing::Priority;
+        for policy in all_names() {
+            let report = planned(policy, &input);
+            for (gpu, p) in &report.plan.gpus {
+                let model = input.gpus[gpu].model;
+                check_gpu_plan(gpu, model, p).unwrap_or_else(|e| panic!("{policy} seed {seed}: {e}"));
+                let pairs: Vec<_> = p
+                    .assignments
+                    .iter()
+                    .filter(|a| a.role == Role::Retraining)
+                    .filter(|r| p.assignments.iter().any(|a| a.role == Role::Inference && a.placement == r.placement))
+                    .collect();
+                if !(policy.starts_with("tessera") || policy == "perfect-forecast") {
+                    assert!(pairs.is_empty() && p.sharing == Sharing::Exclusive, "{policy} seed {seed} shares");
+                    continue;
+                }
+                if pairs.is_empty() {
+                    continue;
+                }
+                shared_plans += 1;
+                assert_eq!(p.sharing, Sharing::Priority, "{policy} seed {seed}");
+                for r in pairs {
+                    let m = &input.models[&input.tenants[&r.tenant].spec.model];
+                    let spec = model.profile(r.placement.profile).unwrap();
+                    assert!(m.inference_memory_gib + m.training_memory_gib <= spec.memory_gib, "{policy}: {r}");
+                }
+            }
+        }
+        // The pass only keeps what gains: on the same solve, the shared plan is worth at least the exclusive one
+        // (goodput, tails, and the progress of the shared retrainings it does not complete, as the pass values it).
+        let gpu = input.gpus.keys().next().unwrap().clone();
+        let ids = pb_ids(&problem(&input, Arrivals::Band));
+        let solve =
+            |input: &PlannerInput| goodput::solve(input, &gpu, &ids, Arrivals::Band, &exact()).unwrap().unwrap();
+        let with = solve(&input);
+        let mut exclusive = input.clone();
+        exclusive.config.sharing = Sharing::Exclusive;
+        let without = solve(&exclusive);
+        let (g0, t0) = evaluate::goodput_and_tail(&without.problem, &without.placed);
+        let (g, t, progress) = evaluate::goodput_tail_progress(&with.problem, &with.placed);
+        let partial: f64 = with
+            .problem
+            .tenants
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| {
+                with.placed.slots[0]
+                    .iter()
+                    .filter(|a| a.tenant == x.id)
+                    .map(|a| a.placement)
+                    .collect::<Vec<_>>()
+                    .windows(2)
+                    .any(|w| w[0] == w[1])
+            })
+            .filter(|(i, _)| progress[*i] < 1.0)
+            .map(|(i, x)| progress[i] * x.tail_value)
+            .sum();
+        assert!(g + t + partial >= g0 + t0 - 1e-6 * (g0 + t0), "seed {seed}: {} < {}", g + t + partial, g0 + t0);
+    }
+    assert!(shared_plans > 0, "no plan shared an instance on a crowded GPU with every retraining due");
+}
+
+fn pb_ids(pb: &GpuProblem) -> Vec<TenantId> {
+    pb.tenants.iter().map(|t| t.id.clone()).collect()
 }

@@ -45,7 +45,7 @@ fn default_trace_every_output_and_the_upper_bound() {
     assert_eq!(summary["trace"], "azure-llm-2023-conv.csv");
     assert_eq!(summary["seed"], 1);
     // Versioned, and enough to run it again: the trace's path, the fleet, the load, the planner settings.
-    assert_eq!(summary["schema_version"], 5);
+    assert_eq!(summary["schema_version"], 6);
     assert_eq!(summary["tool"]["name"], "tessera-replay");
     let r = &summary["reproduce"];
     assert!(r["trace_path"].as_str().unwrap().ends_with("azure-llm-2023-conv.csv"), "{r}");

@@ -149,6 +149,19 @@ pub fn upper_bound(
     gpus: &BTreeMap<GpuId, GpuModel>,
     demand: &Demand,
 ) -> Result<UpperBound, String> {
+    upper_bound_with(tenants, profiles, gpus, demand, true)
+}
+
+/// [`upper_bound`], with the second relaxation (retraining charged its slices) only where `retraining_takes_slices`:
+/// where a policy may run retraining on an inference instance ([`tessera_core::sharing`]), retraining takes no
+/// slices of its own, and only the first relaxation (which gives retraining no capacity cost) is a bound.
+pub fn upper_bound_with(
+    tenants: &[TenantSpec],
+    profiles: &BTreeMap<String, ModelProfile>,
+    gpus: &BTreeMap<GpuId, GpuModel>,
+    demand: &Demand,
+    retraining_takes_slices: bool,
+) -> Result<UpperBound, String> {
     if demand.arrivals.len() != tenants.len() || demand.tail.len() != tenants.len() {
         return Err(format!("demand has {} tenants, expected {}", demand.arrivals.len(), tenants.len()));
     }
@@ -190,7 +203,11 @@ pub fn upper_bound(
     }
     let model_profiles: Vec<&ModelProfile> = tenants.iter().map(|t| &profiles[&t.model]).collect();
     let fleet = lagrangian::Fleet { models: &models, counts: &counts, dt: &dt };
-    let lagrangian = lagrangian::bound(tenants, &model_profiles, &fleet, demand, &opts, &accuracy);
+    let lagrangian = if retraining_takes_slices {
+        lagrangian::bound(tenants, &model_profiles, &fleet, demand, &opts, &accuracy)
+    } else {
+        None
+    };
     let goodput = lagrangian.map_or(lp, |l| l.min(lp));
     Ok(UpperBound { goodput, lp, lagrangian, within_slo, method: METHOD.to_string(), accuracy })
 }

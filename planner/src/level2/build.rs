@@ -2,9 +2,11 @@
 
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::Role;
+use tessera_core::sharing::ShareParams;
+use tessera_core::{GpuModel, Profile};
 
 use crate::input::PlannerInput;
-use crate::level2::problem::{GpuProblem, RetrainTask, Scenario, TenantTask};
+use crate::level2::problem::{GpuProblem, RetrainTask, Scenario, SharedTask, TenantTask};
 
 /// Which arrivals level 2 plans against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +24,43 @@ pub enum Arrivals {
 fn fit(rates: &[f64], len: usize) -> Vec<f64> {
     let last = rates.last().copied().unwrap_or(0.0);
     (0..len).map(|i| rates.get(i).copied().unwrap_or(last)).collect()
+}
+
+/// How tenant `id`'s inference instances would serve with its retraining beside them, where the round allows
+/// sharing and the tenant retrains: per profile, the shared SLO capacity (0 where the instance does not hold the
+/// inference and the retraining together).
+fn shared_task(
+    input: &PlannerInput,
+    id: &TenantId,
+    gpu: GpuModel,
+    profiles: &[Profile],
+    slowdown: f64,
+) -> Option<SharedTask> {
+    let cfg = &input.config;
+    let t = &input.tenants[id];
+    if cfg.sharing.is_exclusive() || t.spec.retraining.is_none() {
+        return None;
+    }
+    let model = &input.models[&t.spec.model];
+    let params = ShareParams::default();
+    let (mut cap, mut batch, mut batch_ms, mut batch_train_ms) = (vec![], vec![], vec![], vec![]);
+    for p in profiles {
+        let spec = gpu.profile(*p).expect("candidate profiles exist on the model");
+        let both = model.inference_memory_gib + model.training_memory_gib <= spec.memory_gib;
+        let c = both
+            .then(|| {
+                model.slo_capacity_served_on(gpu, *p, t.spec.slo_ms, slowdown, |l| {
+                    params.batch_latency_ms(cfg.sharing, l)
+                })
+            })
+            .flatten();
+        cap.push(c.map_or(0.0, |c| c.rps * cfg.target_utilization));
+        batch.push(c.map_or(0.0, |c| f64::from(c.batch)));
+        batch_ms.push(c.map_or(0.0, |c| c.latency_ms));
+        let alone = c.map_or(0.0, |c| model.latency_on(gpu, *p, c.batch) * slowdown);
+        batch_train_ms.push(params.batch_train_ms(cfg.sharing, alone));
+    }
+    Some(SharedTask { mode: cfg.sharing, cap, batch, batch_ms, batch_train_ms, params })
 }
 
 /// The level-2 problem of `gpu` hosting `tenants`.
@@ -53,7 +92,11 @@ pub fn gpu_problem(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId], arri
                     .map_or(0.0, |c| c.rps * cfg.target_utilization)
             })
             .collect();
-        let running = g.instance_of(id, Role::Retraining).map(|a| a.placement);
+        let current_inference = g.instance_of(id, Role::Inference).map(|a| a.placement);
+        // A retraining beside the tenant's inference (a shared instance) holds no instance of its own: it is
+        // decided afresh each round, its progress kept.
+        let running =
+            g.instance_of(id, Role::Retraining).map(|a| a.placement).filter(|p| Some(*p) != current_inference);
         let retrain = (t.retraining_left_s() > 0.0 || running.is_some()).then(|| RetrainTask {
             work_s: t.retraining_left_s(),
             speed: profiles
@@ -84,7 +127,8 @@ pub fn gpu_problem(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId], arri
             acc_new: t.accuracy_after_retraining(),
             retrain,
             tail_value: 0.0,
-            current_inference: g.instance_of(id, Role::Inference).map(|a| a.placement),
+            current_inference,
+            shared: shared_task(input, id, g.model, &profiles, slowdown),
         });
     }
     let mut pb = GpuProblem {

@@ -6,7 +6,9 @@
 //! slot); a tenant's instances add up. Served = `min(arrivals, capacity)` per arrival scenario, weighted by the
 //! scenario's probability, times the accuracy of the serving model: `acc_old` until the retraining has done its
 //! work, `acc_new` from the slot after. Retraining progresses by the profile's speed for each slot it holds its
-//! instance; a retraining that loses its instance starts over (non-preemptive, no checkpoint within a plan).
+//! instance; a retraining that loses its instance starts over (non-preemptive, no checkpoint within a plan). A
+//! retraining on the tenant's own inference instance (a shared instance, [`crate::level2::problem::SharedTask`])
+//! progresses by the share of the instance inference leaves it, and that instance serves at the shared capacity.
 //! [`goodput_and_tail`] adds what the completed retrainings earn beyond the horizon, for the policies that count it.
 
 // Model building indexes several parallel tables (tenants x profiles x slots) at once; index loops read clearer.
@@ -27,6 +29,14 @@ pub fn goodput_per_tenant<'a>(
     run(pb, placed, scenarios).0
 }
 
+/// [`goodput_and_tail`], and per tenant the share of its retraining's work done by the end of the horizon on the
+/// instance it holds in the last slot (1 once completed; 0 without a retraining there).
+pub fn goodput_tail_progress(pb: &GpuProblem, placed: &Placed) -> (f64, f64, Vec<f64>) {
+    let (goodput, done, progress) = run_full(pb, placed, |i| &pb.tenants[i].scenarios);
+    let tail = pb.tenants.iter().zip(done).filter(|(_, d)| *d).map(|(t, _)| t.tail_value).sum();
+    (goodput.iter().sum(), tail, progress)
+}
+
 /// [`goodput`], and what the retrainings `placed` completes within the horizon earn beyond it
 /// ([`crate::level2::problem::TenantTask::tail_value`]): the part of a policy's planning value that the horizon's
 /// goodput does not count.
@@ -38,9 +48,20 @@ pub fn goodput_and_tail(pb: &GpuProblem, placed: &Placed) -> (f64, f64) {
 
 /// Goodput per tenant, and whether each tenant's retraining completed within the horizon.
 fn run<'a>(pb: &'a GpuProblem, placed: &Placed, scenarios: impl Fn(usize) -> &'a [Scenario]) -> (Vec<f64>, Vec<bool>) {
+    let (out, completed, _) = run_full(pb, placed, scenarios);
+    (out, completed)
+}
+
+/// [`run`], and each tenant's retraining progress at the end (a share of its work).
+fn run_full<'a>(
+    pb: &'a GpuProblem,
+    placed: &Placed,
+    scenarios: impl Fn(usize) -> &'a [Scenario],
+) -> (Vec<f64>, Vec<bool>, Vec<f64>) {
     let dt = pb.slot_s;
     let mut out = vec![0.0; pb.tenants.len()];
     let mut completed = vec![false; pb.tenants.len()];
+    let mut share_done = vec![0.0; pb.tenants.len()];
     for (i, t) in pb.tenants.iter().enumerate() {
         let mut prev_inf: Vec<tessera_core::Placement> = t.current_inference.into_iter().collect();
         let mut prev_rt = t.retrain.as_ref().and_then(|r| r.running_on);
@@ -54,6 +75,10 @@ fn run<'a>(pb: &'a GpuProblem, placed: &Placed, scenarios: impl Fn(usize) -> &'a
             // A tenant may hold several inference instances (PARIS's heterogeneous partitions): their capacities add.
             let inf: Vec<tessera_core::Placement> =
                 here.iter().filter(|a| a.tenant == t.id && a.role == Role::Inference).map(|a| a.placement).collect();
+            let rt = here.iter().find(|a| a.tenant == t.id && a.role == Role::Retraining).map(|a| a.placement);
+            // The retraining beside the tenant's inference on one instance (a shared instance).
+            let shared = t.shared.as_ref().filter(|_| rt.is_some_and(|r| inf.contains(&r)));
+            let mut shared_capacity = 0.0;
             let capacity: f64 = inf
                 .iter()
                 .map(|pl| {
@@ -65,14 +90,27 @@ fn run<'a>(pb: &'a GpuProblem, placed: &Placed, scenarios: impl Fn(usize) -> &'a
                     } else {
                         pb.dead_cold_s
                     };
-                    t.cap[p] * (dt - dead.min(dt))
+                    let cap = match shared {
+                        Some(sh) if rt == Some(*pl) => sh.cap[p],
+                        _ => t.cap[p],
+                    };
+                    let c = cap * (dt - dead.min(dt));
+                    if shared.is_some() && rt == Some(*pl) {
+                        shared_capacity = c;
+                    }
+                    c
                 })
                 .sum();
+            // Requests the shared instance serves (its share of the tenant's, by capacity), over the scenarios.
+            let mut shared_served = 0.0;
             for s in scenarios(i) {
                 let arrivals = s.rate.get(slot).copied().unwrap_or(0.0) * dt;
-                out[i] += t.weight * s.prob * acc * arrivals.min(capacity);
+                let served = arrivals.min(capacity);
+                out[i] += t.weight * s.prob * acc * served;
+                if capacity > 0.0 {
+                    shared_served += s.prob * served * shared_capacity / capacity;
+                }
             }
-            let rt = here.iter().find(|a| a.tenant == t.id && a.role == Role::Retraining).map(|a| a.placement);
             match rt {
                 Some(pl) if !done => {
                     if prev_rt != Some(pl) && slot > 0 {
@@ -80,7 +118,13 @@ fn run<'a>(pb: &'a GpuProblem, placed: &Placed, scenarios: impl Fn(usize) -> &'a
                     }
                     let speed = pb
                         .profile_index(pl.profile)
-                        .and_then(|p| t.retrain.as_ref().map(|r| r.speed[p]))
+                        .and_then(|p| {
+                            let full = t.retrain.as_ref().map(|r| r.speed[p])?;
+                            Some(match shared {
+                                Some(sh) => full * sh.train_share(p, shared_served, dt),
+                                None => full,
+                            })
+                        })
                         .unwrap_or(0.0);
                     progress += speed * dt;
                     if progress >= work - 1e-9 {
@@ -95,8 +139,15 @@ fn run<'a>(pb: &'a GpuProblem, placed: &Placed, scenarios: impl Fn(usize) -> &'a
             prev_layout = placed.layout(slot);
         }
         completed[i] = done;
+        share_done[i] = if done {
+            1.0
+        } else if work > 0.0 && work.is_finite() {
+            (progress / work).min(1.0)
+        } else {
+            0.0
+        };
     }
-    (out, completed)
+    (out, completed, share_done)
 }
 
 /// Expected goodput of `placed` under the problem's own scenarios.

@@ -5,12 +5,14 @@
 //! ([`WarmStart`]), which also brings the prices of its best bound.
 
 use tessera_core::ids::{GpuId, TenantId};
+use tessera_core::plan::{Assignment, Role};
 
 use crate::input::{PlannerInput, WarmStart, WarmTenant};
 use crate::level2::build::{Arrivals, gpu_problem};
 use crate::level2::cg;
+use crate::level2::evaluate;
 use crate::level2::problem::{GpuProblem, Schedule, describe_retraining};
-use crate::level2::realize::realize;
+use crate::level2::realize::{Placed, realize};
 use crate::level2::solver::{SolveError, SolverConfig};
 use crate::level2::thief;
 use crate::policy::GpuOutcome;
@@ -22,13 +24,16 @@ pub struct Features {
     pub tail: bool,
     /// Start from the previous round's plan and prices ([`WarmStart`]), and leave this round's for the next.
     pub warm: bool,
+    /// Where the round allows sharing ([`crate::PlannerConfig::sharing`]), run a retraining the plan leaves
+    /// without an instance beside its tenant's inference when that earns more ([`share_retraining`]).
+    pub share: bool,
 }
 
 impl Features {
     /// Everything tessera does.
-    pub const ALL: Features = Features { tail: true, warm: true };
+    pub const ALL: Features = Features { tail: true, warm: true, share: true };
     /// The problem as MIGRator states it: the horizon's goodput alone, every round solved cold.
-    pub const NONE: Features = Features { tail: false, warm: false };
+    pub const NONE: Features = Features { tail: false, warm: false, share: false };
 }
 
 /// The goodput plan of one GPU: build the problem from `arrivals`, credit retraining beyond the horizon, solve by
@@ -68,11 +73,112 @@ pub fn solve_with(
     seeds.extend(shifted.schedule);
     let cg::WarmSolved { solved, prices, .. } = cg::solve_warm(&problem, solver, &seeds, shifted.prices.as_deref())?;
     let placed = realize(&problem, &solved.schedule);
-    let note = describe_retraining(&problem, &solved.schedule);
+    let mut note = describe_retraining(&problem, &solved.schedule);
+    let sharing = input.config.sharing;
+    let (placed, shared) = if features.share && !sharing.is_exclusive() {
+        share_retraining(&problem, &solved.schedule, placed, features.tail)
+    } else {
+        (placed, Vec::new())
+    };
+    if !shared.is_empty() {
+        let names: Vec<String> = shared.iter().map(ToString::to_string).collect();
+        note.push_str(&format!("; {sharing} sharing: retrain {} beside inference", names.join(", ")));
+    }
     let warm = features.warm.then(|| warm_start(input, &problem, &solved.schedule, prices));
     let mut outcome = GpuOutcome::new(problem, placed, solved.bound, solved.status, note);
     outcome.warm = warm;
+    if !shared.is_empty() {
+        outcome.sharing = sharing;
+    }
     Ok(Some(outcome))
+}
+
+/// Runs the retraining of tenants the plan leaves without a retraining instance beside their inference instead
+/// ([`crate::level2::problem::SharedTask`]), where the GPU's exact evaluation gains. A local search over the solved
+/// schedule, tenant by tenant: for each profile whose instance holds the tenant's inference and retraining
+/// together, the tenant's inference moves to that profile from the first slot for as long as the slot's counts
+/// stay valid (the others keep theirs), the schedule is placed again, and the retraining runs on that instance
+/// while the tenant keeps it. A candidate is valued by [`evaluate::goodput_tail_progress`]: goodput, the tail of
+/// completed retrainings where the plan counts it, and for a shared retraining that does not complete within the
+/// horizon, its share of the work done times its tail value (a shared retraining is checkpointed, so the next
+/// round continues it; exclusive retrainings are valued at completion only, as level 2 plans them). The best
+/// candidate is kept only if it beats the plan; returns the plan and the tenants that share.
+pub fn share_retraining(pb: &GpuProblem, schedule: &Schedule, placed: Placed, tail: bool) -> (Placed, Vec<TenantId>) {
+    let mut shared: Vec<usize> = Vec::new();
+    let value = |p: &Placed, shared: &[usize]| {
+        let (goodput, t, progress) = evaluate::goodput_tail_progress(pb, p);
+        let partial: f64 =
+            shared.iter().filter(|i| progress[**i] < 1.0).map(|i| progress[*i] * pb.tenants[*i].tail_value).sum();
+        goodput + if tail { t + partial } else { 0.0 }
+    };
+    let mut best_value = value(&placed, &[]);
+    let mut best = placed;
+    let mut schedule = schedule.clone();
+    for (i, t) in pb.tenants.iter().enumerate() {
+        let Some(sh) = &t.shared else { continue };
+        if t.retrain.as_ref().is_none_or(|r| r.work_s <= 0.0 || r.running_on.is_some()) || t.acc_new <= t.acc_old {
+            continue;
+        }
+        if schedule.retrain[i].is_some() || schedule.inference.first().is_none_or(|s| s[i].is_none()) {
+            continue;
+        }
+        let mut found: Option<(f64, Schedule, Placed)> = None;
+        for p in (0..pb.profiles.len()).filter(|p| sh.cap[*p] > 0.0) {
+            let mut cand = schedule.clone();
+            for slot in 0..pb.slots {
+                if cand.inference[slot][i].is_none() {
+                    break;
+                }
+                let before = cand.inference[slot][i];
+                cand.inference[slot][i] = Some(p);
+                if !pb.counts_feasible(&cand.counts(slot, pb.profiles.len())) {
+                    cand.inference[slot][i] = before;
+                    break;
+                }
+            }
+            if cand.inference[0][i] != Some(p) {
+                continue;
+            }
+            let mut with = shared.clone();
+            with.push(i);
+            let placed = place_shared(pb, &cand, &with);
+            let v = value(&placed, &with);
+            if v > found.as_ref().map_or(best_value, |f| f.0) + 1e-9 * best_value.abs().max(1.0) {
+                found = Some((v, cand, placed));
+            }
+        }
+        if let Some((v, cand, placed)) = found {
+            best_value = v;
+            schedule = cand;
+            best = placed;
+            shared.push(i);
+        }
+    }
+    (best, shared.iter().map(|i| pb.tenants[*i].id.clone()).collect())
+}
+
+/// Places `schedule` and runs the retraining of each tenant in `shared` on its inference instance from the first
+/// slot for as long as it keeps that instance.
+fn place_shared(pb: &GpuProblem, schedule: &Schedule, shared: &[usize]) -> Placed {
+    let mut placed = realize(pb, schedule);
+    for &i in shared {
+        let id = &pb.tenants[i].id;
+        let Some(pl) = placed
+            .slots
+            .first()
+            .and_then(|s| s.iter().find(|a| &a.tenant == id && a.role == Role::Inference))
+            .map(|a| a.placement)
+        else {
+            continue;
+        };
+        for slot in &mut placed.slots {
+            if !slot.iter().any(|a| &a.tenant == id && a.role == Role::Inference && a.placement == pl) {
+                break;
+            }
+            slot.push(Assignment { placement: pl, tenant: id.clone(), role: Role::Retraining, preinit: false });
+        }
+    }
+    placed
 }
 
 /// What the next round starts from: this round's schedule and best-bound prices.

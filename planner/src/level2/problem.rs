@@ -77,6 +77,43 @@ pub struct TenantTask {
     pub tail_value: f64,
     /// The tenant's inference instance now, if it has one on this GPU.
     pub current_inference: Option<Placement>,
+    /// Its retraining may run on its inference instance instead ([`tessera_core::sharing`]).
+    #[serde(default)]
+    pub shared: Option<SharedTask>,
+}
+
+/// How a tenant's inference instance serves when its retraining runs beside it ([`tessera_core::sharing`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharedTask {
+    /// The sharing mode.
+    pub mode: tessera_core::sharing::Sharing,
+    /// Requests per second within SLO on each profile when shared (0 where the instance does not hold inference
+    /// and retraining together, or misses the SLO).
+    pub cap: Vec<f64>,
+    /// Requests per batch at that capacity, per profile.
+    pub batch: Vec<f64>,
+    /// Latency of that batch, ms, per profile.
+    pub batch_ms: Vec<f64>,
+    /// Training within that batch's latency, ms, per profile (time-slice mode).
+    pub batch_train_ms: Vec<f64>,
+    /// The sharing parameters.
+    pub params: tessera_core::sharing::ShareParams,
+}
+
+impl SharedTask {
+    /// Training's share of a shared instance of profile `p` serving `served` requests in a slot of `slot_s`
+    /// seconds ([`tessera_core::sharing::ShareParams::train_share`]: full batches at the shared capacity).
+    pub fn train_share(&self, p: usize, served: f64, slot_s: f64) -> f64 {
+        let (batch, batch_ms) = (self.batch[p], self.batch_ms[p]);
+        if self.cap[p] <= 0.0 || batch <= 0.0 {
+            return 0.0;
+        }
+        let period_ms = slot_s * 1000.0;
+        let batches = served / batch;
+        let busy_ms = (batches * batch_ms).min(period_ms);
+        let in_batch = (batches * self.batch_train_ms[p]).min(busy_ms);
+        self.params.train_share(self.mode, period_ms, busy_ms, batches, in_batch)
+    }
 }
 
 /// A retraining option: run on `profile` (index into [`GpuProblem::profiles`]) from slot `start` (inclusive) to
@@ -339,6 +376,12 @@ impl GpuProblem {
         self.profiles = keep.iter().map(|p| self.profiles[*p]).collect();
         for t in &mut self.tenants {
             t.cap = keep.iter().map(|p| t.cap[*p]).collect();
+            if let Some(sh) = &mut t.shared {
+                sh.cap = keep.iter().map(|p| sh.cap[*p]).collect();
+                sh.batch = keep.iter().map(|p| sh.batch[*p]).collect();
+                sh.batch_ms = keep.iter().map(|p| sh.batch_ms[*p]).collect();
+                sh.batch_train_ms = keep.iter().map(|p| sh.batch_train_ms[*p]).collect();
+            }
             if let Some(r) = &mut t.retrain {
                 r.speed = keep.iter().map(|p| r.speed[*p]).collect();
             }

@@ -29,7 +29,9 @@ pub struct Placed {
 impl Placed {
     /// The layout of slot `t`.
     pub fn layout(&self, t: usize) -> Layout {
-        Layout::new(self.slots[t].iter().map(|a| a.placement))
+        // A shared instance carries two assignments (inference and retraining): one placement.
+        let placements: std::collections::BTreeSet<Placement> = self.slots[t].iter().map(|a| a.placement).collect();
+        Layout::new(placements)
     }
 }
 

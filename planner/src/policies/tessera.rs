@@ -78,7 +78,11 @@ impl Policy for Tessera {
     fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError> {
         let l1 = if self.ablation == Ablation::Spread { assign::spread(input, 7) } else { assign::place(input) };
         let arrivals = if self.ablation == Ablation::PointForecast { Arrivals::Point } else { Arrivals::Band };
-        let features = Features { tail: self.ablation != Ablation::NoTail, warm: self.ablation != Ablation::ColdStart };
+        let features = Features {
+            tail: self.ablation != Ablation::NoTail,
+            warm: self.ablation != Ablation::ColdStart,
+            share: true,
+        };
         plan_fleet(self.name(), input, l1, |gpu, tenants| {
             goodput::solve_with(input, gpu, tenants, arrivals, &input.config.solver, features)
         })

@@ -111,6 +111,11 @@ pub struct RunArgs {
     /// ablation of TLB-aware planning.
     #[arg(long)]
     pub tlb_blind: bool,
+    /// Let tessera and the perfect-forecast reference run a tenant's retraining on its own inference instance:
+    /// exclusive (never), priority (Tally's block-level priority) or timeslice (TGS-like). The baselines keep their
+    /// published behaviour; the upper bound drops its relaxation that charges retraining for slices.
+    #[arg(long, default_value = "exclusive", value_name = "MODE")]
+    pub sharing: tessera_core::sharing::Sharing,
     /// Seed of every random choice (trace conventions, scaling, tenants, Poisson arrivals).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -247,6 +252,7 @@ impl RunArgs {
                 target_utilization: self.target_utilization,
                 solver: SolverConfig { mip_rel_gap: self.gap, ..defaults.solver },
                 placement: self.placement.parse().map_err(|e| ReplayError::Usage(format!("--placement: {e}")))?,
+                sharing: self.sharing,
                 ..defaults
             },
             forecaster,
@@ -413,6 +419,7 @@ fn reproduce(spec: &super::RunSpec) -> serde_json::Value {
         "forecaster": spec.forecaster.to_string(),
         "tlb": spec.tlb.name(),
         "tlb_blind": spec.tlb_blind,
+        "sharing": spec.planner.sharing,
         "fluid_tick_ms": spec.fluid_tick_ms,
         "late_requests": spec.late,
         "replan_on_burst": spec.replan_on_burst,

@@ -170,8 +170,15 @@ pub fn upper_bound(
     let slo: Vec<f64> = scenario.tenants.iter().map(|t| t.slo_ms).collect();
     let demand =
         bound_demand(arrivals, &slo, scenario.planner.slot_s * 1000.0, scenario.duration_ms, scenario.fluid_tick_ms)?;
-    tessera_planner::bound::upper_bound(&scenario.tenants, &scenario.models, &scenario.gpus, &demand)
-        .map_err(|e| ReplayError::Plan(format!("upper bound: {e}")))
+    let retraining_takes_slices = scenario.planner.sharing.is_exclusive();
+    tessera_planner::bound::upper_bound_with(
+        &scenario.tenants,
+        &scenario.models,
+        &scenario.gpus,
+        &demand,
+        retraining_takes_slices,
+    )
+    .map_err(|e| ReplayError::Plan(format!("upper bound: {e}")))
 }
 
 /// One planning window of one policy's run.

@@ -34,8 +34,8 @@ pub struct Comparison {
 /// added each policy's `latency_ms` percentiles and `tenants` breakdown; 4 made `scenario.tlb` the TLB's name (`off`,
 /// `baseline` or `star`) instead of a boolean; 5 added `scenario.tlb_aware` (whether replay gave the planners the
 /// TLB model's interference table; always false in cluster mode, where the coordinator plans with its own
-/// `planner.interference`) and `reproduce.tlb_blind`.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 5;
+/// `planner.interference`) and `reproduce.tlb_blind`; 6 added `scenario.sharing` and `reproduce.sharing`.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 6;
 
 impl Comparison {
     /// `goodput / upper bound` for `run` (`None` without a bound; 1 when the bound is 0).
@@ -157,6 +157,7 @@ impl Comparison {
                 "forecaster": scenario.forecaster.to_string(),
                 "tlb": scenario.tlb.name(),
                 "tlb_aware": scenario.interference.is_some(),
+                "sharing": scenario.planner.sharing,
                 "executor": if scenario.fluid_tick_ms.is_some() { "fluid" } else { "discrete" },
                 "fluid_tick_ms": scenario.fluid_tick_ms,
                 "late_requests": scenario.executor.late,
