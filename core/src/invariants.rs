@@ -125,7 +125,8 @@ pub fn placement_serves_at_most_one_role(
             && on[0].tenant == on[1].tenant
             && on[0].role != on[1].role
             && on.iter().any(|a| a.role == Role::Inference);
-        if on.len() > 1 && !(shared_pair && !sharing.is_exclusive()) {
+        let allowed_pair = shared_pair && !sharing.is_exclusive();
+        if on.len() > 1 && !allowed_pair {
             return Err(Violation::InstanceSharedByRoles { gpu: gpu.clone(), placement, count: on.len(), allowed });
         }
     }
