@@ -93,7 +93,7 @@ pub fn solve_with(
     Ok(Some(outcome))
 }
 
-/// Runs the retraining of tenants the plan leaves without a retraining instance beside their inference instead
+/// Runs the retraining of tenants the plan leaves without a retraining instance now beside their inference instead
 /// ([`crate::level2::problem::SharedTask`]), where the GPU's exact evaluation gains. A local search over the solved
 /// schedule, tenant by tenant: for each profile whose instance holds the tenant's inference and retraining
 /// together, the tenant's inference moves to that profile from the first slot for as long as the slot's counts
@@ -119,12 +119,17 @@ pub fn share_retraining(pb: &GpuProblem, schedule: &Schedule, placed: Placed, ta
         if t.retrain.as_ref().is_none_or(|r| r.work_s <= 0.0 || r.running_on.is_some()) || t.acc_new <= t.acc_old {
             continue;
         }
-        if schedule.retrain[i].is_some() || schedule.inference.first().is_none_or(|s| s[i].is_none()) {
+        // A retraining the plan starts at once keeps its instance; one it starts later may run shared from now
+        // instead (its instance is then not created).
+        if schedule.retrain[i].is_some_and(|o| o.start == 0)
+            || schedule.inference.first().is_none_or(|s| s[i].is_none())
+        {
             continue;
         }
         let mut found: Option<(f64, Schedule, Placed)> = None;
         for p in (0..pb.profiles.len()).filter(|p| sh.cap[*p] > 0.0) {
             let mut cand = schedule.clone();
+            cand.retrain[i] = None;
             for slot in 0..pb.slots {
                 if cand.inference[slot][i].is_none() {
                     break;
