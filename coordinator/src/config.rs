@@ -21,6 +21,7 @@
 //! election_ticks = 10
 //! heartbeat_ticks = 2
 //! snapshot_every = 10000
+//! snapshot_log_ratio = 1.0                 # and only once the entries since hold this x the last snapshot's bytes
 //! keep_tail = 1000
 //! request_timeout = "5s"
 //!
@@ -158,6 +159,7 @@ struct RawRaft {
     election_ticks: Option<usize>,
     heartbeat_ticks: Option<usize>,
     snapshot_every: Option<u64>,
+    snapshot_log_ratio: Option<f64>,
     keep_tail: Option<u64>,
     request_timeout: Option<String>,
 }
@@ -204,6 +206,8 @@ pub struct Overrides {
     pub election_ticks: Option<usize>,
     /// `--snapshot-every`.
     pub snapshot_every: Option<u64>,
+    /// `--snapshot-log-ratio`.
+    pub snapshot_log_ratio: Option<f64>,
     /// `--forecaster`.
     pub forecaster: Option<String>,
     /// `--slot`.
@@ -379,6 +383,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         election_ticks: over.election_ticks.or(r.election_ticks).unwrap_or(defaults.election_ticks),
         heartbeat_ticks: r.heartbeat_ticks.unwrap_or(defaults.heartbeat_ticks),
         snapshot_every: over.snapshot_every.or(r.snapshot_every).unwrap_or(defaults.snapshot_every),
+        snapshot_log_ratio: over.snapshot_log_ratio.or(r.snapshot_log_ratio).unwrap_or(defaults.snapshot_log_ratio),
         keep_tail: over.keep_tail.or(r.keep_tail).unwrap_or(defaults.keep_tail),
         request_timeout: duration("raft.request_timeout", r.request_timeout.as_deref(), "5s")?,
     };
@@ -387,6 +392,12 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     }
     if raft.snapshot_every == 0 {
         return Err(field("raft.snapshot_every", "must be > 0"));
+    }
+    if !(raft.snapshot_log_ratio.is_finite() && (0.0..=1000.0).contains(&raft.snapshot_log_ratio)) {
+        return Err(field(
+            "raft.snapshot_log_ratio",
+            "must be a number in [0, 1000] (0: snapshot_every alone decides)",
+        ));
     }
     let slot_default = format!("{}ms", (planning.planner.slot_s * 1000.0).round() as u64);
     let slot = duration("planner.slot", over.slot.as_deref().or(raw.planner.slot.as_deref()), &slot_default)?;

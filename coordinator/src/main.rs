@@ -136,6 +136,10 @@ struct ServeArgs {
     /// Log entries kept behind a snapshot when the log is compacted.
     #[arg(long)]
     keep_tail: Option<u64>,
+    /// Snapshot only once the entries applied since the last snapshot hold this many times its bytes (0: every
+    /// --snapshot-every entries, whatever the state's size).
+    #[arg(long)]
+    snapshot_log_ratio: Option<f64>,
     /// A node silent this long is suspect: it keeps its work and gets none new (e.g. 6s).
     #[arg(long)]
     suspect_after: Option<String>,
@@ -534,6 +538,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 otlp_endpoint: a.otlp_endpoint,
                 election_ticks: a.election_ticks,
                 snapshot_every: a.snapshot_every,
+                snapshot_log_ratio: a.snapshot_log_ratio,
                 keep_tail: a.keep_tail,
                 forecaster: a.forecaster,
                 slot: a.slot,

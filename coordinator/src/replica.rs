@@ -34,8 +34,12 @@ pub struct RaftSettings {
     pub election_ticks: usize,
     /// Ticks between a leader's heartbeats.
     pub heartbeat_ticks: usize,
-    /// Applied entries between two snapshots of the state machine.
+    /// Applied entries between two snapshots of the state machine, at least.
     pub snapshot_every: u64,
+    /// A snapshot also waits until the entries applied since the last one hold this many times its bytes, so that
+    /// writing snapshots costs each write the same whatever the state's size (a larger state is snapshotted less
+    /// often, and the log holds at most about this many times the state's bytes). 0: `snapshot_every` alone.
+    pub snapshot_log_ratio: f64,
     /// Entries kept behind a snapshot when the log is compacted.
     pub keep_tail: u64,
     /// How long a client waits for its proposal or read index.
@@ -50,6 +54,7 @@ impl Default for RaftSettings {
             election_ticks: 10,
             heartbeat_ticks: 2,
             snapshot_every: 10_000,
+            snapshot_log_ratio: 1.0,
             keep_tail: 1_000,
             request_timeout: Duration::from_secs(5),
         }
@@ -138,6 +143,46 @@ enum Request {
         reply: Reply<u64>,
     },
     Step(Vec<Message>),
+    /// The snapshot worker wrote the data of the snapshot at `index` (or failed to).
+    SnapshotStaged {
+        index: u64,
+        term: u64,
+        conf_state: ConfState,
+        result: Result<usize, String>,
+        took: Duration,
+    },
+}
+
+/// Work for the snapshot thread.
+enum SnapshotJob {
+    /// Serialise and stage the state as applied at `index`.
+    Take { index: u64, term: u64, conf_state: ConfState, state: Box<CoordState> },
+    /// Compact the log below this index (a recorded snapshot covers it).
+    Compact(u64),
+}
+
+/// The snapshot worker: serialises each job's state and stages it in the store (the slow part of a snapshot, off
+/// the raft thread), then reports to the node, which records it; then compacts the log behind it when told.
+fn snapshot_worker<S: RaftStore>(store: S, jobs: std_mpsc::Receiver<SnapshotJob>, node: std_mpsc::Sender<Request>) {
+    for job in jobs {
+        match job {
+            SnapshotJob::Take { index, term, conf_state, state } => {
+                let start = Instant::now();
+                let data = state.to_snapshot();
+                drop(state);
+                let result = store.stage_snapshot(index, term, &data).map(|()| data.len()).map_err(|e| e.to_string());
+                let report = Request::SnapshotStaged { index, term, conf_state, result, took: start.elapsed() };
+                if node.send(report).is_err() {
+                    return;
+                }
+            }
+            SnapshotJob::Compact(index) => {
+                if let Err(e) = store.compact(index) {
+                    tracing::error!(index, error = %e, "the log could not be compacted");
+                }
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -236,6 +281,14 @@ impl Replica {
             members: RwLock::new(members),
         });
         let (tx, rx) = std_mpsc::channel();
+        let (jobs, job_rx) = std_mpsc::channel();
+        {
+            let (store, tx) = (store.clone(), tx.clone());
+            std::thread::Builder::new()
+                .name(format!("snapshot-{}", settings.id))
+                .spawn(move || snapshot_worker(store, job_rx, tx))
+                .map_err(|e| ReplicaError::Raft(format!("cannot start the snapshot thread: {e}")))?;
+        }
         let conf_state = raw.raft.prs().conf().to_conf_state();
         let mut driver = Driver {
             raw,
@@ -253,6 +306,10 @@ impl Replica {
             last_snapshot: applied,
             conf_state,
             force_snapshot: false,
+            snapshot_jobs: jobs,
+            snapshotting: None,
+            snapshot_bytes: snapshot.as_ref().map_or(0, |s| s.data.len() as u64),
+            log_bytes: 0,
             last_leader: 0,
         };
         std::thread::Builder::new()
@@ -426,6 +483,14 @@ struct Driver<S: RaftStore> {
     /// Snapshot at the end of this batch: a configuration changed, and a member added later must receive a
     /// snapshot whose configuration includes it (raft-rs ignores one that does not).
     force_snapshot: bool,
+    /// Jobs for the snapshot worker.
+    snapshot_jobs: std_mpsc::Sender<SnapshotJob>,
+    /// The index of the snapshot the worker is writing, if any (one at a time).
+    snapshotting: Option<u64>,
+    /// Bytes of the latest snapshot's data.
+    snapshot_bytes: u64,
+    /// Bytes of the entries applied since the latest snapshot was taken.
+    log_bytes: u64,
     /// The leader as of the last status update (0: none).
     last_leader: u64,
 }
@@ -534,6 +599,12 @@ impl<S: RaftStore> Driver<S> {
                     }
                 }
             }
+            Request::SnapshotStaged { index, term, conf_state, result, took } => {
+                self.snapshotting = None;
+                if let Err(e) = self.record_snapshot(index, term, conf_state, result, took) {
+                    tracing::error!(index, error = %e, "the snapshot could not be recorded; the log is not compacted");
+                }
+            }
             Request::Step(messages) => {
                 for m in messages {
                     if self.transport.is_blocked(m.from) {
@@ -585,11 +656,9 @@ impl<S: RaftStore> Driver<S> {
         }
         let committed = ready.take_committed_entries();
         self.apply(committed)?;
-        if !ready.entries().is_empty() {
-            self.store.append(ready.entries())?;
-        }
-        if let Some(hs) = ready.hs() {
-            self.store.set_hard_state(hs)?;
+        // Entries and hard state, durable together: one sync per Ready.
+        if !ready.entries().is_empty() || ready.hs().is_some() {
+            self.store.persist(ready.entries(), ready.hs())?;
         }
         for rs in ready.take_read_states() {
             self.read_confirmed(&rs.request_ctx, rs.index);
@@ -600,9 +669,10 @@ impl<S: RaftStore> Driver<S> {
         }
         let mut light = self.raw.advance(ready);
         if let Some(commit) = light.commit_index() {
+            // Only the commit index moved: raft does not need it durable, so this write does not wait for the disk.
             let mut hs = self.raw.raft.hard_state();
             hs.commit = commit;
-            self.store.set_hard_state(&hs)?;
+            self.store.set_commit(&hs)?;
         }
         let m = light.take_messages();
         self.send(m);
@@ -637,6 +707,8 @@ impl<S: RaftStore> Driver<S> {
         *self.shared.state.write().expect("state lock") = state;
         self.applied = meta.index;
         self.last_snapshot = meta.index;
+        self.snapshot_bytes = snap.data.len() as u64;
+        self.log_bytes = 0;
         self.conf_state = meta.get_conf_state().clone();
         *self.shared.voters.write().expect("voters lock") = self.conf_state.voters.clone();
         self.shared.applied.send_replace(self.applied);
@@ -656,6 +728,7 @@ impl<S: RaftStore> Driver<S> {
                     continue;
                 }
                 self.applied = entry.index;
+                self.log_bytes += entry.data.len() as u64;
                 match entry.get_entry_type() {
                     EntryType::EntryNormal if entry.data.is_empty() => {}
                     EntryType::EntryNormal => {
@@ -727,21 +800,82 @@ impl<S: RaftStore> Driver<S> {
         Ok(())
     }
 
+    /// Hands a snapshot of the state at the applied index to the worker when one is due (every `snapshot_every`
+    /// entries, or after a configuration change) and none is in flight. The raft thread only clones the state;
+    /// serialising and writing it happen on the worker, and [`Driver::record_snapshot`] finishes the job.
     fn maybe_snapshot(&mut self) -> Result<(), ReplicaError> {
-        let due = self.applied >= self.last_snapshot + self.settings.snapshot_every;
+        if self.snapshotting.is_some() {
+            return Ok(());
+        }
+        let due = self.applied >= self.last_snapshot + self.settings.snapshot_every
+            && self.log_bytes as f64 >= self.settings.snapshot_log_ratio * self.snapshot_bytes as f64;
         if !(due || self.force_snapshot && self.applied > self.last_snapshot) {
             return Ok(());
         }
         self.force_snapshot = false;
-        let data = self.shared.state.read().expect("state lock").to_snapshot();
-        self.store.create_snapshot(self.applied, self.conf_state.clone(), data)?;
+        self.log_bytes = 0;
+        let term = self.raw.raft.raft_log.term(self.applied).map_err(|e| ReplicaError::Raft(e.to_string()))?;
+        let start = Instant::now();
+        let state = Box::new(self.shared.state.read().expect("state lock").clone());
+        let cloned = start.elapsed();
+        let job = SnapshotJob::Take { index: self.applied, term, conf_state: self.conf_state.clone(), state };
+        if let Err(std_mpsc::SendError(SnapshotJob::Take { index, conf_state, state, .. })) =
+            self.snapshot_jobs.send(job)
+        {
+            // The worker is gone (it only stops with the node): snapshot here.
+            let data = state.to_snapshot();
+            self.snapshot_bytes = data.len() as u64;
+            self.store.create_snapshot(index, conf_state, data)?;
+            self.last_snapshot = index;
+            return self.compact_after(index);
+        }
+        tracing::debug!(index = self.applied, clone_ms = cloned.as_secs_f64() * 1e3, "snapshot handed to the worker");
+        self.snapshotting = Some(self.applied);
         self.last_snapshot = self.applied;
+        Ok(())
+    }
+
+    /// Records a snapshot the worker staged and compacts the log behind it. A snapshot the node has meanwhile
+    /// moved past (one installed from the leader) is dropped; a failed write is retried after `snapshot_every`
+    /// more entries.
+    fn record_snapshot(
+        &mut self,
+        index: u64,
+        term: u64,
+        conf_state: ConfState,
+        result: Result<usize, String>,
+        took: Duration,
+    ) -> Result<(), ReplicaError> {
+        let bytes = match result {
+            Ok(b) => {
+                self.snapshot_bytes = b as u64;
+                b
+            }
+            Err(e) => {
+                tracing::warn!(index, error = %e, "the snapshot could not be written; retried later");
+                return Ok(());
+            }
+        };
+        match self.store.commit_snapshot(index, term, conf_state) {
+            Ok(()) => {}
+            Err(StoreError::SnapshotOutOfDate { .. }) => {
+                tracing::debug!(index, "a snapshot the node has moved past is dropped");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tracing::debug!(index, bytes, write_ms = took.as_secs_f64() * 1e3, "snapshot taken");
+        self.compact_after(index)
+    }
+
+    /// Compacts the log behind a snapshot at `index`, keeping `keep_tail` entries: on the snapshot thread, or here
+    /// if it is gone.
+    fn compact_after(&mut self, index: u64) -> Result<(), ReplicaError> {
         let first = raft::Storage::first_index(&self.store).map_err(|e| ReplicaError::Raft(e.to_string()))?;
-        let compact_to = (self.applied + 1).saturating_sub(self.settings.keep_tail);
-        if compact_to > first {
+        let compact_to = (index + 1).saturating_sub(self.settings.keep_tail);
+        if compact_to > first && self.snapshot_jobs.send(SnapshotJob::Compact(compact_to)).is_err() {
             self.store.compact(compact_to)?;
         }
-        tracing::debug!(index = self.applied, compact_to, "snapshot taken");
         Ok(())
     }
 

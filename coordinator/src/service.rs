@@ -748,11 +748,9 @@ impl RaftService {
     }
 }
 
-#[tonic::async_trait]
-impl v1::raft_server::Raft for RaftService {
-    async fn step(&self, req: Request<v1::RaftBatch>) -> Result<Response<v1::RaftAck>, Status> {
-        self.auth.check(&req, Need::Member(req.get_ref().from))?;
-        let batch = req.into_inner();
+impl RaftService {
+    /// Checks a batch whose sender the caller's certificate allows and hands its messages to the node.
+    fn accept(&self, batch: v1::RaftBatch) -> Result<(), Status> {
         if self.transport.is_blocked(batch.from) {
             return Err(Status::unavailable("partitioned (fault injection)"));
         }
@@ -781,7 +779,36 @@ impl v1::raft_server::Raft for RaftService {
             self.metrics.proposals_dropped_late(dropped as u64);
             tracing::warn!(from = batch.from, dropped, "dropped forwarded proposals that arrived after their deadline");
         }
-        self.node.step(messages).map_err(status)?;
+        self.node.step(messages).map_err(status)
+    }
+}
+
+#[tonic::async_trait]
+impl v1::raft_server::Raft for RaftService {
+    async fn step(&self, req: Request<v1::RaftBatch>) -> Result<Response<v1::RaftAck>, Status> {
+        self.auth.check(&req, Need::Member(req.get_ref().from))?;
+        self.accept(req.into_inner())?;
+        Ok(Response::new(v1::RaftAck {}))
+    }
+
+    async fn step_stream(
+        &self,
+        mut req: Request<tonic::Streaming<v1::RaftBatch>>,
+    ) -> Result<Response<v1::RaftAck>, Status> {
+        let Some(first) = req.get_mut().message().await? else {
+            return Ok(Response::new(v1::RaftAck {}));
+        };
+        // The certificate is checked once, against the first batch's sender; every later batch must name the same.
+        let from = first.from;
+        self.auth.check(&req, Need::Member(from))?;
+        self.accept(first)?;
+        let stream = req.get_mut();
+        while let Some(batch) = stream.message().await? {
+            if batch.from != from {
+                return Err(bad("from", format!("a batch from {} on a stream from {from}", batch.from)));
+            }
+            self.accept(batch)?;
+        }
         Ok(Response::new(v1::RaftAck {}))
     }
 

@@ -128,6 +128,26 @@ pub trait RaftStore: Storage + Clone + Send + Sync + 'static {
     /// Stores the hard state durably.
     fn set_hard_state(&self, hs: &HardState) -> Result<(), StoreError>;
 
+    /// What a `Ready` asks to persist, entries (as [`RaftStore::append`]) and hard state, made durable together by
+    /// one sync: durable when it returns, except that a hard state changing only the commit index may be kept as
+    /// [`RaftStore::set_commit`] keeps it.
+    fn persist(&self, entries: &[Entry], hs: Option<&HardState>) -> Result<(), StoreError> {
+        if !entries.is_empty() {
+            self.append(entries)?;
+        }
+        if let Some(hs) = hs {
+            self.set_hard_state(hs)?;
+        }
+        Ok(())
+    }
+
+    /// Stores a hard state that differs from the stored one only by a higher commit index, without waiting for
+    /// the disk: raft does not need the commit index durable (a restarted member learns it again from the leader),
+    /// and the next durable write carries it. A store that cannot tell keeps it durably.
+    fn set_commit(&self, hs: &HardState) -> Result<(), StoreError> {
+        self.set_hard_state(hs)
+    }
+
     /// Stores the conf state durably.
     fn set_conf_state(&self, cs: &ConfState) -> Result<(), StoreError>;
 
@@ -143,9 +163,22 @@ pub trait RaftStore: Storage + Clone + Send + Sync + 'static {
     /// compact the log: call [`RaftStore::compact`] for that. The stored conf state is left as is. Durable.
     fn create_snapshot(&self, index: u64, conf_state: ConfState, data: Vec<u8>) -> Result<(), StoreError>;
 
+    /// The slow half of [`RaftStore::create_snapshot`], safe to run on another thread while the node goes on:
+    /// writes the data of the snapshot at `index` and `term` durably without recording it. Nothing reads it until
+    /// [`RaftStore::commit_snapshot`] records it; a staged snapshot that is never committed is discarded by the next
+    /// snapshot or the next open.
+    fn stage_snapshot(&self, index: u64, term: u64, data: &[u8]) -> Result<(), StoreError>;
+
+    /// Records the snapshot staged at `index` and `term` as the latest, with the given conf state: the other half
+    /// of [`RaftStore::create_snapshot`], with its errors, plus [`StoreError::Corrupt`] when nothing was staged
+    /// there, and [`StoreError::SnapshotOutOfDate`] when `term` is not the term of that log entry. Durable.
+    fn commit_snapshot(&self, index: u64, term: u64, conf_state: ConfState) -> Result<(), StoreError>;
+
     /// Removes the entries with index `< compact_index`, like `MemStorage::compact`; a `compact_index` at or below
     /// the first index is a no-op. Requires `compact_index <= snapshot index + 1`
-    /// ([`StoreError::CompactBeyondSnapshot`]): only what a snapshot covers may go. Durable.
+    /// ([`StoreError::CompactBeyondSnapshot`]): only what a snapshot covers may go. Safe to call from another
+    /// thread than the node's. Need not be durable: entries a crash brings back are still a valid prefix of the
+    /// log, which the snapshot covers.
     fn compact(&self, compact_index: u64) -> Result<(), StoreError>;
 
     /// The latest stored snapshot (metadata and data), created or installed, or `None` if there never was one.
@@ -195,6 +228,9 @@ fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 // MemStore
 // ---------------------------------------------------------------------------------------------------------------
 
+/// A staged snapshot: index, term and data.
+type Staged = (u64, u64, Vec<u8>);
+
 /// In-memory [`RaftStore`] for unit tests of the node: raft-rs's [`MemStorage`] plus the latest snapshot (with its
 /// data). Clones share the same storage.
 #[derive(Clone, Default)]
@@ -203,6 +239,8 @@ pub struct MemStore {
     /// The latest snapshot. Its write lock also serializes the mutating calls; it is always taken before the
     /// `MemStorage` lock.
     snapshot: Arc<RwLock<Option<Snapshot>>>,
+    /// Snapshot data staged by [`RaftStore::stage_snapshot`] and not committed yet, by index and term.
+    staged: Arc<std::sync::Mutex<Option<Staged>>>,
 }
 
 impl MemStore {
@@ -215,7 +253,11 @@ impl MemStore {
     /// A store initialized with the given voters as its conf state, like `MemStorage::new_with_conf_state`: how a
     /// brand-new cluster's members start.
     pub fn new_with_conf_state(voters: Vec<u64>) -> MemStore {
-        MemStore { storage: MemStorage::new_with_conf_state((voters, Vec::<u64>::new())), snapshot: Arc::default() }
+        MemStore {
+            storage: MemStorage::new_with_conf_state((voters, Vec::<u64>::new())),
+            snapshot: Arc::default(),
+            staged: Arc::default(),
+        }
     }
 
     fn snapshot_index_term(snap: &Option<Snapshot>) -> (u64, u64) {
@@ -325,17 +367,46 @@ impl RaftStore for MemStore {
     }
 
     fn create_snapshot(&self, index: u64, conf_state: ConfState, data: Vec<u8>) -> Result<(), StoreError> {
+        let term = {
+            let latest = read(&self.snapshot);
+            let (snapshot_index, _) = MemStore::snapshot_index_term(&latest);
+            let first_index = self.storage.first_index().map_err(StoreError::Raft)?;
+            let last_index = self.storage.last_index().map_err(StoreError::Raft)?;
+            if index <= snapshot_index {
+                return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
+            }
+            if index > last_index {
+                return Err(StoreError::SnapshotBeyondLog { index, last_index });
+            }
+            self.storage.term(index).map_err(StoreError::Raft)?
+        };
+        self.stage_snapshot(index, term, &data)?;
+        self.commit_snapshot(index, term, conf_state)
+    }
+
+    fn stage_snapshot(&self, index: u64, term: u64, data: &[u8]) -> Result<(), StoreError> {
+        *self.staged.lock().expect("staged lock") = Some((index, term, data.to_vec()));
+        Ok(())
+    }
+
+    fn commit_snapshot(&self, index: u64, term: u64, conf_state: ConfState) -> Result<(), StoreError> {
         let mut latest = write(&self.snapshot);
         let (snapshot_index, _) = MemStore::snapshot_index_term(&latest);
         let first_index = self.storage.first_index().map_err(StoreError::Raft)?;
         let last_index = self.storage.last_index().map_err(StoreError::Raft)?;
-        if index <= snapshot_index {
+        if index <= snapshot_index || index < first_index {
             return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
         }
         if index > last_index {
             return Err(StoreError::SnapshotBeyondLog { index, last_index });
         }
-        let term = self.storage.term(index).map_err(StoreError::Raft)?;
+        if self.storage.term(index).map_err(StoreError::Raft)? != term {
+            return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
+        }
+        let data = match self.staged.lock().expect("staged lock").take() {
+            Some((i, t, data)) if (i, t) == (index, term) => data,
+            _ => return Err(StoreError::Corrupt(format!("no snapshot staged at index {index}, term {term}"))),
+        };
         let mut snap = Snapshot::default();
         snap.set_data(data.into());
         let meta = snap.mut_metadata();
@@ -509,9 +580,47 @@ struct Cache {
     snapshot: Option<SnapshotMetadata>,
     hard_state: HardState,
     conf_state: ConfState,
+    /// The newest entries of the log, at most [`RECENT_ENTRIES`], consecutive and ending at `last_index`: the
+    /// leader sends followers what it just wrote, and raft asks for terms near the end, so those reads need not
+    /// go to sled and decode (etcd keeps its whole unsnapshotted log in memory for the same reason).
+    recent: std::collections::VecDeque<Entry>,
 }
 
+/// How many of the newest entries [`SledStore`] keeps in memory.
+const RECENT_ENTRIES: usize = 4096;
+
 impl Cache {
+    /// The entry at `index`, if it is among the recent ones.
+    fn recent(&self, index: u64) -> Option<&Entry> {
+        let first = self.recent.front()?.index;
+        self.recent.get(usize::try_from(index.checked_sub(first)?).ok()?)
+    }
+
+    /// Records entries appended from index `from` on (`ents`, consecutive): what they overwrite goes first.
+    fn remember(&mut self, from: u64, ents: &[Entry]) {
+        while self.recent.back().is_some_and(|e| e.index >= from) {
+            self.recent.pop_back();
+        }
+        if self.recent.back().is_some_and(|e| e.index + 1 != from) {
+            self.recent.clear();
+        }
+        let skip = ents.len().saturating_sub(RECENT_ENTRIES);
+        if skip > 0 {
+            self.recent.clear();
+        }
+        self.recent.extend(ents[skip..].iter().cloned());
+        while self.recent.len() > RECENT_ENTRIES {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Forgets the entries below `index` (compacted).
+    fn forget_below(&mut self, index: u64) {
+        while self.recent.front().is_some_and(|e| e.index < index) {
+            self.recent.pop_front();
+        }
+    }
+
     fn snapshot_index(&self) -> u64 {
         self.snapshot.as_ref().map_or(0, |m| m.index)
     }
@@ -638,8 +747,14 @@ impl SledStore {
             bounds = Some((bounds.map_or(entry.index, |(first, _)| first), entry.index));
         }
 
-        let mut cache =
-            Cache { first_index: snapshot_index + 1, last_index: snapshot_index, snapshot, hard_state, conf_state };
+        let mut cache = Cache {
+            first_index: snapshot_index + 1,
+            last_index: snapshot_index,
+            snapshot,
+            hard_state,
+            conf_state,
+            ..Cache::default()
+        };
         if let Some((first, last)) = bounds {
             let stale = cache.snapshot.is_some()
                 && (last < snapshot_index || term_at_snapshot.is_some_and(|t| t != snapshot_term));
@@ -661,6 +776,17 @@ impl SledStore {
                 cache.first_index = first;
                 cache.last_index = last;
             }
+        }
+        if cache.hard_state.commit > cache.last_index {
+            // A commit index is written without a sync (`set_commit`) and may be recovered without the entries it
+            // counted if they were not durable yet; raft refuses to start on such a hard state. The commit index
+            // need not be durable: the leader tells it again.
+            tracing::warn!(
+                commit = cache.hard_state.commit,
+                last_index = cache.last_index,
+                "raft store: the stored commit index is past the log; lowered to its last index"
+            );
+            cache.hard_state.commit = cache.last_index;
         }
         Ok(SledStore { inner: Arc::new(SledInner { db, entries, meta, dir, log_file, cache: RwLock::new(cache) }) })
     }
@@ -700,6 +826,25 @@ impl SledStore {
             }
         }
         Ok(())
+    }
+
+    /// Writes `entries` to the log tree (not synced), truncating the conflicting suffix; the entries written, or
+    /// `None` when there was nothing to append. The caller holds the cache's write lock and updates it once durable.
+    fn write_entries<'a>(&self, cache: &Cache, entries: &'a [Entry]) -> Result<Option<&'a [Entry]>, StoreError> {
+        let Some(ents) = entries_to_append(entries, cache.snapshot_index(), cache.last_index)? else {
+            return Ok(None);
+        };
+        let new_last = ents[ents.len() - 1].index;
+        let mut batch = sled::Batch::default();
+        // The conflicting suffix: what the new entries do not overwrite goes.
+        for index in new_last + 1..=cache.last_index {
+            batch.remove(&entry_key(index));
+        }
+        for entry in ents {
+            batch.insert(&entry_key(entry.index), encode("Entry", entry)?);
+        }
+        self.inner.entries.apply_batch(batch)?;
+        Ok(Some(ents))
     }
 
     fn snapshot_dir(&self) -> PathBuf {
@@ -773,6 +918,20 @@ impl Storage for SledStore {
         // Same cut as raft::util::limit_size: the first entry always, then while the running size fits.
         let mut out = Vec::with_capacity(usize::try_from((high - low).min(1024)).unwrap_or(1024));
         let mut size = 0u64;
+        if cache.recent(low).is_some() {
+            // high <= last_index + 1, and the recent entries run to last_index.
+            for index in low..high {
+                let entry = cache.recent(index).expect("recent entries run to the last index");
+                if let Some(max) = max_size {
+                    size += u64::from(protobuf::Message::compute_size(entry));
+                    if !out.is_empty() && size > max {
+                        break;
+                    }
+                }
+                out.push(entry.clone());
+            }
+            return Ok(out);
+        }
         let mut cut = false;
         for item in self.inner.entries.range(entry_key(low)..entry_key(high)) {
             let (key, value) = item.map_err(StoreError::from)?;
@@ -808,6 +967,9 @@ impl Storage for SledStore {
         if idx > cache.last_index {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
+        if let Some(e) = cache.recent(idx) {
+            return Ok(e.term);
+        }
         Ok(self.read_entry(idx)?.term)
     }
 
@@ -827,31 +989,43 @@ impl Storage for SledStore {
 
 impl RaftStore for SledStore {
     fn append(&self, entries: &[Entry]) -> Result<(), StoreError> {
-        let mut cache = write(&self.inner.cache);
-        let Some(ents) = entries_to_append(entries, cache.snapshot_index(), cache.last_index)? else {
-            return Ok(());
-        };
-        let new_last = ents[ents.len() - 1].index;
-        let mut batch = sled::Batch::default();
-        // The conflicting suffix: what the new entries do not overwrite goes.
-        for index in new_last + 1..=cache.last_index {
-            batch.remove(&entry_key(index));
-        }
-        for entry in ents {
-            batch.insert(&entry_key(entry.index), encode("Entry", entry)?);
-        }
-        self.inner.entries.apply_batch(batch)?;
-        self.sync(false)?;
-        // first_index is unchanged: the new entries start at or after it (an empty log's first index is
-        // snapshot index + 1, the only place they may start then).
-        cache.last_index = new_last;
-        Ok(())
+        self.persist(entries, None)
     }
 
     fn set_hard_state(&self, hs: &HardState) -> Result<(), StoreError> {
+        self.persist(&[], Some(hs))
+    }
+
+    fn persist(&self, entries: &[Entry], hs: Option<&HardState>) -> Result<(), StoreError> {
         let mut cache = write(&self.inner.cache);
+        let written = self.write_entries(&cache, entries)?;
+        if let Some(hs) = hs {
+            // After the entries: sled recovers its log in order, so a crash between the two leaves the entries
+            // without the hard state, never a commit index beyond them (`load` clamps one anyway).
+            self.inner.meta.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", hs)?)?;
+        }
+        // Raft needs entries, term and vote durable before it answers; a hard state that only moved its commit
+        // index waits for the next sync (see `set_commit`).
+        let old = &cache.hard_state;
+        if written.is_some() || hs.is_some_and(|h| h.term != old.term || h.vote != old.vote) {
+            self.sync(false)?;
+        }
+        if let Some(ents) = written {
+            // first_index is unchanged: the new entries start at or after it (an empty log's first index is
+            // snapshot index + 1, the only place they may start then).
+            cache.last_index = ents[ents.len() - 1].index;
+            cache.remember(ents[0].index, ents);
+        }
+        if let Some(hs) = hs {
+            cache.hard_state = hs.clone();
+        }
+        Ok(())
+    }
+
+    fn set_commit(&self, hs: &HardState) -> Result<(), StoreError> {
+        let mut cache = write(&self.inner.cache);
+        // sled flushes on its own within `flush_every_ms`; the next `persist` syncs it with everything else.
         self.inner.meta.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", hs)?)?;
-        self.sync(false)?;
         cache.hard_state = hs.clone();
         Ok(())
     }
@@ -909,6 +1083,7 @@ impl RaftStore for SledStore {
 
         cache.first_index = index + 1;
         cache.last_index = index;
+        cache.recent.clear();
         cache.snapshot = Some(meta.clone());
         cache.hard_state = hard_state;
         cache.conf_state = conf_state;
@@ -916,52 +1091,85 @@ impl RaftStore for SledStore {
     }
 
     fn create_snapshot(&self, index: u64, conf_state: ConfState, data: Vec<u8>) -> Result<(), StoreError> {
+        let term = {
+            let cache = read(&self.inner.cache);
+            let (first_index, snapshot_index, last_index) =
+                (cache.first_index, cache.snapshot_index(), cache.last_index);
+            if index <= snapshot_index {
+                return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
+            }
+            if index > last_index {
+                return Err(StoreError::SnapshotBeyondLog { index, last_index });
+            }
+            // first_index <= snapshot_index + 1 <= index <= last_index: the entry is in the log.
+            self.read_entry(index)?.term
+        };
+        self.stage_snapshot(index, term, &data)?;
+        self.commit_snapshot(index, term, conf_state)
+    }
+
+    fn stage_snapshot(&self, index: u64, term: u64, data: &[u8]) -> Result<(), StoreError> {
+        write_snapshot_file(&self.snapshot_dir(), index, term, data)
+    }
+
+    fn commit_snapshot(&self, index: u64, term: u64, conf_state: ConfState) -> Result<(), StoreError> {
         let mut cache = write(&self.inner.cache);
         let (first_index, snapshot_index, last_index) = (cache.first_index, cache.snapshot_index(), cache.last_index);
-        if index <= snapshot_index {
+        if index <= snapshot_index || index < first_index {
             return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
         }
         if index > last_index {
             return Err(StoreError::SnapshotBeyondLog { index, last_index });
         }
-        // first_index <= snapshot_index + 1 <= index <= last_index: the entry is in the log.
-        let term = self.read_entry(index)?.term;
+        // first_index <= index <= last_index: the entry is in the log.
+        if self.read_entry(index)?.term != term {
+            return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
+        }
+        let name = snapshot_file_name(index, term);
+        if !self.snapshot_dir().join(&name).is_file() {
+            return Err(StoreError::Corrupt(format!("no snapshot staged at index {index}, term {term} ({name})")));
+        }
         let meta = SnapshotMetadata {
             index,
             term,
             conf_state: protobuf::SingularPtrField::some(conf_state),
             ..Default::default()
         };
-
-        write_snapshot_file(&self.snapshot_dir(), index, term, &data)?;
         let mut batch = sled::Batch::default();
         batch.insert(KEY_SNAPSHOT_META.as_bytes(), encode("SnapshotMetadata", &meta)?);
         batch.remove(KEY_SNAPSHOT_DATA.as_bytes());
         self.inner.meta.apply_batch(batch)?;
         self.sync(false)?;
         // Only now, with the newer snapshot durable, does the older one go.
-        remove_other_snapshots(&self.snapshot_dir(), Some(&snapshot_file_name(index, term)))?;
+        remove_other_snapshots(&self.snapshot_dir(), Some(&name))?;
         cache.snapshot = Some(meta);
         Ok(())
     }
 
     fn compact(&self, compact_index: u64) -> Result<(), StoreError> {
-        let mut cache = write(&self.inner.cache);
-        if compact_index <= cache.first_index {
-            return Ok(());
-        }
-        let snapshot_index = cache.snapshot_index();
-        if compact_index > snapshot_index + 1 {
-            return Err(StoreError::CompactBeyondSnapshot { compact_index, snapshot_index });
-        }
+        let first = {
+            let mut cache = write(&self.inner.cache);
+            if compact_index <= cache.first_index {
+                return Ok(());
+            }
+            let snapshot_index = cache.snapshot_index();
+            if compact_index > snapshot_index + 1 {
+                return Err(StoreError::CompactBeyondSnapshot { compact_index, snapshot_index });
+            }
+            // snapshot_index <= last_index, so compact_index <= last_index + 1 and the bounds stay consistent.
+            let first = cache.first_index;
+            cache.first_index = compact_index;
+            cache.forget_below(compact_index);
+            first
+        };
+        // Nothing reads below the first index any more, so the entries go without holding the lock (the node's
+        // writes go on meanwhile) and without a sync: entries a crash brings back are a valid prefix of the log,
+        // which `load` keeps (or drops, with the log, when a snapshot superseded it).
         let mut batch = sled::Batch::default();
-        for index in cache.first_index..compact_index {
+        for index in first..compact_index {
             batch.remove(&entry_key(index));
         }
         self.inner.entries.apply_batch(batch)?;
-        self.sync(false)?;
-        // snapshot_index <= last_index, so compact_index <= last_index + 1 and the bounds stay consistent.
-        cache.first_index = compact_index;
         Ok(())
     }
 

@@ -1,6 +1,7 @@
-//! Raft messages between coordinators over tonic: one sender task per peer drains a bounded queue into
-//! `Raft.Step` batches (raft tolerates lost messages, so a full queue or a failed call drops the batch and the
-//! protocol retransmits); the server side hands what arrives to the node.
+//! Raft messages between coordinators over tonic: one sender task per peer drains a bounded queue into batches
+//! sent on one long-lived `Raft.StepStream` call (no answer per batch, so batches follow each other without waiting;
+//! raft tolerates lost messages, so a full queue or a stream that ends drops what it held, a new stream opens after
+//! a short backoff, and the protocol retransmits); the server side checks each batch and hands it to the node.
 //!
 //! A test-only partition switch ([`Transport::set_blocked`], exposed over gRPC only when the node runs with
 //! `--allow-fault-injection`) drops every message to and from the listed peers, which is how the partition tests cut a
@@ -21,8 +22,8 @@ use tonic::transport::Channel;
 const QUEUE: usize = 4096;
 /// Messages per `Step` call at most.
 const BATCH: usize = 512;
-/// Deadline of one `Step` call (a snapshot may take a while; everything else is small).
-const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Batches waiting for a peer's stream (beyond them the sender waits, and the per-peer queue fills up).
+const STREAM_QUEUE: usize = 64;
 /// Largest message a peer may send (snapshots travel as one message).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 /// How far beyond a member's own term a Raft message's term may be. Terms grow by one per election, and pre-vote
@@ -181,16 +182,19 @@ impl Transport {
 async fn send_loop(inner: Arc<Inner>, peer: u64, endpoint: String, mut rx: mpsc::Receiver<Message>) {
     let server_name = format!("node-{peer}");
     let tls = inner.tls.as_ref().map(|f| (f, server_name.as_str()));
-    let channel: Channel = match crate::net::channel(&endpoint, Duration::from_secs(1), Some(STEP_TIMEOUT), tls) {
+    // No deadline per call: the stream lives as long as the connection, and the channel's keepalive closes a dead
+    // one (`crate::net`).
+    let channel: Channel = match crate::net::channel(&endpoint, Duration::from_secs(1), None, tls) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(peer, %endpoint, error = %e, "bad peer address");
             return;
         }
     };
-    let mut client = RaftClient::new(channel)
+    let client = RaftClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let mut stream: Option<Stream> = None;
     let mut failures = 0u32;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
@@ -203,18 +207,45 @@ async fn send_loop(inner: Arc<Inner>, peer: u64, endpoint: String, mut rx: mpsc:
         let messages = batch.iter().filter_map(|m| m.write_to_bytes().ok()).collect();
         // `from_address` stays empty: no receiver reads it (a peer's address is configuration's or membership's).
         let req = v1::RaftBatch { from: inner.id, from_address: String::new(), messages };
-        match client.step(req).await {
-            Ok(_) => failures = 0,
-            Err(status) => {
-                failures += 1;
-                if failures == 1 || failures.is_power_of_two() {
-                    tracing::debug!(peer, code = ?status.code(), failures, "raft send failed");
+        let open = match stream.take() {
+            Some(s) if !s.batches.is_closed() => s,
+            ended => {
+                if let Some(s) = ended {
+                    // The stream ended (the peer refused a batch, restarted, or the connection died): what it
+                    // carried may be lost, and raft sends it again. Back off a little if streams keep failing.
+                    failures = if s.opened.elapsed() > Duration::from_secs(1) { 1 } else { failures + 1 };
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::debug!(peer, failures, "raft stream to the peer ended; reopening");
+                    }
+                    while rx.try_recv().is_ok() {}
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(failures.min(10)))).await;
                 }
-                // Drop what queued up meanwhile (raft retransmits) and back off a little.
-                while rx.try_recv().is_ok() {}
-                tokio::time::sleep(Duration::from_millis(20 * u64::from(failures.min(10)))).await;
+                Stream::open(&client)
             }
+        };
+        if open.batches.send(req).await.is_ok() {
+            stream = Some(open);
         }
+    }
+}
+
+/// One open `StepStream` call to a peer: batches go into `batches`; the call ends (and `batches` closes) when the
+/// peer refuses one or the connection dies.
+struct Stream {
+    batches: mpsc::Sender<v1::RaftBatch>,
+    opened: std::time::Instant,
+}
+
+impl Stream {
+    fn open(client: &RaftClient<Channel>) -> Stream {
+        let (batches, outgoing) = mpsc::channel(STREAM_QUEUE);
+        let mut client = client.clone();
+        tokio::spawn(async move {
+            if let Err(status) = client.step_stream(tokio_stream::wrappers::ReceiverStream::new(outgoing)).await {
+                tracing::trace!(code = ?status.code(), message = status.message(), "raft stream ended");
+            }
+        });
+        Stream { batches, opened: std::time::Instant::now() }
     }
 }
 

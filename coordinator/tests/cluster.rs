@@ -93,8 +93,9 @@ async fn a_minority_accepts_no_writes_and_everyone_converges_after_healing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_fell_behind_catches_up_from_a_snapshot() {
-    // Snapshot every 10 entries and keep no tail, so the log the follower needs is compacted away.
-    let mut c = Cluster::start(3, &["--snapshot-every", "10", "--keep-tail", "0"]);
+    // Snapshot every 10 entries, whatever their size, and keep no tail, so the log the follower needs is compacted
+    // away.
+    let mut c = Cluster::start(3, &["--snapshot-every", "10", "--snapshot-log-ratio", "0", "--keep-tail", "0"]);
     let leader = c.wait_leader(&[1, 2, 3], T).await;
     let follower = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
     c.kill(follower);

@@ -68,6 +68,19 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     let e = member.step(heartbeat(bystander, 1_000_000_000_000)).await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("beyond this member's term"), "{e:?}");
+    // The same on the stream members send on: the first batch must come from the certificate's member, and every
+    // later batch from the same member as the first.
+    let stream = |batches: Vec<v1::RaftBatch>| {
+        let mut member = member.clone();
+        async move { member.step_stream(tokio_stream::iter(batches)).await }
+    };
+    let e = stream(vec![heartbeat(leader, 5)]).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "a member may not speak for another on a stream: {e:?}");
+    let e = stream(vec![heartbeat(bystander, 1), heartbeat(leader, 1)]).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("on a stream from"), "{e:?}");
+    let e = stream(vec![heartbeat(bystander, 1), heartbeat(bystander, 1_000_000_000_000)]).await.unwrap_err();
+    assert!(e.message().contains("beyond this member's term"), "{e:?}");
     let status = as_("reader").cluster_status(v1::ClusterStatusRequest {}).await.unwrap().into_inner();
     assert!(status.term < 1_000, "the forged term moved nothing: {}", status.term);
     // Nor may it redirect what the receiver sends it: the address a batch names is not believed (2,148 such calls
@@ -97,6 +110,9 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     // A client certificate cannot speak Raft for a member.
     let mut raft = v1::raft_client::RaftClient::new(c.channel_as(via, Some(&tls_files(pki.path(), "admin"))));
     let e = raft.step(v1::RaftBatch { from: leader, from_address: "127.0.0.1:1".into(), messages: vec![] }).await;
+    assert_eq!(e.unwrap_err().code(), Code::PermissionDenied);
+    let batch = v1::RaftBatch { from: leader, from_address: String::new(), messages: vec![] };
+    let e = raft.step_stream(tokio_stream::iter(vec![batch])).await;
     assert_eq!(e.unwrap_err().code(), Code::PermissionDenied);
 
     // No certificate at all: the TLS handshake itself fails (the server requires one), and plaintext is refused.

@@ -48,6 +48,61 @@ fn snapshot(index: u64, term: u64, cs: ConfState, data: &[u8]) -> Snapshot {
 
 // ----- the suite, over any RaftStore ---------------------------------------------------------------------------
 
+fn persist_writes_entries_and_hard_state_together<S: RaftStore>(s: S) {
+    let hs = HardState { term: 1, vote: 2, commit: 2, ..Default::default() };
+    s.persist(&ents(1..=3, 1), Some(&hs)).unwrap();
+    assert_eq!(bounds(&s), (1, 3));
+    assert_eq!(s.initial_state().unwrap().hard_state, hs);
+    // Entries alone, then the hard state alone, then nothing: each is what the store holds afterwards.
+    s.persist(&ents(4..=4, 1), None).unwrap();
+    assert_eq!(bounds(&s), (1, 4));
+    assert_eq!(s.initial_state().unwrap().hard_state, hs);
+    let voted = HardState { term: 2, vote: 3, commit: 3, ..Default::default() };
+    s.persist(&[], Some(&voted)).unwrap();
+    assert_eq!(s.initial_state().unwrap().hard_state, voted);
+    s.persist(&[], None).unwrap();
+    assert_eq!(s.initial_state().unwrap().hard_state, voted);
+    // A conflicting suffix goes, as with append.
+    s.persist(&ents(3..=3, 2), None).unwrap();
+    assert_eq!(index_terms(&s.entries(1, 4, None, ctx()).unwrap()), vec![(1, 1), (2, 1), (3, 2)]);
+    // A commit-only change is visible at once.
+    let committed = HardState { commit: 3, ..voted };
+    s.set_commit(&committed).unwrap();
+    assert_eq!(s.initial_state().unwrap().hard_state, committed);
+}
+
+fn staged_snapshots_are_committed_only_where_they_were_staged<S: RaftStore>(s: S) {
+    let cs = conf(vec![1, 2, 3], vec![]);
+    s.append(&ents(1..=5, 1)).unwrap();
+    s.append(&ents(6..=10, 2)).unwrap();
+    // Nothing staged there.
+    let err = s.commit_snapshot(7, 2, cs.clone()).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    assert!(s.latest_snapshot().unwrap().is_none());
+    // Staged, but not at that entry's term.
+    s.stage_snapshot(7, 1, b"state@7 term 1").unwrap();
+    let err = s.commit_snapshot(7, 1, cs.clone()).unwrap_err();
+    assert!(matches!(err, StoreError::SnapshotOutOfDate { .. }), "{err:?}");
+    assert!(s.latest_snapshot().unwrap().is_none());
+    // Staged and committed: the latest snapshot, readable and compactable behind.
+    s.stage_snapshot(7, 2, b"state@7").unwrap();
+    s.commit_snapshot(7, 2, cs.clone()).unwrap();
+    let snap = s.latest_snapshot().unwrap().unwrap();
+    assert_eq!((snap.get_metadata().index, snap.get_metadata().term), (7, 2));
+    assert_eq!(snap.get_metadata().get_conf_state(), &cs);
+    assert_eq!(snap.get_data(), b"state@7");
+    s.compact(8).unwrap();
+    assert_eq!(bounds(&s), (8, 10));
+    // An older one staged later is out of date; beyond the log too.
+    s.stage_snapshot(6, 2, b"state@6").unwrap();
+    let err = s.commit_snapshot(6, 2, cs.clone()).unwrap_err();
+    assert!(matches!(err, StoreError::SnapshotOutOfDate { .. }), "{err:?}");
+    s.stage_snapshot(11, 2, b"state@11").unwrap();
+    let err = s.commit_snapshot(11, 2, cs).unwrap_err();
+    assert!(matches!(err, StoreError::SnapshotBeyondLog { .. }), "{err:?}");
+    assert_eq!(s.latest_snapshot().unwrap().unwrap().get_data(), b"state@7");
+}
+
 fn append_read_back<S: RaftStore>(s: S) {
     assert_eq!(bounds(&s), (1, 0));
     assert_eq!(s.entry_count(), 0);
@@ -260,6 +315,8 @@ both!(
     create_snapshot_and_compact,
     apply_snapshot_replaces_log,
     hard_and_conf_state_round_trip,
+    persist_writes_entries_and_hard_state_together,
+    staged_snapshots_are_committed_only_where_they_were_staged,
 );
 
 #[test]
@@ -316,6 +373,43 @@ fn sled_reopen_restores_everything() {
 }
 
 #[test]
+fn sled_commit_index_past_the_log_is_lowered_on_open() {
+    // `set_commit` does not sync: a crash can recover a commit index whose entries were not durable yet. raft-rs
+    // refuses to start on such a hard state; the store lowers it to the last index.
+    let dir = tempfile::tempdir().unwrap();
+    let hs = HardState { term: 3, vote: 1, commit: 2, ..Default::default() };
+    {
+        let s = open_sled(dir.path()).unwrap();
+        s.persist(&ents(1..=4, 3), Some(&hs)).unwrap();
+        s.set_commit(&HardState { commit: 9, ..hs.clone() }).unwrap();
+        s.sync(false).unwrap();
+    }
+    let s = open_sled(dir.path()).unwrap();
+    assert_eq!(bounds(&s), (1, 4));
+    assert_eq!(s.initial_state().unwrap().hard_state, HardState { commit: 4, ..hs });
+}
+
+#[test]
+fn sled_staged_snapshot_survives_only_once_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cs = conf(vec![1], vec![]);
+    {
+        let s = open_sled(dir.path()).unwrap();
+        s.append(&ents(1..=6, 1)).unwrap();
+        s.stage_snapshot(3, 1, b"state@3").unwrap();
+        s.commit_snapshot(3, 1, cs.clone()).unwrap();
+        // Staged, never committed (the node stopped while the worker wrote it).
+        s.stage_snapshot(5, 1, b"state@5").unwrap();
+    }
+    let s = open_sled(dir.path()).unwrap();
+    let snap = s.latest_snapshot().unwrap().unwrap();
+    assert_eq!((snap.get_metadata().index, snap.get_data()), (3, &b"state@3"[..]));
+    // The leftover is gone: committing it now finds nothing.
+    let err = s.commit_snapshot(5, 1, cs).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+}
+
+#[test]
 fn sled_second_open_is_locked() {
     let dir = tempfile::tempdir().unwrap();
     let first = open_sled(dir.path()).unwrap();
@@ -347,11 +441,45 @@ fn expect_corrupt(result: Result<SledStore, StoreError>, needles: &[&str]) {
 }
 
 #[test]
+fn sled_reads_agree_across_the_entries_kept_in_memory() {
+    // The newest 4,096 entries are also kept in memory; reads that start before them go to sled. Both agree
+    // through truncations near the end and far back, compaction and a reopen.
+    let dir = tempfile::tempdir().unwrap();
+    let expect = |s: &SledStore, low: u64, high: u64, want: Vec<(u64, u64)>| {
+        assert_eq!(index_terms(&s.entries(low, high, None, ctx()).unwrap()), want, "entries({low}, {high})");
+        for (i, t) in want {
+            assert_eq!(s.term(i).unwrap(), t, "term({i})");
+        }
+    };
+    let pairs = |r: std::ops::RangeInclusive<u64>, t: u64| r.map(|i| (i, t)).collect::<Vec<_>>();
+    {
+        let s = open_sled(dir.path()).unwrap();
+        s.append(&ents(1..=6000, 1)).unwrap();
+        s.append(&ents(5000..=5100, 2)).unwrap();
+        assert_eq!(bounds(&s), (1, 5100));
+        expect(&s, 900, 5101, [pairs(900..=4999, 1), pairs(5000..=5100, 2)].concat());
+        expect(&s, 5050, 5060, pairs(5050..=5059, 2));
+        s.append(&ents(50..=60, 3)).unwrap();
+        assert_eq!(bounds(&s), (1, 60));
+        expect(&s, 40, 61, [pairs(40..=49, 1), pairs(50..=60, 3)].concat());
+        s.append(&ents(61..=70, 3)).unwrap();
+        s.create_snapshot(55, ConfState::default(), b"state@55".to_vec()).unwrap();
+        s.compact(56).unwrap();
+        assert_eq!(s.term(55).unwrap(), 3);
+        assert_eq!(s.entries(50, 60, None, ctx()), Err(store_err(StorageError::Compacted)));
+        expect(&s, 56, 71, pairs(56..=70, 3));
+    }
+    let s = open_sled(dir.path()).unwrap();
+    expect(&s, 56, 71, pairs(56..=70, 3));
+}
+
+#[test]
 fn sled_corrupt_entry_is_reported_on_read_and_open() {
     let dir = tempfile::tempdir().unwrap();
     {
         let s = open_sled(dir.path()).unwrap();
-        s.append(&ents(1..=3, 1)).unwrap();
+        // Enough entries after them that the first ones are read from sled, not from the recent ones in memory.
+        s.append(&ents(1..=5000, 1)).unwrap();
         let tree = s.db().open_tree("raft_entries").unwrap();
         tree.insert(2u64.to_be_bytes(), &[0xff_u8; 4]).unwrap();
         s.db().flush().unwrap();

@@ -188,6 +188,16 @@ impl Cluster {
         self.nodes.values().map(|p| p.addr.clone()).collect::<Vec<_>>().join(",")
     }
 
+    /// Node `id`'s process id, while it runs.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.nodes[&id].child.as_ref().map(Child::id)
+    }
+
+    /// Node `id`'s data directory.
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.nodes[&id].data_dir.clone()
+    }
+
     /// Running node ids.
     pub fn running(&self) -> Vec<u64> {
         self.nodes.iter().filter(|(_, p)| p.child.is_some()).map(|(i, _)| *i).collect()

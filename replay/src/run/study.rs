@@ -739,9 +739,29 @@ fn finish(o: &StudyOptions, done: Vec<Done>) -> Result<String, ReplayError> {
             files.join(" "),
             o.seeds.map_or(String::new(), |n| format!(" --seeds {n}")),
         );
-        write(f, &(header + &markdown))?;
+        // Sections other commands wrote into the same file (the coordinator's benchmark against etcd) stay.
+        let kept = std::fs::read_to_string(f).map(|old| kept_sections(&old)).unwrap_or_default();
+        write(f, &(header + &markdown + &kept))?;
     }
     Ok(markdown)
+}
+
+/// The sections of a results file that other commands own, each from a line `<!-- begin section: NAME -->` to
+/// its `<!-- end section: NAME -->`, in order, each followed by a blank line; a section without its end is left out.
+pub fn kept_sections(old: &str) -> String {
+    let mut kept = String::new();
+    let mut rest = old;
+    while let Some(start) = rest.find("<!-- begin section: ") {
+        let after = &rest[start..];
+        let Some(name_end) = after.find(" -->") else { break };
+        let name = &after["<!-- begin section: ".len()..name_end];
+        let end_marker = format!("<!-- end section: {name} -->");
+        let Some(end) = after.find(&end_marker) else { break };
+        kept.push_str(&after[..end + end_marker.len()]);
+        kept.push_str("\n\n");
+        rest = &after[end + end_marker.len()..];
+    }
+    kept
 }
 
 fn write(path: &Path, text: &str) -> Result<(), ReplayError> {
@@ -1154,6 +1174,14 @@ fn plot(study: &StudyFile, sc: &[Scenario], rows: &[Row]) -> Result<String, Repl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sections_other_commands_own_are_kept_and_nothing_else() {
+        let old = "# Results\n\nold study tables\n<!-- begin section: raft -->\n## Raft\n| a |\n<!-- end section: raft -->\n\
+                   more\n<!-- begin section: x -->\nno end\n";
+        assert_eq!(kept_sections(old), "<!-- begin section: raft -->\n## Raft\n| a |\n<!-- end section: raft -->\n\n");
+        assert_eq!(kept_sections("# Results\nno sections\n"), "");
+    }
 
     #[test]
     fn every_shipped_study_loads() {
