@@ -17,7 +17,9 @@
 //! etcd is `ETCD_BIN` or `etcd` on `PATH` (Debian: `apt-get install etcd-server`, 3.4); without it the benchmark
 //! says so and measures Tessera alone. Environment: `BENCH_SECS` (5, per run), `BENCH_RUNS` (3),
 //! `BENCH_CONCURRENCY` (`1,16,256`), `BENCH_GROWTH` (`0,10000,100000`), `BENCH_FAILOVERS` (5), `BENCH_ONLY`
-//! (`throughput`, `growth` or `failover`). Figures from a shared 2-core machine: compare medians and ratios, and
+//! (`throughput`, `growth` or `failover`), `BENCH_TESSERA_ARGS` (more `coordinator serve` flags, such as
+//! `--snapshot-log-ratio 0`), `BENCH_MARKDOWN` (a file whose `raft-vs-etcd` section the results replace, relative
+//! to the repository root: `docs/results.md`). Figures from a shared 2-core machine: compare medians and ratios, and
 //! mind that client and servers share the cores.
 
 #[path = "../tests/support/cluster.rs"]
@@ -427,7 +429,8 @@ impl Systems {
                 None
             }
         };
-        let c = Cluster::start(3, &[]);
+        let extra = std::env::var("BENCH_TESSERA_ARGS").unwrap_or_default();
+        let c = Cluster::start(3, &extra.split_whitespace().collect::<Vec<_>>());
         let leader = c.wait_leader(&[1, 2, 3], Duration::from_secs(30)).await;
         // The first tenant waits (with retries) until the members have loaded the model profiles.
         cluster::create(&c, leader, tenant("hot0", MODELS[0], 10.0)).await;
