@@ -107,11 +107,19 @@ pub async fn serve_on(
     };
     let services = Services::new(node.clone(), Arc::clone(&planner), auth.clone(), config.tls.clone());
     // The partition RPC exists only in builds made for fault tests.
+    // Peers' Raft streams never end by themselves; the graceful shutdown would wait for them forever, so they are
+    // ended when it starts.
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopping_tx.send(true);
+    };
     let raft = RaftService::new(
         node.clone(),
         cfg!(feature = "fault-injection") && config.allow_fault_injection,
         Arc::clone(&metrics),
         auth,
+        stopping,
     );
 
     {

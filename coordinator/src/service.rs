@@ -738,13 +738,22 @@ pub struct RaftService {
     fault_injection: bool,
     metrics: Arc<crate::metrics::Metrics>,
     auth: Auth,
+    /// Becomes true when the server shuts down: open `StepStream` calls end then.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl RaftService {
     /// The peer service of `node`; with mutual TLS, a batch is accepted only from the member its certificate names.
-    pub fn new(node: Replica, fault_injection: bool, metrics: Arc<crate::metrics::Metrics>, auth: Auth) -> RaftService {
+    /// `stopping` becomes true when the server shuts down, which ends the peers' open streams.
+    pub fn new(
+        node: Replica,
+        fault_injection: bool,
+        metrics: Arc<crate::metrics::Metrics>,
+        auth: Auth,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> RaftService {
         let transport = node.transport().clone();
-        RaftService { node, transport, fault_injection, metrics, auth }
+        RaftService { node, transport, fault_injection, metrics, auth, stopping }
     }
 }
 
@@ -795,7 +804,13 @@ impl v1::raft_server::Raft for RaftService {
         &self,
         mut req: Request<tonic::Streaming<v1::RaftBatch>>,
     ) -> Result<Response<v1::RaftAck>, Status> {
-        let Some(first) = req.get_mut().message().await? else {
+        let mut stopping = self.stopping.clone();
+        let stopped = || Status::unavailable("this member is shutting down");
+        let first = tokio::select! {
+            m = req.get_mut().message() => m?,
+            _ = stopping.wait_for(|s| *s) => return Err(stopped()),
+        };
+        let Some(first) = first else {
             return Ok(Response::new(v1::RaftAck {}));
         };
         // The certificate is checked once, against the first batch's sender; every later batch must name the same.
@@ -803,7 +818,12 @@ impl v1::raft_server::Raft for RaftService {
         self.auth.check(&req, Need::Member(from))?;
         self.accept(first)?;
         let stream = req.get_mut();
-        while let Some(batch) = stream.message().await? {
+        loop {
+            let batch = tokio::select! {
+                m = stream.message() => m?,
+                _ = stopping.wait_for(|s| *s) => return Err(stopped()),
+            };
+            let Some(batch) = batch else { break };
             if batch.from != from {
                 return Err(bad("from", format!("a batch from {} on a stream from {from}", batch.from)));
             }

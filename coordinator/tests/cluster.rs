@@ -92,6 +92,29 @@ async fn a_minority_accepts_no_writes_and_everyone_converges_after_healing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_stop_promptly_on_sigterm_while_peers_stream_to_them() {
+    // Peers keep a Raft stream open to every member; a graceful shutdown must end them rather than wait for them
+    // (it waited until systemd's or docker's SIGKILL before).
+    let mut c = Cluster::start(3, &[]);
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    create(&c, leader, tenant("before", "resnet50", 1.0)).await;
+    let follower = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
+    c.terminate(follower, Duration::from_secs(5));
+    c.terminate(leader, Duration::from_secs(5));
+    c.spawn(follower);
+    c.spawn(leader);
+    c.wait_converged(&[1, 2, 3], T).await;
+    let via = c.wait_leader(&[1, 2, 3], T).await;
+    create(&c, via, tenant("after", "resnet50", 1.0)).await;
+    for id in [1, 2, 3] {
+        let tenants =
+            eventually(T, "both tenants on every member", || async { c.tenants_on(id).await.filter(|t| t.len() == 2) })
+                .await;
+        assert_eq!(tenants, vec!["after".to_string(), "before".to_string()]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_fell_behind_catches_up_from_a_snapshot() {
     // Snapshot every 10 entries, whatever their size, and keep no tail, so the log the follower needs is compacted
     // away.

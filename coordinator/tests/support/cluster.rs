@@ -161,6 +161,23 @@ impl Cluster {
         }
     }
 
+    /// Sends node `id` SIGTERM and waits until it exits; panics if it is still running after `timeout`.
+    pub fn terminate(&mut self, id: u64, timeout: Duration) {
+        let p = self.nodes.get_mut(&id).unwrap();
+        let mut child = p.child.take().expect("node is running");
+        let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -TERM failed");
+        let deadline = Instant::now() + timeout;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                panic!("node {id} did not stop within {timeout:?} of SIGTERM\n{}", self.log_tail(id));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The last lines of node `id`'s log.
     pub fn log_tail(&self, id: u64) -> String {
         let text = std::fs::read_to_string(&self.nodes[&id].log).unwrap_or_default();
