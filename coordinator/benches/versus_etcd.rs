@@ -559,23 +559,22 @@ async fn failover(n: usize) {
     let mut times: Vec<(&str, Vec<f64>)> = s.names().into_iter().map(|n| (n, Vec::new())).collect();
     for round in 0..n {
         for (name, times) in &mut times {
-            let (writer, start) = if *name == "etcd" {
+            // The leader's position (etcd) or id (Tessera), and a writer to a survivor.
+            let (killed, mut writer) = if *name == "etcd" {
                 let (e, _) = s.etcd.as_mut().unwrap();
                 let leader = e.wait_leader().await;
-                let survivor = (leader + 1) % e.members.len();
-                let start = Instant::now();
-                e.kill(leader);
-                (Writer::etcd(&e.members[survivor].client), (start, leader))
+                (leader, Writer::etcd(&e.members[(leader + 1) % e.members.len()].client))
             } else {
-                let (c, _) = &mut s.tessera;
+                let (c, _) = &s.tessera;
                 let leader = c.wait_leader(&[1, 2, 3], Duration::from_secs(30)).await;
-                let survivor = leader % 3 + 1;
-                let start = Instant::now();
-                c.kill(leader);
-                (Writer::tessera(&c.addr(survivor)), (start, leader as usize))
+                (leader as usize, Writer::tessera(&c.addr(leader % 3 + 1)))
             };
-            let (start, killed) = start;
-            let mut writer = writer;
+            let start = Instant::now();
+            if *name == "etcd" {
+                s.etcd.as_mut().unwrap().0.kill(killed);
+            } else {
+                s.tessera.0.kill(killed as u64);
+            }
             let id = format!("failover-{round}");
             // The same retry for both: each attempt may take ATTEMPT (etcd holds a write while it has no leader,
             // Tessera refuses it at once), then the next follows 10 ms later.

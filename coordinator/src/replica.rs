@@ -307,7 +307,7 @@ impl Replica {
             conf_state,
             force_snapshot: false,
             snapshot_jobs: jobs,
-            snapshotting: None,
+            snapshotting: false,
             snapshot_bytes: snapshot.as_ref().map_or(0, |s| s.data.len() as u64),
             log_bytes: 0,
             last_leader: 0,
@@ -485,8 +485,8 @@ struct Driver<S: RaftStore> {
     force_snapshot: bool,
     /// Jobs for the snapshot worker.
     snapshot_jobs: std_mpsc::Sender<SnapshotJob>,
-    /// The index of the snapshot the worker is writing, if any (one at a time).
-    snapshotting: Option<u64>,
+    /// Whether the worker is writing a snapshot (one at a time).
+    snapshotting: bool,
     /// Bytes of the latest snapshot's data.
     snapshot_bytes: u64,
     /// Bytes of the entries applied since the latest snapshot was taken.
@@ -600,7 +600,7 @@ impl<S: RaftStore> Driver<S> {
                 }
             }
             Request::SnapshotStaged { index, term, conf_state, result, took } => {
-                self.snapshotting = None;
+                self.snapshotting = false;
                 if let Err(e) = self.record_snapshot(index, term, conf_state, result, took) {
                     tracing::error!(index, error = %e, "the snapshot could not be recorded; the log is not compacted");
                 }
@@ -804,7 +804,7 @@ impl<S: RaftStore> Driver<S> {
     /// entries, or after a configuration change) and none is in flight. The raft thread only clones the state;
     /// serialising and writing it happen on the worker, and [`Driver::record_snapshot`] finishes the job.
     fn maybe_snapshot(&mut self) -> Result<(), ReplicaError> {
-        if self.snapshotting.is_some() {
+        if self.snapshotting {
             return Ok(());
         }
         let due = self.applied >= self.last_snapshot + self.settings.snapshot_every
@@ -830,7 +830,7 @@ impl<S: RaftStore> Driver<S> {
             return self.compact_after(index);
         }
         tracing::debug!(index = self.applied, clone_ms = cloned.as_secs_f64() * 1e3, "snapshot handed to the worker");
-        self.snapshotting = Some(self.applied);
+        self.snapshotting = true;
         self.last_snapshot = self.applied;
         Ok(())
     }

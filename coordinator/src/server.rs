@@ -106,7 +106,6 @@ pub async fn serve_on(
         }
     };
     let services = Services::new(node.clone(), Arc::clone(&planner), auth.clone(), config.tls.clone());
-    // The partition RPC exists only in builds made for fault tests.
     // Peers' Raft streams never end by themselves; the graceful shutdown would wait for them forever, so they are
     // ended when it starts.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
@@ -114,6 +113,7 @@ pub async fn serve_on(
         shutdown.await;
         let _ = stopping_tx.send(true);
     };
+    // The partition RPC exists only in builds made for fault tests.
     let raft = RaftService::new(
         node.clone(),
         cfg!(feature = "fault-injection") && config.allow_fault_injection,

@@ -20,7 +20,7 @@ use tonic::transport::Channel;
 
 /// Messages queued per peer before new ones are dropped.
 const QUEUE: usize = 4096;
-/// Messages per `Step` call at most.
+/// Messages per batch (one `StepStream` message) at most.
 const BATCH: usize = 512;
 /// Batches waiting for a peer's stream (beyond them the sender waits, and the per-peer queue fills up).
 const STREAM_QUEUE: usize = 64;
@@ -223,9 +223,10 @@ async fn send_loop(inner: Arc<Inner>, peer: u64, endpoint: String, mut rx: mpsc:
                 Stream::open(&client)
             }
         };
-        if open.batches.send(req).await.is_ok() {
-            stream = Some(open);
-        }
+        // A send into a stream that already ended is lost like any other; the next batch then backs off and
+        // reopens (above).
+        let _ = open.batches.send(req).await;
+        stream = Some(open);
     }
 }
 
