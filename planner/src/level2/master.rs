@@ -88,6 +88,8 @@ pub struct MasterLp {
     slots: Vec<usize>,
     /// Per basis position: its index in `slots`, or [`NONE`].
     slot_of: Vec<usize>,
+    /// Per structural: its index in `slots` where it is basic, or [`NONE`].
+    var_slot: Vec<usize>,
     /// `M`, the inverse of the basic structurals' block on the rows `T`, column-major with stride `m`:
     /// `minv[a * m + c]` is `M[c][a]`, for structural `slots[c]` and row `free[a]`. It holds the columns in use
     /// (grown as `T` grows), not `m x m`.
@@ -129,6 +131,7 @@ impl MasterLp {
             local: vec![NONE; m],
             slots: Vec::new(),
             slot_of: vec![NONE; m],
+            var_slot: Vec::new(),
             minv: Vec::new(),
             y: vec![0.0; m],
             since_invert: 0,
@@ -158,6 +161,7 @@ impl MasterLp {
         self.cost.push(cost);
         self.scale.push(1.0 / (1.0 + norm).sqrt());
         self.basic.push(false);
+        self.var_slot.push(NONE);
         self.columns() - 1
     }
 
@@ -226,18 +230,13 @@ impl MasterLp {
         }
     }
 
-    /// The entries of basic structural `slots[c]` on row `r` (0 where it has none).
-    fn entry(&self, c: usize, r: usize) -> f64 {
-        let j = self.basis[self.slots[c]] - self.m;
-        self.entries[self.start[j]..self.start[j + 1]].iter().find(|(row, _)| *row == r).map_or(0.0, |(_, v)| *v)
-    }
-
     /// Rebuilds `M` (the inverse of the basic structurals' block on the rows `T`, by Gauss-Jordan with partial
     /// pivoting) and the basic values, with `S`, `T` and the structurals in canonical order.
     fn invert(&mut self) -> Result<(), MasterError> {
         let m = self.m;
         self.covered.iter_mut().for_each(|v| *v = NONE);
         self.slot_of.iter_mut().for_each(|v| *v = NONE);
+        self.var_slot.iter_mut().for_each(|v| *v = NONE);
         self.local.iter_mut().for_each(|v| *v = NONE);
         self.slots.clear();
         for (i, &v) in self.basis.iter().enumerate() {
@@ -245,6 +244,7 @@ impl MasterLp {
                 self.covered[v] = i;
             } else {
                 self.slot_of[i] = self.slots.len();
+                self.var_slot[v - m] = self.slots.len();
                 self.slots.push(i);
             }
         }
@@ -357,7 +357,11 @@ impl MasterLp {
     /// `z = v M` for row `r`'s entries `v` in the basic structurals (`v[c]` of structural `slots[c]`).
     fn row_times_minv(&self, r: usize, z: &mut [f64]) {
         let (m, k) = (self.m, self.slots.len());
-        let v: Vec<(usize, f64)> = (0..k).map(|c| (c, self.entry(c, r))).filter(|(_, v)| *v != 0.0).collect();
+        let v: Vec<(usize, f64)> = self.by_row[r]
+            .iter()
+            .filter(|(j, v)| self.var_slot[*j] != NONE && *v != 0.0)
+            .map(|&(j, v)| (self.var_slot[j], v))
+            .collect();
         for (a, za) in z[..k].iter_mut().enumerate() {
             let col = &self.minv[a * m..a * m + k];
             *za = v.iter().map(|&(c, vc)| vc * col[c]).sum();
@@ -372,6 +376,8 @@ impl MasterLp {
         if q >= m && self.slot_of[p] != NONE {
             // A structural replaces a structural: M's column of T is unchanged, one of its structurals changes.
             let c0 = self.slot_of[p];
+            self.var_slot[out - m] = NONE;
+            self.var_slot[q - m] = c0;
             for a in 0..k {
                 let col = &mut self.minv[a * m..a * m + k];
                 let t = col[c0] / pivot;
@@ -401,6 +407,7 @@ impl MasterLp {
             self.local[r] = k;
             self.free.push(r);
             self.slot_of[p] = k;
+            self.var_slot[q - m] = k;
             self.slots.push(p);
         } else if self.slot_of[p] != NONE {
             // The logical of a row of T replaces a structural: T loses the row and the block a column, and the
@@ -428,8 +435,10 @@ impl MasterLp {
             self.local[r] = NONE;
             self.covered[r] = p;
             self.slots.swap_remove(c0);
+            self.var_slot[out - m] = NONE;
             if c0 < self.slots.len() {
                 self.slot_of[self.slots[c0]] = c0;
+                self.var_slot[self.basis[self.slots[c0]] - m] = c0;
             }
             self.slot_of[p] = NONE;
         } else {
@@ -762,6 +771,10 @@ mod tests {
                     if let Some(p) = (0..lp.m).find(|&p| before[p] != lp.basis[p]) {
                         kinds[usize::from(before[p] >= lp.m) * 2 + usize::from(lp.basis[p] >= lp.m)] += 1;
                     }
+                    for (c, &pos) in lp.slots.iter().enumerate() {
+                        assert_eq!(lp.var_slot[lp.basis[pos] - lp.m], c, "seed {seed}: structural of slot {c}");
+                    }
+                    assert_eq!(lp.var_slot.iter().filter(|v| **v != NONE).count(), lp.slots.len());
                     let mut fresh = lp.clone();
                     fresh.invert().unwrap();
                     fresh.compute_duals();
