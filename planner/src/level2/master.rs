@@ -317,40 +317,42 @@ impl MasterLp {
         self.basis.iter().all(|&v| (self.dot_y(v) - self.cost[v]).abs() <= 1e-9 * cmax)
     }
 
-    /// `w = B^-1 a_j`, by basis position; `wb` gets its structurals' part `M a_T`, by index in `slots`.
-    fn ftran(&self, j: usize, w: &mut [f64], wb: &mut [f64]) {
+    /// `w = B^-1 a_j`, by basis position; `wb` gets its structurals' part `M a_T`, by index in `slots`. The
+    /// logicals' part `a_S - A_S M a_T` is summed by row in `wr` (every row, those of `T` too, whose sums are not
+    /// read: the inner loop then needs no test of which rows are covered).
+    fn ftran(&self, j: usize, w: &mut [f64], wb: &mut [f64], wr: &mut [f64]) {
         let (m, k) = (self.m, self.slots.len());
-        w.iter_mut().for_each(|v| *v = 0.0);
         wb[..k].iter_mut().for_each(|v| *v = 0.0);
+        wr.iter_mut().for_each(|v| *v = 0.0);
         match self.column(j) {
             ColumnRef::Unit(r) if self.covered[r] != NONE => {
+                w.iter_mut().for_each(|v| *v = 0.0);
                 w[self.covered[r]] = 1.0;
                 return;
             }
             ColumnRef::Unit(r) => wb[..k].copy_from_slice(&self.minv[self.local[r] * m..self.local[r] * m + k]),
             ColumnRef::Sparse(e) => {
                 for &(r, v) in e {
+                    wr[r] = v;
                     if self.local[r] != NONE {
                         let col = &self.minv[self.local[r] * m..self.local[r] * m + k];
                         wb[..k].iter_mut().zip(col).for_each(|(x, mv)| *x += v * mv);
-                    } else {
-                        w[self.covered[r]] = v;
                     }
                 }
             }
         }
         for (c, &pos) in self.slots.iter().enumerate() {
             let x = wb[c];
-            w[pos] = x;
             if x == 0.0 {
                 continue;
             }
             let jc = self.basis[pos] - m;
             for &(r, v) in &self.entries[self.start[jc]..self.start[jc + 1]] {
-                if self.covered[r] != NONE {
-                    w[self.covered[r]] -= v * x;
-                }
+                wr[r] -= v * x;
             }
+        }
+        for (pos, (wi, &var)) in w.iter_mut().zip(&self.basis).enumerate() {
+            *wi = if var < m { wr[var] } else { wb[self.slot_of[pos]] };
         }
     }
 
@@ -511,6 +513,7 @@ impl MasterLp {
         let m = self.m;
         let mut w = vec![0.0; m];
         let mut wb = vec![0.0; m];
+        let mut wr = vec![0.0; m];
         let mut dots = Vec::new();
         let mut pivots = 0;
         let mut degenerate = 0;
@@ -544,7 +547,7 @@ impl MasterLp {
                 return Err(MasterError::Budget);
             }
             from = 0;
-            self.ftran(q, &mut w, &mut wb);
+            self.ftran(q, &mut w, &mut wb, &mut wr);
             // Harris: the largest step any row allows within the feasibility tolerance, then the largest pivot
             // among the rows that block within it (Bland: the lowest variable index among the tightest).
             let mut theta_max = f64::INFINITY;
@@ -787,9 +790,23 @@ mod tests {
                     }
                     let (mut w, mut wb, mut fw, mut fwb) =
                         (vec![0.0; lp.m], vec![0.0; lp.m], vec![0.0; lp.m], vec![0.0; lp.m]);
+                    let mut wr = vec![0.0; lp.m];
                     for j in 0..lp.cost.len() {
-                        lp.ftran(j, &mut w, &mut wb);
-                        fresh.ftran(j, &mut fw, &mut fwb);
+                        lp.ftran(j, &mut w, &mut wb, &mut wr);
+                        // B w = a_j.
+                        let mut residual = vec![0.0; lp.m];
+                        match lp.column(j) {
+                            ColumnRef::Unit(r) => residual[r] -= 1.0,
+                            ColumnRef::Sparse(e) => e.iter().for_each(|&(r, v)| residual[r] -= v),
+                        }
+                        for (&var, &x) in lp.basis.iter().zip(&w) {
+                            match lp.column(var) {
+                                ColumnRef::Unit(r) => residual[r] += x,
+                                ColumnRef::Sparse(e) => e.iter().for_each(|&(r, v)| residual[r] += v * x),
+                            }
+                        }
+                        assert!(residual.iter().all(|v| v.abs() <= 1e-7), "seed {seed}: B B^-1 a_{j} != a_{j}");
+                        fresh.ftran(j, &mut fw, &mut fwb, &mut wr);
                         for (x, f) in w.iter().zip(&fw) {
                             assert!((x - f).abs() <= scale * (1.0 + f.abs()), "seed {seed}: B^-1 a_{j}: {x} vs {f}");
                         }
