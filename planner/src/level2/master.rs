@@ -29,7 +29,7 @@
 //!   caller falls back to HiGHS. Nothing it returns can make a plan or a bound wrong: plans are checked for
 //!   feasibility and bounds are Lagrangian bounds, valid at any prices; only the speed of convergence depends on it.
 
-/// Pivots between rebuilds of the basis inverse.
+/// Pivots between rebuilds of `M`, the inverse of the basis's structural block.
 pub const REINVERT_EVERY: usize = 50;
 
 /// Relative tolerance on reduced costs (relative to `1 + |c_j|`).
@@ -40,7 +40,7 @@ const FEAS_TOL: f64 = 1e-9;
 const PIVOT_TOL: f64 = 1e-9;
 /// Smallest pivot accepted when inverting the basis.
 const SINGULAR_TOL: f64 = 1e-11;
-/// No index: a row whose logical is not basic, a basis position that holds no structural.
+/// No index: a row whose logical is not basic, a structural that is not basic.
 const NONE: usize = usize::MAX;
 
 /// Why a solve gave up (the caller then solves the master with HiGHS).
@@ -86,8 +86,6 @@ pub struct MasterLp {
     local: Vec<usize>,
     /// The basis positions that hold structurals, in the order of `M`'s rows.
     slots: Vec<usize>,
-    /// Per basis position: its index in `slots`, or [`NONE`].
-    slot_of: Vec<usize>,
     /// Per structural: its index in `slots` where it is basic, or [`NONE`].
     var_slot: Vec<usize>,
     /// `M`, the inverse of the basic structurals' block on the rows `T`, column-major with stride `m`:
@@ -130,7 +128,6 @@ impl MasterLp {
             free: Vec::new(),
             local: vec![NONE; m],
             slots: Vec::new(),
-            slot_of: vec![NONE; m],
             var_slot: Vec::new(),
             minv: Vec::new(),
             y: vec![0.0; m],
@@ -235,7 +232,6 @@ impl MasterLp {
     fn invert(&mut self) -> Result<(), MasterError> {
         let m = self.m;
         self.covered.iter_mut().for_each(|v| *v = NONE);
-        self.slot_of.iter_mut().for_each(|v| *v = NONE);
         self.var_slot.iter_mut().for_each(|v| *v = NONE);
         self.local.iter_mut().for_each(|v| *v = NONE);
         self.slots.clear();
@@ -243,7 +239,6 @@ impl MasterLp {
             if v < m {
                 self.covered[v] = i;
             } else {
-                self.slot_of[i] = self.slots.len();
                 self.var_slot[v - m] = self.slots.len();
                 self.slots.push(i);
             }
@@ -256,9 +251,7 @@ impl MasterLp {
             }
         }
         let k = self.slots.len();
-        if k != self.free.len() {
-            return Err(MasterError::Singular);
-        }
+        debug_assert_eq!(k, self.free.len(), "each basic logical covers its own row");
         let mut a = vec![0.0; k * k];
         for (c, &pos) in self.slots.iter().enumerate() {
             if let ColumnRef::Sparse(e) = self.column(self.basis[pos]) {
@@ -351,8 +344,8 @@ impl MasterLp {
                 wr[r] -= v * x;
             }
         }
-        for (pos, (wi, &var)) in w.iter_mut().zip(&self.basis).enumerate() {
-            *wi = if var < m { wr[var] } else { wb[self.slot_of[pos]] };
+        for (wi, &var) in w.iter_mut().zip(&self.basis) {
+            *wi = if var < m { wr[var] } else { wb[self.var_slot[var - m]] };
         }
     }
 
@@ -375,9 +368,9 @@ impl MasterLp {
     fn update(&mut self, q: usize, p: usize, wb: &[f64], pivot: f64) {
         let (m, k) = (self.m, self.slots.len());
         let out = self.basis[p];
-        if q >= m && self.slot_of[p] != NONE {
+        if q >= m && out >= m {
             // A structural replaces a structural: M's column of T is unchanged, one of its structurals changes.
-            let c0 = self.slot_of[p];
+            let c0 = self.var_slot[out - m];
             self.var_slot[out - m] = NONE;
             self.var_slot[q - m] = c0;
             for a in 0..k {
@@ -408,13 +401,12 @@ impl MasterLp {
             self.covered[r] = NONE;
             self.local[r] = k;
             self.free.push(r);
-            self.slot_of[p] = k;
             self.var_slot[q - m] = k;
             self.slots.push(p);
-        } else if self.slot_of[p] != NONE {
+        } else if out >= m {
             // The logical of a row of T replaces a structural: T loses the row and the block a column, and the
             // inverse of what is left is `M - M[:, a0] M[c0, :] / M[c0][a0]` without row c0 and column a0.
-            let (r, c0) = (q, self.slot_of[p]);
+            let (r, c0) = (q, self.var_slot[out - m]);
             let a0 = self.local[r];
             for a in 0..k {
                 let col = &mut self.minv[a * m..a * m + k];
@@ -439,10 +431,8 @@ impl MasterLp {
             self.slots.swap_remove(c0);
             self.var_slot[out - m] = NONE;
             if c0 < self.slots.len() {
-                self.slot_of[self.slots[c0]] = c0;
                 self.var_slot[self.basis[self.slots[c0]] - m] = c0;
             }
-            self.slot_of[p] = NONE;
         } else {
             // The logical of a row of T replaces the logical of row `out`, which joins T in its place: a rank-one
             // change of one row of the block. With `v` the new row's entries, `z = v M` and `h = M[:, a0]`,
@@ -654,6 +644,27 @@ mod tests {
 
     /// A random master like column generation's: `k` packing rows with small integer coefficients, `n` convexity
     /// rows, each column in one convexity row; columns added in batches, re-solved after each.
+    /// A random column of tenant `i` (of `n`, after `k` packing rows): each packing row with probability
+    /// `density`, coefficients 1 to `largest`, worth their sum times 10 to `worth`, and the tenant's convexity row.
+    fn random_column(
+        rng: &mut rand::rngs::StdRng,
+        (k, n): (usize, usize),
+        density: f64,
+        largest: u8,
+        worth: f64,
+    ) -> (f64, Vec<(usize, f64)>) {
+        let i = rng.random_range(0..n);
+        let mut e: Vec<(usize, f64)> = Vec::new();
+        for r in 0..k {
+            if rng.random_bool(density) {
+                e.push((r, f64::from(rng.random_range(1..=largest))));
+            }
+        }
+        let value = e.iter().map(|(_, v)| v).sum::<f64>() * rng.random_range(10.0..worth);
+        e.push((k + i, 1.0));
+        (value, e)
+    }
+
     fn random_master(seed: u64, k: usize, n: usize, batches: usize, per: usize) {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let b: Vec<f64> = (0..k).map(|_| f64::from(rng.random_range(0..8u8))).chain((0..n).map(|_| 1.0)).collect();
@@ -667,15 +678,7 @@ mod tests {
         }
         for _ in 0..batches {
             for _ in 0..per {
-                let i = rng.random_range(0..n);
-                let mut e: Vec<(usize, f64)> = Vec::new();
-                for r in 0..k {
-                    if rng.random_bool(0.4) {
-                        e.push((r, f64::from(rng.random_range(1..5u8))));
-                    }
-                }
-                let value = e.iter().map(|(_, v)| v).sum::<f64>() * rng.random_range(10.0..1000.0);
-                e.push((k + i, 1.0));
+                let (value, e) = random_column(&mut rng, (k, n), 0.4, 4, 1000.0);
                 lp.add_column(value, &e);
                 cols.push((value, e));
             }
@@ -753,15 +756,7 @@ mod tests {
             }
             for _batch in 0..5 {
                 for _ in 0..25 {
-                    let i = rng.random_range(0..n);
-                    let mut e: Vec<(usize, f64)> = Vec::new();
-                    for r in 0..k {
-                        if rng.random_bool(0.3) {
-                            e.push((r, f64::from(rng.random_range(1..4u8))));
-                        }
-                    }
-                    let value = e.iter().map(|(_, v)| v).sum::<f64>() * rng.random_range(10.0..100.0);
-                    e.push((k + i, 1.0));
+                    let (value, e) = random_column(&mut rng, (k, n), 0.3, 3, 100.0);
                     lp.add_column(value, &e);
                 }
                 loop {
