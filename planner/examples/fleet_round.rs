@@ -3,8 +3,9 @@
 //! one for a budget on the few).
 //!
 //! Run: `cargo run --release -p tessera-planner --example fleet_round -- GPUS TENANTS SLOTS SEED`
-//! (for example `1000 4000 30 1`, issue 43's cold round). The solve times are wall clock, for reading, never for
-//! results.
+//! (for example `1000 4000 30 1`, issue 43's cold round). It also times level 1 on its own (the fleet placement,
+//! serial) and prints the process's peak resident memory where Linux reports it, so that runs at several sizes show
+//! how a round grows. The solve times are wall clock, for reading, never for results.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,8 +33,18 @@ fn main() -> Result<(), String> {
         seed,
     };
     let input = synthetic(&spec, &models, PlannerConfig::default());
-    let outcome = by_name("tessera")?.plan(&input).map_err(|e| e.to_string())?;
+    let (l1, level1) = seconds(|| tessera_planner::assign::place(&input));
+    let (outcome, round) = seconds(|| by_name("tessera")?.plan(&input).map_err(|e| e.to_string()));
+    let outcome = outcome?;
     let PlanOutcome::Planned(report) = outcome else { return Err("the round is infeasible".into()) };
+    println!(
+        "round {round:.2} s wall; level 1 alone {:.3} s ({} tenants placed on {} GPUs, {} unplaced); peak memory {}",
+        level1,
+        l1.per_gpu.values().map(Vec::len).sum::<usize>(),
+        l1.per_gpu.len(),
+        l1.unplaced.len(),
+        peak_memory().unwrap_or_else(|| "not reported here".into())
+    );
     let mut rows: Vec<(f64, usize, String)> = report
         .outcomes
         .iter()
@@ -69,4 +80,20 @@ fn main() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The process's peak resident set (`VmHWM` of `/proc/self/status`), where Linux reports it.
+fn peak_memory() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(format!("{:.0} MB", kb / 1024.0))
+}
+
+/// Runs `f` and says how many seconds it took: an example's wall clock, which the planner itself never reads.
+#[allow(clippy::disallowed_methods)]
+fn seconds<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let started = std::time::Instant::now();
+    let out = f();
+    (out, started.elapsed().as_secs_f64())
 }
