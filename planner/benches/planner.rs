@@ -1,6 +1,7 @@
 //! Planner benchmarks: per-GPU level-2 solves (1, 3, 7 tenants x 10, 30, 200 slots), the backends on the compact
-//! MILP, whole fleet rounds (10, 100 GPUs; 1,000 GPUs with `TESSERA_BENCH_FLEET_1000=1`, minutes per sample), and
-//! the next round after a plan, warm-started from it and cold.
+//! MILP, whole fleet rounds (10, 100 GPUs; 1,000 GPUs with `TESSERA_BENCH_FLEET_1000=1`, minutes per sample), the
+//! fleet placement (level 1) of a cold round on 1,000 and 10,000 GPUs, and the next round after a plan,
+//! warm-started from it and cold.
 //!
 //! Run: `cargo bench -p tessera-planner --bench planner`. Besides criterion's timings, each case prints one line
 //! with its objective, bound and relative gap (gap = (bound - objective) / bound, the bound from column
@@ -116,6 +117,27 @@ fn fleets(c: &mut Criterion) {
     group.finish();
 }
 
+/// Level 1 alone on a cold round (every tenant placed afresh), 4 tenants a GPU: the serial part of a fleet round,
+/// which must grow no faster than the fleet.
+fn level1(c: &mut Criterion) {
+    let mut group = c.benchmark_group("level1");
+    group.sample_size(10);
+    for gpus in [1000, 10_000] {
+        let input = fleet(gpus, 4 * gpus, 12, 3);
+        let placed = tessera_planner::assign::place(&input);
+        println!(
+            "level1 gpus={gpus} tenants={}: {} placed, {} unplaced",
+            4 * gpus,
+            placed.per_gpu.values().map(Vec::len).sum::<usize>(),
+            placed.unplaced.len()
+        );
+        group.bench_with_input(BenchmarkId::new("place", gpus), &input, |b, input| {
+            b.iter(|| tessera_planner::assign::place(black_box(input)))
+        });
+    }
+    group.finish();
+}
+
 /// Consecutive rounds: the round 6 slots (one plan period) after a first one, whose plan it runs, with forecasts
 /// moved on and revised ([`next_round`]), planned warm (from the first round's plan and prices, as replay and the
 /// coordinator plan) and cold. One GPU: Tessera's level 2 with every tenant on it (as `level2/`); 100 GPUs: the
@@ -177,5 +199,5 @@ fn warm_rounds(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, level2, backends, fleets, warm_rounds);
+criterion_group!(benches, level2, backends, fleets, level1, warm_rounds);
 criterion_main!(benches);

@@ -491,32 +491,34 @@ pub fn balanced(input: &PlannerInput) -> L1 {
         let k = instances(&running, &id);
         let model = &input.tenants[&id].spec.model;
         let need = need_at(&id);
-        let mut best: Option<(f64, usize, f64)> = None;
-        // Without an interference table a GPU's score is its load after placing alone: the index finds the GPU.
-        if input.interference.is_none() {
-            best = index.least_loaded(sizes.of(&id).unwrap_or(&[]), k).map(|o| (0.0, o, need(o).expect("sized")));
-        }
-        for (o, (slices, count)) in loads.iter().enumerate().filter(|_| input.interference.is_some()) {
-            if !takes[o] || count + k > 7 {
-                continue;
+        let best: Option<(usize, f64)> = match &input.interference {
+            // Without an interference table a GPU's score is its load after placing alone: the index finds it.
+            None => index.least_loaded(sizes.of(&id).unwrap_or(&[]), k).map(|o| (o, need(o).expect("sized"))),
+            // With one, the penalty depends on the tenants already on each GPU: a scan of the fleet.
+            Some(x) => {
+                let mut best: Option<(f64, usize, f64)> = None;
+                for (o, (slices, count)) in loads.iter().enumerate() {
+                    if !takes[o] || count + k > 7 {
+                        continue;
+                    }
+                    let Some(n) = need(o) else { continue };
+                    let penalty: f64 = out.per_gpu[&gpus[o]]
+                        .iter()
+                        .map(|other| {
+                            let other = &input.tenants[other].spec.model;
+                            (x.slowdown(model, other) - 1.0) + (x.slowdown(other, model) - 1.0)
+                        })
+                        .sum();
+                    let score = (slices + n).max(0.0) + 7.0 * penalty;
+                    if best.as_ref().is_none_or(|(s, _, _)| score < *s - SCORE_TOLERANCE) {
+                        best = Some((score, o, n));
+                    }
+                }
+                best.map(|(_, o, n)| (o, n))
             }
-            let Some(n) = need(o) else { continue };
-            let penalty: f64 = input.interference.as_ref().map_or(0.0, |x| {
-                out.per_gpu[&gpus[o]]
-                    .iter()
-                    .map(|other| {
-                        let other = &input.tenants[other].spec.model;
-                        (x.slowdown(model, other) - 1.0) + (x.slowdown(other, model) - 1.0)
-                    })
-                    .sum()
-            });
-            let score = (slices + n).max(0.0) + 7.0 * penalty;
-            if best.as_ref().is_none_or(|(s, _, _)| score < *s - SCORE_TOLERANCE) {
-                best = Some((score, o, n));
-            }
-        }
+        };
         match best {
-            Some((_, o, n)) => {
+            Some((o, n)) => {
                 loads[o].0 += n;
                 loads[o].1 += k;
                 index.set(o, model_at[o].filter(|_| takes[o]), loads[o]);
