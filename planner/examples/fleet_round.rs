@@ -41,7 +41,7 @@ fn main() -> Result<(), String> {
         "round {round:.2} s wall; level 1 alone {:.3} s ({} tenants placed on {} GPUs, {} unplaced); peak memory {}",
         level1,
         l1.per_gpu.values().map(Vec::len).sum::<usize>(),
-        l1.per_gpu.len(),
+        l1.per_gpu.values().filter(|t| !t.is_empty()).count(),
         l1.unplaced.len(),
         peak_memory().unwrap_or_else(|| "not reported here".into())
     );
@@ -87,7 +87,7 @@ fn peak_memory() -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kb: f64 =
         status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
-    Some(format!("{:.0} MB", kb / 1024.0))
+    Some(format!("{:.0} MiB", kb / 1024.0))
 }
 
 /// Runs `f` and says how many seconds it took: an example's wall clock, which the planner itself never reads.
