@@ -642,9 +642,7 @@ mod tests {
     use highs::{ColProblem, HighsModelStatus, Sense};
     use rand::{Rng, SeedableRng};
 
-    /// A random master like column generation's: `k` packing rows with small integer coefficients, `n` convexity
-    /// rows, each column in one convexity row; columns added in batches, re-solved after each.
-    /// A random column of tenant `i` (of `n`, after `k` packing rows): each packing row with probability
+    /// A random column of a random tenant (of `n`, after `k` packing rows): each packing row with probability
     /// `density`, coefficients 1 to `largest`, worth their sum times 10 to `worth`, and the tenant's convexity row.
     fn random_column(
         rng: &mut rand::rngs::StdRng,
@@ -665,6 +663,8 @@ mod tests {
         (value, e)
     }
 
+    /// A random master like column generation's: `k` packing rows with small integer coefficients, `n` convexity
+    /// rows, each column in one convexity row; columns added in batches, re-solved after each.
     fn random_master(seed: u64, k: usize, n: usize, batches: usize, per: usize) {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let b: Vec<f64> = (0..k).map(|_| f64::from(rng.random_range(0..8u8))).chain((0..n).map(|_| 1.0)).collect();
