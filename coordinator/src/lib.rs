@@ -9,6 +9,7 @@
 //! - [`replica`]: this member of the Raft group (one thread owns `RawNode`; proposals, read index, snapshots,
 //!   membership). "Node" in Tessera means a GPU host; a coordinator process is a replica.
 //! - [`storage`]: the durable log behind a trait: [`storage::SledStore`] and [`storage::MemStore`].
+//! - [`wal`]: the Raft entries' own segment files, which [`storage::SledStore`] appends to and fdatasyncs.
 //! - [`state`]: the replicated state machine ([`state::CoordState`]) and its operations.
 //! - [`net`]: every outgoing gRPC channel (keepalive, TCP user timeout, deadlines).
 //! - [`transport`]: Raft messages between coordinators over tonic, with a test-only partition switch.
@@ -33,3 +34,4 @@ pub mod storage;
 /// Tracing and OTLP export (the `tessera-telemetry` crate, shared with the agent).
 pub use tessera_telemetry as telemetry;
 pub mod transport;
+pub mod wal;

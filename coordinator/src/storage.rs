@@ -5,18 +5,21 @@
 //!
 //! - [`MemStore`]: in memory, a thin wrapper around raft-rs's [`MemStorage`] plus the latest snapshot's data; for
 //!   unit tests of the node.
-//! - [`SledStore`]: durable, in a sled database. Tree `raft_entries` maps an index (8 bytes, big-endian) to the
-//!   protobuf-encoded [`Entry`]; tree `raft_meta` holds `hard_state`, `conf_state` and `snapshot_meta` (protobuf).
+//! - [`SledStore`]: durable. The entries are in the log's own segment files, `wal/` ([`crate::wal`]: appended
+//!   and fdatasynced on the raft thread, one write per `Ready`, and kept whole in memory for reads); tree
+//!   `raft_meta` of a sled database holds `hard_state`, `conf_state` and `snapshot_meta` (protobuf), which change
+//!   rarely. (In sled, the entries cost every write a sled sync, which wakes all of sled's I/O threads.) A hard
+//!   state that changes only the commit index is written to sled without a sync: raft does not need it durable.
 //!   The snapshot's data (the state machine's bytes) is a file outside sled, `snapshots/<index>-<term>.snap`,
 //!   written to a temporary name, fsynced and renamed before the metadata names it; older snapshot files are
 //!   deleted once a newer one is durable, and leftovers are removed on open. (Kept inside sled, a multi-megabyte
 //!   value sharing a tree with the hard state, which changes on every `Ready`, was rewritten with it: a member held
-//!   67 to 114 copies of the state.) Every mutating call is one atomic sled batch or transaction followed by
-//!   [`SledStore::sync`] (sled's flush plus an fdatasync of its log file), so it is durable when it returns, as
-//!   raft requires before messages are sent. `apply_snapshot` writes the snapshot file first, then the metadata,
-//!   hard state and conf state and drops the log in one transaction over both trees, so a crash leaves the old
-//!   state or the new one. Stores written before snapshots moved out of sled (`snapshot_data` in `raft_meta`) open
-//!   as before; their next snapshot moves the data out.
+//!   67 to 114 copies of the state.) Every mutating call is durable when it returns, as raft requires before
+//!   messages are sent: sled writes are followed by [`SledStore::sync`] (sled's flush plus an fdatasync of its log
+//!   file). `apply_snapshot` writes the snapshot file first, then the metadata, hard state and conf state in one
+//!   sled batch, then restarts the log; a crash in between leaves a log the snapshot supersedes, which the next open
+//!   drops. Stores written before the entries moved out of sled (tree `raft_entries`) or before snapshots did
+//!   (`snapshot_data` in `raft_meta`) open as before: the first open moves the entries, the next snapshot the data.
 //!
 //! Semantics follow raft-rs's `MemStorage`: the snapshot index acts as the log's dummy entry, so
 //! `term(snapshot index)` is the snapshot's term; an empty log has `first_index = snapshot index + 1` and
@@ -30,6 +33,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use raft::prelude::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::storage::MemStorage;
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+
+use crate::wal::{self, Wal};
 
 /// Errors of the durable log.
 #[derive(Debug, thiserror::Error)]
@@ -483,6 +488,8 @@ const KEY_SNAPSHOT_META: &str = "snapshot_meta";
 const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
 /// The directory of snapshot files, inside the store's directory.
 const SNAPSHOT_DIR: &str = "snapshots";
+/// The directory of the log's segment files ([`crate::wal`]), inside the store's directory.
+const WAL_DIR: &str = "wal";
 
 /// The file name of the snapshot at `index` and `term`.
 fn snapshot_file_name(index: u64, term: u64) -> String {
@@ -525,10 +532,6 @@ fn remove_other_snapshots(dir: &Path, keep: Option<&str>) -> Result<(), StoreErr
     Ok(())
 }
 
-fn entry_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
-}
-
 fn encode<M: protobuf::Message>(what: &'static str, msg: &M) -> Result<Vec<u8>, StoreError> {
     msg.write_to_bytes().map_err(|source| StoreError::Encode { what, source })
 }
@@ -554,6 +557,27 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, StoreError> {
     Ok(entry)
 }
 
+/// Reads the whole log of a store written before the entries moved out of sled (tree `raft_entries`): every value
+/// must decode under its own index, and the indexes must be consecutive.
+fn read_legacy_log(entries: &sled::Tree) -> Result<Vec<Entry>, StoreError> {
+    let mut log: Vec<Entry> = Vec::new();
+    for item in entries.iter() {
+        let (key, value) = item?;
+        let entry = decode_entry(&key, &value)?;
+        if let Some(last) = log.last().map(|e| e.index)
+            && entry.index != last + 1
+        {
+            return Err(StoreError::Corrupt(format!(
+                "tree {ENTRIES_TREE}: entries {} to {} are missing",
+                last + 1,
+                entry.index - 1
+            )));
+        }
+        log.push(entry);
+    }
+    Ok(log)
+}
+
 /// Maps an I/O error on `path` to [`StoreError::Io`].
 fn io_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {
     let path = path.to_path_buf();
@@ -569,7 +593,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// What `SledStore` keeps in memory: the log's bounds and the small metadata, mirrored from the trees.
+/// What `SledStore` keeps in memory: the log's bounds, the small metadata mirrored from sled, and the log's entries.
 #[derive(Debug, Clone, Default)]
 struct Cache {
     /// `snapshot index + 1` when the log is empty.
@@ -580,45 +604,24 @@ struct Cache {
     snapshot: Option<SnapshotMetadata>,
     hard_state: HardState,
     conf_state: ConfState,
-    /// The newest entries of the log, at most [`RECENT_ENTRIES`], consecutive and ending at `last_index`: the
-    /// leader sends followers what it just wrote, and raft asks for terms near the end, so those reads need not
-    /// go to sled and decode (etcd keeps its whole unsnapshotted log in memory for the same reason).
-    recent: std::collections::VecDeque<Entry>,
+    /// The log's entries, `first_index` to `last_index`. Kept whole in memory, as etcd keeps its unsnapshotted log:
+    /// snapshots and compaction bound it, and no read goes to the disk.
+    log: std::collections::VecDeque<Entry>,
 }
 
-/// How many of the newest entries [`SledStore`] keeps in memory.
-const RECENT_ENTRIES: usize = 4096;
-
 impl Cache {
-    /// The entry at `index`, if it is among the recent ones.
-    fn recent(&self, index: u64) -> Option<&Entry> {
-        let first = self.recent.front()?.index;
-        self.recent.get(usize::try_from(index.checked_sub(first)?).ok()?)
+    /// The entry at `index`, if the log holds it.
+    fn entry(&self, index: u64) -> Option<&Entry> {
+        self.log.get(usize::try_from(index.checked_sub(self.first_index)?).ok()?)
     }
 
-    /// Records entries appended from index `from` on (`ents`, consecutive): what they overwrite goes first.
-    fn remember(&mut self, from: u64, ents: &[Entry]) {
-        while self.recent.back().is_some_and(|e| e.index >= from) {
-            self.recent.pop_back();
-        }
-        if self.recent.back().is_some_and(|e| e.index + 1 != from) {
-            self.recent.clear();
-        }
-        let skip = ents.len().saturating_sub(RECENT_ENTRIES);
-        if skip > 0 {
-            self.recent.clear();
-        }
-        self.recent.extend(ents[skip..].iter().cloned());
-        while self.recent.len() > RECENT_ENTRIES {
-            self.recent.pop_front();
-        }
-    }
-
-    /// Forgets the entries below `index` (compacted).
-    fn forget_below(&mut self, index: u64) {
-        while self.recent.front().is_some_and(|e| e.index < index) {
-            self.recent.pop_front();
-        }
+    /// Records entries appended from index `ents[0].index` on (consecutive, at most `last_index + 1`, at least
+    /// `first_index`): what they overwrite goes first.
+    fn remember(&mut self, ents: &[Entry]) {
+        let keep = usize::try_from(ents[0].index - self.first_index).expect("log length fits usize");
+        self.log.truncate(keep);
+        self.log.extend(ents.iter().cloned());
+        self.last_index = ents[ents.len() - 1].index;
     }
 
     fn snapshot_index(&self) -> u64 {
@@ -632,7 +635,6 @@ impl Cache {
 
 struct SledInner {
     db: sled::Db,
-    entries: sled::Tree,
     meta: sled::Tree,
     /// The database directory.
     dir: PathBuf,
@@ -640,9 +642,12 @@ struct SledInner {
     log_file: std::fs::File,
     /// Mutating calls hold the write lock from their first read to after the flush, so they are serialized.
     cache: RwLock<Cache>,
+    /// The entries' own log. Taken after `cache`'s write lock, never before it.
+    wal: std::sync::Mutex<Wal>,
 }
 
-/// Durable [`RaftStore`] in a sled database (layout in the module docs). Clones share the same database.
+/// Durable [`RaftStore`]: the entries in their own segment files ([`crate::wal`]), the rest in a sled database
+/// (layout in the module docs). Clones share the same store.
 #[derive(Clone)]
 pub struct SledStore {
     inner: Arc<SledInner>,
@@ -667,8 +672,15 @@ impl SledStore {
     /// files), and with [`StoreError::Corrupt`] if a stored value cannot be decoded or the log has holes.
     ///
     /// Entries that contradict the snapshot (all below its index, or a different term at its index: a log from
-    /// before an installed snapshot) are removed on open.
+    /// before an installed snapshot) are removed on open. A store written before the entries moved out of sled
+    /// (tree `raft_entries`) has them moved to the log's files on its first open.
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        SledStore::open_with_segment_bytes(dir, wal::SEGMENT_BYTES)
+    }
+
+    /// [`SledStore::open`], with the log's segments closed at `segment_bytes` instead of [`wal::SEGMENT_BYTES`]
+    /// (for tests of compaction over many segments).
+    pub fn open_with_segment_bytes(dir: &Path, segment_bytes: u64) -> Result<SledStore, StoreError> {
         std::fs::create_dir_all(dir).map_err(io_error("cannot create raft store directory", dir))?;
         let db = sled::Config::new().path(dir).open().map_err(|e| match e {
             sled::Error::Io(source) if source.to_string().contains("could not acquire lock") => {
@@ -680,11 +692,12 @@ impl SledStore {
         let log_file = std::fs::File::open(&log_path).map_err(io_error("cannot open sled log file", &log_path))?;
         // Make the directory entries sled may just have created durable too.
         sync_path(dir)?;
-        SledStore::load(db, dir.to_path_buf(), log_file)
+        SledStore::load(db, dir.to_path_buf(), log_file, segment_bytes)
     }
 
-    /// Loads the Raft state from the open database's trees `raft_entries` and `raft_meta`.
-    fn load(db: sled::Db, dir: PathBuf, log_file: std::fs::File) -> Result<SledStore, StoreError> {
+    /// Loads the Raft state: the metadata from tree `raft_meta`, the entries from the log's files (moved there
+    /// first from tree `raft_entries` if the store predates them).
+    fn load(db: sled::Db, dir: PathBuf, log_file: std::fs::File, segment_bytes: u64) -> Result<SledStore, StoreError> {
         let entries = db.open_tree(ENTRIES_TREE)?;
         let meta = db.open_tree(META_TREE)?;
 
@@ -726,26 +739,23 @@ impl SledStore {
         };
         let (snapshot_index, snapshot_term) = snapshot.as_ref().map_or((0, 0), |m| (m.index, m.term));
 
-        // Scan the whole log: every value must decode and the indexes must be consecutive.
-        let mut bounds: Option<(u64, u64)> = None;
-        let mut term_at_snapshot = None;
-        for item in entries.iter() {
-            let (key, value) = item?;
-            let entry = decode_entry(&key, &value)?;
-            if let Some((_, last)) = bounds
-                && entry.index != last + 1
-            {
-                return Err(StoreError::Corrupt(format!(
-                    "tree {ENTRIES_TREE}: entries {} to {} are missing",
-                    last + 1,
-                    entry.index - 1
-                )));
+        let wal_dir = dir.join(WAL_DIR);
+        if !Wal::exists(&wal_dir) {
+            // A new store, or one whose entries are still in sled: they move to the log's files, which appear
+            // whole or not at all.
+            let legacy = read_legacy_log(&entries)?;
+            Wal::create(&wal_dir, &legacy, segment_bytes)?;
+            if !legacy.is_empty() {
+                tracing::info!(entries = legacy.len(), "raft store: the log moved from sled to its own files");
             }
-            if entry.index == snapshot_index {
-                term_at_snapshot = Some(entry.term);
-            }
-            bounds = Some((bounds.map_or(entry.index, |(first, _)| first), entry.index));
         }
+        if !entries.is_empty() {
+            // Moved (now, or before a crash that came before this): sled's copy goes.
+            entries.clear()?;
+            db.flush()?;
+            log_file.sync_data().map_err(io_error("cannot fdatasync", &dir.join("db")))?;
+        }
+        let (mut wal, log) = Wal::open(&wal_dir, segment_bytes)?;
 
         let mut cache = Cache {
             first_index: snapshot_index + 1,
@@ -753,28 +763,32 @@ impl SledStore {
             snapshot,
             hard_state,
             conf_state,
-            ..Cache::default()
+            log: std::collections::VecDeque::new(),
         };
-        if let Some((first, last)) = bounds {
+        if let (Some(front), Some(back)) = (log.front(), log.back()) {
+            let (first, last) = (front.index, back.index);
+            let term_at_snapshot =
+                snapshot_index.checked_sub(first).and_then(|i| log.get(usize::try_from(i).ok()?)).map(|e| e.term);
             let stale = cache.snapshot.is_some()
                 && (last < snapshot_index || term_at_snapshot.is_some_and(|t| t != snapshot_term));
             if stale {
-                // Left over from before an installed snapshot (apply_snapshot clears the log in the same
-                // transaction, so only a store written otherwise gets here): the snapshot supersedes it.
-                let mut batch = sled::Batch::default();
-                for index in first..=last {
-                    batch.remove(&entry_key(index));
-                }
-                entries.apply_batch(batch)?;
-                db.flush()?;
-                log_file.sync_data().map_err(io_error("cannot fdatasync", &dir.join("db")))?;
+                // Left over from before an installed snapshot (a crash between recording the snapshot and dropping
+                // the log): the snapshot supersedes it.
+                wal.reset(snapshot_index + 1)?;
             } else if first > snapshot_index + 1 {
                 return Err(StoreError::Corrupt(format!(
-                    "tree {ENTRIES_TREE}: first entry {first} leaves a hole after snapshot index {snapshot_index}"
+                    "raft log {}: first entry {first} leaves a hole after snapshot index {snapshot_index}",
+                    wal_dir.display()
                 )));
             } else {
-                cache.first_index = first;
+                // The log starts after the snapshot, as etcd's does on a restart: entries it covers that a segment
+                // still held (compaction deletes whole segments) are not needed.
+                let mut log = log;
+                let covered = usize::try_from((snapshot_index + 1).saturating_sub(first)).expect("fits usize");
+                log.drain(..covered.min(log.len()));
+                cache.first_index = first.max(snapshot_index + 1);
                 cache.last_index = last;
+                cache.log = log;
             }
         }
         if cache.hard_state.commit > cache.last_index {
@@ -788,7 +802,16 @@ impl SledStore {
             );
             cache.hard_state.commit = cache.last_index;
         }
-        Ok(SledStore { inner: Arc::new(SledInner { db, entries, meta, dir, log_file, cache: RwLock::new(cache) }) })
+        Ok(SledStore {
+            inner: Arc::new(SledInner {
+                db,
+                meta,
+                dir,
+                log_file,
+                cache: RwLock::new(cache),
+                wal: std::sync::Mutex::new(wal),
+            }),
+        })
     }
 
     /// The sled database, for the coordinator's own trees (do not touch `raft_entries` and `raft_meta`). Its
@@ -828,22 +851,13 @@ impl SledStore {
         Ok(())
     }
 
-    /// Writes `entries` to the log tree (not synced), truncating the conflicting suffix; the entries written, or
-    /// `None` when there was nothing to append. The caller holds the cache's write lock and updates it once durable.
+    /// Appends `entries` to the log's files, durably, truncating the conflicting suffix; the entries written, or
+    /// `None` when there was nothing to append. The caller holds the cache's write lock and updates it after.
     fn write_entries<'a>(&self, cache: &Cache, entries: &'a [Entry]) -> Result<Option<&'a [Entry]>, StoreError> {
         let Some(ents) = entries_to_append(entries, cache.snapshot_index(), cache.last_index)? else {
             return Ok(None);
         };
-        let new_last = ents[ents.len() - 1].index;
-        let mut batch = sled::Batch::default();
-        // The conflicting suffix: what the new entries do not overwrite goes.
-        for index in new_last + 1..=cache.last_index {
-            batch.remove(&entry_key(index));
-        }
-        for entry in ents {
-            batch.insert(&entry_key(entry.index), encode("Entry", entry)?);
-        }
-        self.inner.entries.apply_batch(batch)?;
+        self.inner.wal.lock().expect("raft log lock poisoned").append(ents)?;
         Ok(Some(ents))
     }
 
@@ -865,11 +879,14 @@ impl SledStore {
         size(&self.inner.dir)
     }
 
-    fn read_entry(&self, index: u64) -> Result<Entry, StoreError> {
-        let key = entry_key(index);
-        match self.inner.entries.get(key)? {
-            Some(value) => decode_entry(&key, &value),
-            None => Err(StoreError::Corrupt(format!("tree {ENTRIES_TREE}, key {index} ({}): missing", hex(&key)))),
+    /// The term of the entry at `index`, which the caller checked is in the log.
+    fn term_in_log(cache: &Cache, index: u64) -> Result<u64, StoreError> {
+        match cache.entry(index) {
+            Some(e) => Ok(e.term),
+            None => Err(StoreError::Corrupt(format!(
+                "raft log: entry {index} is missing from {} to {}",
+                cache.first_index, cache.last_index
+            ))),
         }
     }
 
@@ -918,40 +935,17 @@ impl Storage for SledStore {
         // Same cut as raft::util::limit_size: the first entry always, then while the running size fits.
         let mut out = Vec::with_capacity(usize::try_from((high - low).min(1024)).unwrap_or(1024));
         let mut size = 0u64;
-        if cache.recent(low).is_some() {
-            // high <= last_index + 1, and the recent entries run to last_index.
-            for index in low..high {
-                let entry = cache.recent(index).expect("recent entries run to the last index");
-                if let Some(max) = max_size {
-                    size += u64::from(protobuf::Message::compute_size(entry));
-                    if !out.is_empty() && size > max {
-                        break;
-                    }
-                }
-                out.push(entry.clone());
-            }
-            return Ok(out);
-        }
-        let mut cut = false;
-        for item in self.inner.entries.range(entry_key(low)..entry_key(high)) {
-            let (key, value) = item.map_err(StoreError::from)?;
-            let entry = decode_entry(&key, &value)?;
-            let expected = low + out.len() as u64;
-            if entry.index != expected {
-                return Err(StoreError::Corrupt(format!("tree {ENTRIES_TREE}, key {expected}: missing")).into());
-            }
+        for index in low..high {
+            let entry = cache.entry(index).ok_or_else(|| {
+                StoreError::Corrupt(format!("raft log: entry {index} is missing from {low} to {high}"))
+            })?;
             if let Some(max) = max_size {
-                size += u64::from(protobuf::Message::compute_size(&entry));
+                size += u64::from(protobuf::Message::compute_size(entry));
                 if !out.is_empty() && size > max {
-                    cut = true;
                     break;
                 }
             }
-            out.push(entry);
-        }
-        if !cut && out.len() as u64 != high - low {
-            let missing = low + out.len() as u64;
-            return Err(StoreError::Corrupt(format!("tree {ENTRIES_TREE}, key {missing}: missing")).into());
+            out.push(entry.clone());
         }
         Ok(out)
     }
@@ -967,10 +961,7 @@ impl Storage for SledStore {
         if idx > cache.last_index {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
-        if let Some(e) = cache.recent(idx) {
-            return Ok(e.term);
-        }
-        Ok(self.read_entry(idx)?.term)
+        Ok(SledStore::term_in_log(&cache, idx)?)
     }
 
     fn first_index(&self) -> raft::Result<u64> {
@@ -998,23 +989,22 @@ impl RaftStore for SledStore {
 
     fn persist(&self, entries: &[Entry], hs: Option<&HardState>) -> Result<(), StoreError> {
         let mut cache = write(&self.inner.cache);
+        // The entries first, durable when this returns: a crash after it leaves them without the hard state, never
+        // a commit index beyond them (`load` clamps one anyway).
         let written = self.write_entries(&cache, entries)?;
         if let Some(hs) = hs {
-            // After the entries: sled recovers its log in order, so a crash between the two leaves the entries
-            // without the hard state, never a commit index beyond them (`load` clamps one anyway).
             self.inner.meta.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", hs)?)?;
-        }
-        // Raft needs entries, term and vote durable before it answers; a hard state that only moved its commit
-        // index waits for the next sync (see `set_commit`).
-        let old = &cache.hard_state;
-        if written.is_some() || hs.is_some_and(|h| h.term != old.term || h.vote != old.vote) {
-            self.sync(false)?;
+            // Raft needs term and vote durable before it answers; a hard state that only moved its commit index
+            // waits for sled's next flush (see `set_commit`).
+            let old = &cache.hard_state;
+            if hs.term != old.term || hs.vote != old.vote {
+                self.sync(false)?;
+            }
         }
         if let Some(ents) = written {
             // first_index is unchanged: the new entries start at or after it (an empty log's first index is
             // snapshot index + 1, the only place they may start then).
-            cache.last_index = ents[ents.len() - 1].index;
-            cache.remember(ents[0].index, ents);
+            cache.remember(ents);
         }
         if let Some(hs) = hs {
             cache.hard_state = hs.clone();
@@ -1039,8 +1029,6 @@ impl RaftStore for SledStore {
     }
 
     fn apply_snapshot(&self, snap: &Snapshot) -> Result<(), StoreError> {
-        use sled::Transactional;
-
         let mut cache = write(&self.inner.cache);
         let meta = snap.get_metadata();
         let index = meta.index;
@@ -1060,30 +1048,15 @@ impl RaftStore for SledStore {
         meta_batch.remove(KEY_SNAPSHOT_DATA.as_bytes());
         meta_batch.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", &hard_state)?);
         meta_batch.insert(KEY_CONF_STATE.as_bytes(), encode("ConfState", &conf_state)?);
-        let mut entries_batch = sled::Batch::default();
-        for index in cache.first_index..=cache.last_index {
-            entries_batch.remove(&entry_key(index));
-        }
-        // One transaction over both trees: the new snapshot and the dropped log are recovered together or not at
-        // all.
-        (&self.inner.meta, &self.inner.entries)
-            .transaction(|(meta_tree, entries_tree)| {
-                meta_tree.apply_batch(&meta_batch)?;
-                entries_tree.apply_batch(&entries_batch)?;
-                Ok::<(), sled::transaction::ConflictableTransactionError<()>>(())
-            })
-            .map_err(|e| match e {
-                sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
-                sled::transaction::TransactionError::Abort(()) => {
-                    StoreError::Sled(sled::Error::ReportableBug("apply_snapshot transaction aborted".into()))
-                }
-            })?;
+        self.inner.meta.apply_batch(meta_batch)?;
         self.sync(false)?;
+        // Then the log goes. A crash before this leaves a log the snapshot supersedes, which `load` drops.
+        self.inner.wal.lock().expect("raft log lock poisoned").reset(index + 1)?;
         remove_other_snapshots(&self.snapshot_dir(), Some(&snapshot_file_name(index, meta.term)))?;
 
         cache.first_index = index + 1;
         cache.last_index = index;
-        cache.recent.clear();
+        cache.log.clear();
         cache.snapshot = Some(meta.clone());
         cache.hard_state = hard_state;
         cache.conf_state = conf_state;
@@ -1102,7 +1075,7 @@ impl RaftStore for SledStore {
                 return Err(StoreError::SnapshotBeyondLog { index, last_index });
             }
             // first_index <= snapshot_index + 1 <= index <= last_index: the entry is in the log.
-            self.read_entry(index)?.term
+            SledStore::term_in_log(&cache, index)?
         };
         self.stage_snapshot(index, term, &data)?;
         self.commit_snapshot(index, term, conf_state)
@@ -1122,7 +1095,7 @@ impl RaftStore for SledStore {
             return Err(StoreError::SnapshotBeyondLog { index, last_index });
         }
         // first_index <= index <= last_index: the entry is in the log.
-        if self.read_entry(index)?.term != term {
+        if SledStore::term_in_log(&cache, index)? != term {
             return Err(StoreError::SnapshotOutOfDate { index, first_index, snapshot_index });
         }
         let name = snapshot_file_name(index, term);
@@ -1147,7 +1120,7 @@ impl RaftStore for SledStore {
     }
 
     fn compact(&self, compact_index: u64) -> Result<(), StoreError> {
-        let first = {
+        let segments = {
             let mut cache = write(&self.inner.cache);
             if compact_index <= cache.first_index {
                 return Ok(());
@@ -1157,20 +1130,16 @@ impl RaftStore for SledStore {
                 return Err(StoreError::CompactBeyondSnapshot { compact_index, snapshot_index });
             }
             // snapshot_index <= last_index, so compact_index <= last_index + 1 and the bounds stay consistent.
-            let first = cache.first_index;
+            let drop = usize::try_from(compact_index - cache.first_index).expect("log length fits usize");
+            let drop = drop.min(cache.log.len());
+            cache.log.drain(..drop);
             cache.first_index = compact_index;
-            cache.forget_below(compact_index);
-            first
+            self.inner.wal.lock().expect("raft log lock poisoned").compactable(compact_index)
         };
-        // Nothing reads below the first index any more, so the entries go without holding the lock (the node's
+        // Nothing reads below the first index any more, so the segments go without holding the locks (the node's
         // writes go on meanwhile) and without a sync: entries a crash brings back are a valid prefix of the log,
         // which `load` keeps (or drops, with the log, when a snapshot superseded it).
-        let mut batch = sled::Batch::default();
-        for index in first..compact_index {
-            batch.remove(&entry_key(index));
-        }
-        self.inner.entries.apply_batch(batch)?;
-        Ok(())
+        wal::remove_segments(&self.inner.dir.join(WAL_DIR), &segments)
     }
 
     fn latest_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
@@ -1189,21 +1158,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entry_keys_sort_by_index() {
-        assert!(entry_key(255) < entry_key(256));
-        assert_eq!(u64::from_be_bytes(entry_key(42)), 42);
-    }
-
-    #[test]
     fn decode_entry_checks_key_and_index() {
         let e = Entry { index: 7, term: 2, ..Default::default() };
         let bytes = encode("Entry", &e).unwrap();
-        assert_eq!(decode_entry(&entry_key(7), &bytes).unwrap(), e);
-        let err = decode_entry(&entry_key(8), &bytes).unwrap_err().to_string();
+        assert_eq!(decode_entry(&7u64.to_be_bytes(), &bytes).unwrap(), e);
+        let err = decode_entry(&8u64.to_be_bytes(), &bytes).unwrap_err().to_string();
         assert!(err.contains("raft_entries") && err.contains("key 8"), "{err}");
         let err = decode_entry(b"abc", &bytes).unwrap_err().to_string();
         assert!(err.contains("not an 8-byte index"), "{err}");
-        let err = decode_entry(&entry_key(9), &[0xff; 4]).unwrap_err().to_string();
+        let err = decode_entry(&9u64.to_be_bytes(), &[0xff; 4]).unwrap_err().to_string();
         assert!(err.contains("key 9") && err.contains("cannot decode"), "{err}");
     }
 

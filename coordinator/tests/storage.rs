@@ -345,12 +345,14 @@ fn sled_reopen_restores_everything() {
         s.compact(6).unwrap();
     }
     let s = open_sled(dir.path()).unwrap();
-    assert_eq!(bounds(&s), (6, 10));
-    assert_eq!(s.entry_count(), 5);
+    // Reopened, the log starts after the snapshot (as etcd's does): the entries it covers are not needed.
+    assert_eq!(bounds(&s), (9, 10));
+    assert_eq!(s.entry_count(), 2);
     let state = s.initial_state().unwrap();
     assert_eq!(state.hard_state, hs);
     assert_eq!(state.conf_state, cs);
-    assert_eq!(s.entries(6, 11, None, ctx()).unwrap(), ents(6..=10, 2));
+    assert_eq!(s.entries(9, 11, None, ctx()).unwrap(), ents(9..=10, 2));
+    assert_eq!(s.term(8).unwrap(), 2);
     assert_eq!(s.term(5), Err(store_err(StorageError::Compacted)));
     let snap = s.latest_snapshot().unwrap().unwrap();
     assert_eq!((snap.get_metadata().index, snap.get_metadata().term), (8, 2));
@@ -441,9 +443,9 @@ fn expect_corrupt(result: Result<SledStore, StoreError>, needles: &[&str]) {
 }
 
 #[test]
-fn sled_reads_agree_across_the_entries_kept_in_memory() {
-    // The newest 4,096 entries are also kept in memory; reads that start before them go to sled. Both agree
-    // through truncations near the end and far back, compaction and a reopen.
+fn sled_reads_agree_through_truncations_compaction_and_reopen() {
+    // The log is kept in memory and replayed from its files on open: both agree through truncations near the end
+    // and far back, compaction over many segments and a reopen.
     let dir = tempfile::tempdir().unwrap();
     let expect = |s: &SledStore, low: u64, high: u64, want: Vec<(u64, u64)>| {
         assert_eq!(index_terms(&s.entries(low, high, None, ctx()).unwrap()), want, "entries({low}, {high})");
@@ -452,68 +454,180 @@ fn sled_reads_agree_across_the_entries_kept_in_memory() {
         }
     };
     let pairs = |r: std::ops::RangeInclusive<u64>, t: u64| r.map(|i| (i, t)).collect::<Vec<_>>();
+    let open = |path: &std::path::Path| open_sled_segments(path, 16 * 1024);
     {
-        let s = open_sled(dir.path()).unwrap();
+        let s = open(dir.path()).unwrap();
         s.append(&ents(1..=6000, 1)).unwrap();
         s.append(&ents(5000..=5100, 2)).unwrap();
         assert_eq!(bounds(&s), (1, 5100));
         expect(&s, 900, 5101, [pairs(900..=4999, 1), pairs(5000..=5100, 2)].concat());
         expect(&s, 5050, 5060, pairs(5050..=5059, 2));
+        for i in 5101..=5400 {
+            s.append(&ents(i..=i, 2)).unwrap();
+        }
         s.append(&ents(50..=60, 3)).unwrap();
         assert_eq!(bounds(&s), (1, 60));
         expect(&s, 40, 61, [pairs(40..=49, 1), pairs(50..=60, 3)].concat());
-        s.append(&ents(61..=70, 3)).unwrap();
-        s.create_snapshot(55, ConfState::default(), b"state@55".to_vec()).unwrap();
-        s.compact(56).unwrap();
-        assert_eq!(s.term(55).unwrap(), 3);
-        assert_eq!(s.entries(50, 60, None, ctx()), Err(store_err(StorageError::Compacted)));
-        expect(&s, 56, 71, pairs(56..=70, 3));
+        for i in 61..=2000 {
+            s.append(&ents(i..=i, 3)).unwrap();
+        }
+        let before = segments(dir.path());
+        s.create_snapshot(1500, ConfState::default(), b"state@1500".to_vec()).unwrap();
+        s.compact(1501).unwrap();
+        let after = segments(dir.path());
+        assert!(after < before, "compaction kept {after} of {before} segments");
+        assert_eq!(s.term(1500).unwrap(), 3);
+        assert_eq!(s.entries(1400, 1600, None, ctx()), Err(store_err(StorageError::Compacted)));
+        expect(&s, 1501, 2001, pairs(1501..=2000, 3));
+    }
+    let s = open(dir.path()).unwrap();
+    // Entries below the snapshot that a segment still holds are not brought back.
+    assert_eq!(bounds(&s), (1501, 2000));
+    expect(&s, 1501, 2001, pairs(1501..=2000, 3));
+}
+
+/// The log's segment files under a store's directory.
+fn segments(store: &std::path::Path) -> usize {
+    std::fs::read_dir(store.join("wal")).unwrap().count()
+}
+
+/// The last segment file under a store's directory.
+fn last_segment(store: &std::path::Path) -> std::path::PathBuf {
+    let mut files: Vec<_> = std::fs::read_dir(store.join("wal")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    files.pop().unwrap()
+}
+
+#[test]
+fn sled_a_torn_append_loses_only_itself() {
+    // A crash during an append leaves part of its record: the write never returned, so raft never counted it.
+    // Open cuts it and keeps everything before it; later appends go on from there.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open_sled(dir.path()).unwrap();
+        s.append(&ents(1..=5, 1)).unwrap();
+        s.append(&ents(6..=6, 1)).unwrap();
+    }
+    let seg = last_segment(dir.path());
+    let len = std::fs::metadata(&seg).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&seg).unwrap().set_len(len - 3).unwrap();
+    {
+        let s = open_sled(dir.path()).unwrap();
+        assert_eq!(bounds(&s), (1, 5));
+        s.append(&ents(6..=7, 2)).unwrap();
     }
     let s = open_sled(dir.path()).unwrap();
-    expect(&s, 56, 71, pairs(56..=70, 3));
+    assert_eq!(
+        index_terms(&s.entries(1, 8, None, ctx()).unwrap()),
+        [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 2), (7, 2)]
+    );
 }
 
 #[test]
-fn sled_corrupt_entry_is_reported_on_read_and_open() {
+fn sled_a_damaged_record_before_the_end_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = open_sled(dir.path()).unwrap();
-        // Enough entries after them that the first ones are read from sled, not from the recent ones in memory.
-        s.append(&ents(1..=5000, 1)).unwrap();
-        let tree = s.db().open_tree("raft_entries").unwrap();
-        tree.insert(2u64.to_be_bytes(), &[0xff_u8; 4]).unwrap();
-        s.db().flush().unwrap();
-        let err = s.entries(1, 4, None, ctx()).unwrap_err().to_string();
-        assert!(err.contains("raft_entries") && err.contains("key 2"), "{err}");
-        let err = s.term(2).unwrap_err().to_string();
-        assert!(err.contains("raft_entries") && err.contains("key 2"), "{err}");
-        assert_eq!(s.term(3).unwrap(), 1);
+        let s = open_sled_segments(dir.path(), 1024).unwrap();
+        for i in 1..=100 {
+            s.append(&ents(i..=i, 1)).unwrap();
+        }
     }
+    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("wal")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert!(files.len() > 2);
+    let mut bytes = std::fs::read(&files[1]).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&files[1], &bytes).unwrap();
+    let name = files[1].file_name().unwrap().to_str().unwrap().to_string();
+    expect_corrupt(open_sled_segments(dir.path(), 1024), &[&name, "offset"]);
+}
+
+// ----- stores written before the entries moved out of sled ---------------------------------------------------------
+
+/// Writes a store as it was before the entries moved out of sled: entries in tree `raft_entries` (index as 8
+/// big-endian bytes, protobuf value), the given `raft_meta` keys, and no `wal/` directory.
+fn legacy_store(path: &std::path::Path, entries: &[(u64, Vec<u8>)], meta: &[(&str, Vec<u8>)]) {
+    let db = raw_sled(path);
+    let tree = db.open_tree("raft_entries").unwrap();
+    for (index, value) in entries {
+        tree.insert(index.to_be_bytes(), value.clone()).unwrap();
+    }
+    let tree = db.open_tree("raft_meta").unwrap();
+    for (key, value) in meta {
+        tree.insert(key.as_bytes(), value.clone()).unwrap();
+    }
+    db.flush().unwrap();
+}
+
+/// Opens the sled database at `path` itself, waiting as [`open_sled`] does for an earlier handle's lock.
+fn raw_sled(path: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sled::Config::new().path(path).open() {
+            Ok(db) => return db,
+            Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("could not acquire lock") => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("cannot open sled at {}: {e}", path.display()),
+        }
+    }
+}
+
+fn encoded(r: std::ops::RangeInclusive<u64>, term: u64) -> Vec<(u64, Vec<u8>)> {
+    r.map(|i| (i, ent(i, term).write_to_bytes().unwrap())).collect()
+}
+
+#[test]
+fn sled_a_legacy_log_moves_to_its_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let hs = HardState { term: 2, vote: 1, commit: 7, ..Default::default() };
+    let cs = conf(vec![1, 2, 3], vec![]);
+    legacy_store(
+        dir.path(),
+        &[encoded(1..=5, 1), encoded(6..=10, 2)].concat(),
+        &[("hard_state", hs.write_to_bytes().unwrap()), ("conf_state", cs.write_to_bytes().unwrap())],
+    );
+    for _ in 0..2 {
+        let s = open_sled(dir.path()).unwrap();
+        assert_eq!(bounds(&s), (1, 10));
+        assert_eq!(s.entries(1, 11, None, ctx()).unwrap(), [ents(1..=5, 1), ents(6..=10, 2)].concat());
+        let state = s.initial_state().unwrap();
+        assert_eq!((state.hard_state, state.conf_state), (hs.clone(), cs.clone()));
+        // sled's copy is gone once the files hold the log.
+        assert!(s.db().open_tree("raft_entries").unwrap().is_empty());
+        assert!(dir.path().join("wal").is_dir());
+    }
+}
+
+#[test]
+fn sled_a_legacy_corrupt_entry_is_reported_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut entries = encoded(1..=4, 1);
+    entries[1].1 = vec![0xff; 4];
+    legacy_store(dir.path(), &entries, &[]);
     expect_corrupt(open_sled(dir.path()), &["raft_entries", "key 2", "cannot decode"]);
+    // Nothing was moved or dropped: the same error again, and sled still holds all four.
+    expect_corrupt(open_sled(dir.path()), &["raft_entries", "key 2", "cannot decode"]);
+    assert!(!dir.path().join("wal").exists());
+    assert_eq!(raw_sled(dir.path()).open_tree("raft_entries").unwrap().len(), 4);
 }
 
 #[test]
-fn sled_entry_under_the_wrong_key_is_corrupt() {
+fn sled_a_legacy_entry_under_the_wrong_key_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let s = open_sled(dir.path()).unwrap();
-        s.append(&ents(1..=3, 1)).unwrap();
-        let tree = s.db().open_tree("raft_entries").unwrap();
-        tree.insert(3u64.to_be_bytes(), ent(2, 1).write_to_bytes().unwrap()).unwrap();
-        s.db().flush().unwrap();
-    }
+    let mut entries = encoded(1..=3, 1);
+    entries[2].1 = ent(2, 1).write_to_bytes().unwrap();
+    legacy_store(dir.path(), &entries, &[]);
     expect_corrupt(open_sled(dir.path()), &["raft_entries", "key 3", "index 2"]);
 }
 
 #[test]
-fn sled_hole_in_log_is_corrupt() {
+fn sled_a_legacy_hole_in_the_log_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let s = open_sled(dir.path()).unwrap();
-        s.append(&ents(1..=4, 1)).unwrap();
-        s.db().open_tree("raft_entries").unwrap().remove(2u64.to_be_bytes()).unwrap();
-        s.db().flush().unwrap();
-    }
+    let mut entries = encoded(1..=4, 1);
+    entries.remove(1);
+    legacy_store(dir.path(), &entries, &[]);
     expect_corrupt(open_sled(dir.path()), &["raft_entries", "entries 2 to 2 are missing"]);
 }
 
@@ -717,9 +831,17 @@ fn sled_append_flush_cost() {
 /// Opens a sled store, waiting while an earlier handle in this process still holds the directory's lock: sled
 /// releases it from a background thread after the last handle is dropped.
 fn open_sled(path: &std::path::Path) -> Result<SledStore, tessera_coordinator::storage::StoreError> {
+    open_sled_segments(path, tessera_coordinator::wal::SEGMENT_BYTES)
+}
+
+/// [`open_sled`] with the log's segments closed at `segment_bytes`.
+fn open_sled_segments(
+    path: &std::path::Path,
+    segment_bytes: u64,
+) -> Result<SledStore, tessera_coordinator::storage::StoreError> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        match SledStore::open(path) {
+        match SledStore::open_with_segment_bytes(path, segment_bytes) {
             Err(tessera_coordinator::storage::StoreError::Locked { .. }) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }

@@ -1,0 +1,526 @@
+//! The Raft log's entries on disk: a write-ahead log of numbered segment files, appended and fdatasynced by the
+//! caller's thread (the raft thread), one `write` and one `fdatasync` per call.
+//!
+//! This is the layout etcd's WAL uses, cut down to what [`crate::storage::SledStore`] needs from it: the hard state,
+//! conf state and snapshot metadata stay in sled, which is written rarely; only the entries, written on every
+//! `Ready`, live here. (In sled, each sync handed the write to sled's I/O thread pool, whose queue wakes all of its
+//! threads per job: about 128 context switches per acknowledged write at one write in flight.)
+//!
+//! - Directory `wal/` holds segments `<seq>.wal` (`seq` as 20 decimal digits, consecutive: a missing one is
+//!   corruption). The last segment is the active one; a new one is started once it holds [`SEGMENT_BYTES`].
+//! - A segment is a sequence of records `[len: u32 LE][crc32: u32 LE][kind: u8][payload]`, where `len` counts the
+//!   kind byte and the payload and the CRC (crc32, IEEE) covers both. Kind 1 is an entry (protobuf [`Entry`]); kind
+//!   2 is the segment's header, always its first record: the index the log continues at (0: anywhere) and whether
+//!   the log restarts there (an installed snapshot dropped everything before it).
+//! - An entry whose index is at or below the last one replaces it and drops everything after it (raft's conflicting
+//!   suffix); an entry past `last + 1` is a hole, and corruption.
+//! - A segment is created under a temporary name with its header, fsynced and renamed, so every `.wal` file has a
+//!   whole header. A crash can leave the active segment's last record torn (short, or failing its CRC): opening
+//!   cuts the segment there, since that write never returned. The same in an older segment is corruption, reported
+//!   with the file and offset.
+//! - Compaction deletes whole segments that hold nothing at or above the first index kept, never the active one.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use protobuf::Message as _;
+use raft::prelude::Entry;
+
+use crate::storage::StoreError;
+
+/// The size at which the active segment is closed and a new one started (as etcd's).
+pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Record kinds.
+const KIND_ENTRY: u8 = 1;
+const KIND_HEADER: u8 = 2;
+/// Bytes before a record's kind: length and CRC.
+const FRAME: usize = 8;
+/// The largest record accepted on reading: anything longer is a torn or corrupt length.
+const MAX_RECORD: usize = 1 << 30;
+
+/// A segment file: its sequence number and the highest index of the entries in it that are still in the log (0 if
+/// none).
+#[derive(Debug)]
+struct Segment {
+    seq: u64,
+    max_index: u64,
+}
+
+/// The log's segments and the active one's open file. Not synchronized: the store holds it behind a mutex.
+#[derive(Debug)]
+pub struct Wal {
+    dir: PathBuf,
+    /// Oldest first; never empty; the last is the active one.
+    segments: Vec<Segment>,
+    active: File,
+    active_bytes: u64,
+    segment_bytes: u64,
+    buf: Vec<u8>,
+}
+
+fn io_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {
+    let path = path.to_path_buf();
+    move |source| StoreError::Io { what, path, source }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_error("cannot fsync directory", dir))
+}
+
+fn segment_name(seq: u64) -> String {
+    format!("{seq:020}.wal")
+}
+
+/// Appends one record to `buf`.
+fn put_record(buf: &mut Vec<u8>, kind: u8, payload: &[u8]) {
+    let len = u32::try_from(payload.len() + 1).expect("a record under 4 GiB");
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&[kind]);
+    crc.update(payload);
+    buf.extend_from_slice(&len.to_le_bytes());
+    buf.extend_from_slice(&crc.finalize().to_le_bytes());
+    buf.push(kind);
+    buf.extend_from_slice(payload);
+}
+
+fn header_payload(next_index: u64, reset: bool) -> [u8; 9] {
+    let mut p = [0u8; 9];
+    p[..8].copy_from_slice(&next_index.to_le_bytes());
+    p[8] = u8::from(reset);
+    p
+}
+
+/// One record read back: kind and payload, or why the bytes at `offset` are not a whole, intact record.
+enum Read<'a> {
+    Record { kind: u8, payload: &'a [u8], next: usize },
+    End,
+    Bad(String),
+}
+
+fn read_record(bytes: &[u8], offset: usize) -> Read<'_> {
+    let rest = &bytes[offset..];
+    if rest.is_empty() {
+        return Read::End;
+    }
+    if rest.len() < FRAME + 1 {
+        return Read::Bad(format!("{} bytes, too short for a record", rest.len()));
+    }
+    let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+    if len == 0 || len > MAX_RECORD {
+        return Read::Bad(format!("record length {len} is out of range"));
+    }
+    if rest.len() < FRAME + len {
+        return Read::Bad(format!("record of {len} bytes but {} remain", rest.len() - FRAME));
+    }
+    let body = &rest[FRAME..FRAME + len];
+    if crc32fast::hash(body) != crc {
+        return Read::Bad("checksum mismatch".to_string());
+    }
+    Read::Record { kind: body[0], payload: &body[1..], next: offset + FRAME + len }
+}
+
+/// Applies one entry to the replayed log, as an append does: a conflicting suffix goes, a hole is an error.
+fn replay_entry(log: &mut VecDeque<Entry>, entry: Entry) -> Result<(), String> {
+    if let Some(last) = log.back().map(|e| e.index) {
+        if entry.index > last + 1 {
+            return Err(format!(
+                "entry {} follows entry {last}: entries {} to {} are missing",
+                entry.index,
+                last + 1,
+                entry.index - 1
+            ));
+        }
+        let first = log.front().map_or(entry.index, |e| e.index);
+        if entry.index < first {
+            log.clear();
+        } else {
+            log.truncate(usize::try_from(entry.index - first).expect("log length fits usize"));
+        }
+    }
+    log.push_back(entry);
+    Ok(())
+}
+
+impl Wal {
+    /// Whether a log exists in `dir` (its `wal/` directory).
+    pub fn exists(dir: &Path) -> bool {
+        dir.is_dir()
+    }
+
+    /// Creates a log in `dir` (which must not exist) holding `entries` (consecutive), durably: written under a
+    /// temporary directory name and renamed, so a crash leaves either no log or the whole one.
+    pub fn create(dir: &Path, entries: &[Entry], segment_bytes: u64) -> Result<(), StoreError> {
+        let parent = dir.parent().expect("the log's directory has a parent");
+        let tmp = dir.with_extension("tmp");
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(io_error("cannot remove", &tmp))?;
+        }
+        std::fs::create_dir_all(&tmp).map_err(io_error("cannot create", &tmp))?;
+        let mut wal = Wal::start(&tmp, segment_bytes)?;
+        if !entries.is_empty() {
+            wal.append(entries)?;
+        }
+        drop(wal);
+        std::fs::rename(&tmp, dir).map_err(io_error("cannot rename into place", dir))?;
+        sync_dir(parent)
+    }
+
+    /// A new log in the empty directory `dir`: one segment with a header that lets it start anywhere.
+    fn start(dir: &Path, segment_bytes: u64) -> Result<Wal, StoreError> {
+        let (active, active_bytes) = Wal::new_segment(dir, 0, 0, false)?;
+        Ok(Wal {
+            dir: dir.to_path_buf(),
+            segments: vec![Segment { seq: 0, max_index: 0 }],
+            active,
+            active_bytes,
+            segment_bytes,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Writes segment `seq` with its header (under a temporary name, fsynced, renamed, directory fsynced) and
+    /// opens it for appending.
+    fn new_segment(dir: &Path, seq: u64, next_index: u64, reset: bool) -> Result<(File, u64), StoreError> {
+        let path = dir.join(segment_name(seq));
+        let tmp = dir.join(format!("{}.tmp", segment_name(seq)));
+        let mut header = Vec::new();
+        put_record(&mut header, KIND_HEADER, &header_payload(next_index, reset));
+        let mut f = File::create(&tmp).map_err(io_error("cannot create", &tmp))?;
+        f.write_all(&header).map_err(io_error("cannot write", &tmp))?;
+        f.sync_all().map_err(io_error("cannot fsync", &tmp))?;
+        drop(f);
+        std::fs::rename(&tmp, &path).map_err(io_error("cannot rename into place", &path))?;
+        sync_dir(dir)?;
+        let f = OpenOptions::new().append(true).open(&path).map_err(io_error("cannot open", &path))?;
+        Ok((f, header.len() as u64))
+    }
+
+    /// Opens the log in `dir` and replays it: the entries it holds, consecutive. Cuts a torn last record of the
+    /// active segment; reports anything else that does not read back as [`StoreError::Corrupt`], naming the file
+    /// and offset.
+    pub fn open(dir: &Path, segment_bytes: u64) -> Result<(Wal, VecDeque<Entry>), StoreError> {
+        let mut seqs = Vec::new();
+        for item in std::fs::read_dir(dir).map_err(io_error("cannot list", dir))? {
+            let path = item.map_err(io_error("cannot list", dir))?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            if name.ends_with(".tmp") {
+                // A segment a crash left before it was renamed into place: it never held an entry.
+                std::fs::remove_file(&path).map_err(io_error("cannot remove", &path))?;
+                continue;
+            }
+            match name.strip_suffix(".wal").and_then(|s| s.parse::<u64>().ok()) {
+                Some(seq) => seqs.push(seq),
+                None => return Err(StoreError::Corrupt(format!("{}: not a log segment", path.display()))),
+            }
+        }
+        seqs.sort_unstable();
+        if seqs.is_empty() {
+            return Ok((Wal::start(dir, segment_bytes)?, VecDeque::new()));
+        }
+        for pair in seqs.windows(2) {
+            if pair[1] != pair[0] + 1 {
+                return Err(StoreError::Corrupt(format!(
+                    "{}: log segments {} to {} are missing",
+                    dir.display(),
+                    pair[0] + 1,
+                    pair[1] - 1
+                )));
+            }
+        }
+        let mut log = VecDeque::new();
+        let mut segments = Vec::with_capacity(seqs.len());
+        let mut active_bytes = 0;
+        for (i, &seq) in seqs.iter().enumerate() {
+            let path = dir.join(segment_name(seq));
+            let last = i + 1 == seqs.len();
+            let bytes = std::fs::read(&path).map_err(io_error("cannot read", &path))?;
+            let corrupt =
+                |offset: usize, why: &str| StoreError::Corrupt(format!("{}, offset {offset}: {why}", path.display()));
+            let mut offset = 0;
+            let mut max_index = 0;
+            loop {
+                match read_record(&bytes, offset) {
+                    Read::End => break,
+                    Read::Bad(why) if last && offset > 0 => {
+                        // The write of this record never returned: cut it.
+                        tracing::warn!(file = %path.display(), offset, why, "raft log: torn last record cut");
+                        let f = OpenOptions::new().write(true).open(&path).map_err(io_error("cannot open", &path))?;
+                        f.set_len(offset as u64).map_err(io_error("cannot truncate", &path))?;
+                        f.sync_all().map_err(io_error("cannot fsync", &path))?;
+                        break;
+                    }
+                    Read::Bad(why) => return Err(corrupt(offset, &why)),
+                    Read::Record { kind, payload, next } => {
+                        match (kind, offset) {
+                            (KIND_HEADER, 0) if payload.len() == 9 => {
+                                let next_index = u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
+                                if payload[8] != 0 {
+                                    log.clear();
+                                } else if let Some(prev) = log.back().map(|e: &Entry| e.index)
+                                    && next_index != 0
+                                    && next_index != prev + 1
+                                {
+                                    return Err(corrupt(
+                                        offset,
+                                        &format!(
+                                            "the segment starts at index {next_index}, the log before it ends at {prev}"
+                                        ),
+                                    ));
+                                }
+                            }
+                            (_, 0) => return Err(corrupt(0, "the segment does not start with its header")),
+                            (KIND_ENTRY, _) => {
+                                let entry = Entry::parse_from_bytes(payload)
+                                    .map_err(|e| corrupt(offset, &format!("cannot decode the entry: {e}")))?;
+                                if log.back().is_some_and(|e: &Entry| entry.index <= e.index) {
+                                    supersede(&mut segments, entry.index);
+                                    max_index = max_index.min(entry.index - 1);
+                                }
+                                max_index = max_index.max(entry.index);
+                                replay_entry(&mut log, entry).map_err(|why| corrupt(offset, &why))?;
+                            }
+                            (kind, _) => return Err(corrupt(offset, &format!("unknown record kind {kind}"))),
+                        }
+                        offset = next;
+                    }
+                }
+            }
+            if last {
+                active_bytes = offset as u64;
+            }
+            segments.push(Segment { seq, max_index });
+        }
+        let path = dir.join(segment_name(segments.last().expect("segments").seq));
+        let active = OpenOptions::new().append(true).open(&path).map_err(io_error("cannot open", &path))?;
+        Ok((Wal { dir: dir.to_path_buf(), segments, active, active_bytes, segment_bytes, buf: Vec::new() }, log))
+    }
+
+    fn active_path(&self) -> PathBuf {
+        self.dir.join(segment_name(self.segments.last().expect("segments").seq))
+    }
+
+    /// Appends `entries` (consecutive, non-empty; the first may replace earlier ones) and makes them durable: one
+    /// write and one fdatasync. Starts a new segment afterwards if the active one is full.
+    pub fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        self.buf.clear();
+        for entry in entries {
+            let payload = entry.write_to_bytes().map_err(|source| StoreError::Encode { what: "Entry", source })?;
+            put_record(&mut self.buf, KIND_ENTRY, &payload);
+        }
+        let path = self.active_path();
+        self.active.write_all(&self.buf).map_err(io_error("cannot write", &path))?;
+        self.active.sync_data().map_err(io_error("cannot fdatasync", &path))?;
+        self.active_bytes += self.buf.len() as u64;
+        let last = entries.last().map_or(0, |e| e.index);
+        supersede(&mut self.segments, entries[0].index);
+        let segment = self.segments.last_mut().expect("segments");
+        segment.max_index = segment.max_index.max(last);
+        if self.active_bytes >= self.segment_bytes {
+            self.rotate(last + 1, false)?;
+        }
+        Ok(())
+    }
+
+    /// Starts the next segment, continuing at `next_index`, or restarting the log there if `reset`.
+    fn rotate(&mut self, next_index: u64, reset: bool) -> Result<(), StoreError> {
+        let seq = self.segments.last().expect("segments").seq + 1;
+        let (active, bytes) = Wal::new_segment(&self.dir, seq, next_index, reset)?;
+        self.active = active;
+        self.active_bytes = bytes;
+        self.segments.push(Segment { seq, max_index: 0 });
+        Ok(())
+    }
+
+    /// Drops every entry durably, the log continuing at `next_index` (an installed snapshot): a new segment whose
+    /// header restarts the log, then the older segments are deleted (a crash before that leaves them, and the
+    /// header still discards them).
+    pub fn reset(&mut self, next_index: u64) -> Result<(), StoreError> {
+        self.rotate(next_index, true)?;
+        let old: Vec<Segment> = self.segments.drain(..self.segments.len() - 1).collect();
+        self.remove(&old)
+    }
+
+    /// Takes out of the log the segments that hold no entry at or above `first_index` (never the active one), for
+    /// the caller to delete with [`Wal::remove`] without holding the log. Entries below `first_index` in the
+    /// segments that stay are still replayed on open: a valid prefix of the log.
+    pub fn compactable(&mut self, first_index: u64) -> Vec<u64> {
+        let keep_from = self.segments[..self.segments.len() - 1]
+            .iter()
+            .position(|s| s.max_index >= first_index)
+            .unwrap_or(self.segments.len() - 1);
+        self.segments.drain(..keep_from).map(|s| s.seq).collect()
+    }
+
+    /// Deletes the given segments' files (taken out of the log by [`Wal::reset`] or [`Wal::compactable`]).
+    fn remove(&self, old: &[Segment]) -> Result<(), StoreError> {
+        remove_segments(&self.dir, &old.iter().map(|s| s.seq).collect::<Vec<_>>())
+    }
+
+    /// The log's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Number of segment files.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+}
+
+/// Records that the log continues at `index`: what the segments hold from there on is superseded, so it does not
+/// keep them from compaction.
+fn supersede(segments: &mut [Segment], index: u64) {
+    for s in segments {
+        s.max_index = s.max_index.min(index.saturating_sub(1));
+    }
+}
+
+/// Deletes segments `seqs` from `dir`, oldest first. Not synced: a segment a crash brings back holds entries a
+/// snapshot covers, or ones a later header discards.
+pub fn remove_segments(dir: &Path, seqs: &[u64]) -> Result<(), StoreError> {
+    for &seq in seqs {
+        let path = dir.join(segment_name(seq));
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("cannot remove log segment", &path)(e)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ent(index: u64, term: u64) -> Entry {
+        Entry { index, term, data: vec![index as u8; 40].into(), ..Default::default() }
+    }
+
+    fn ents(r: std::ops::RangeInclusive<u64>, term: u64) -> Vec<Entry> {
+        r.map(|i| ent(i, term)).collect()
+    }
+
+    fn pairs(log: &VecDeque<Entry>) -> Vec<(u64, u64)> {
+        log.iter().map(|e| (e.index, e.term)).collect()
+    }
+
+    #[test]
+    fn replays_appends_with_conflicts_across_segments() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wal");
+        Wal::create(&dir, &ents(1..=3, 1), 300).unwrap();
+        let (mut wal, log) = Wal::open(&dir, 300).unwrap();
+        assert_eq!(pairs(&log), vec![(1, 1), (2, 1), (3, 1)]);
+        wal.append(&ents(4..=9, 1)).unwrap();
+        wal.append(&ents(5..=6, 2)).unwrap();
+        wal.append(&ents(7..=12, 2)).unwrap();
+        assert!(wal.segment_count() > 2, "{}", wal.segment_count());
+        drop(wal);
+        let (wal, log) = Wal::open(&dir, 300).unwrap();
+        let want: Vec<(u64, u64)> = (1..=12).map(|i| (i, if i < 5 { 1 } else { 2 })).collect();
+        assert_eq!(pairs(&log), want);
+        assert!(wal.segment_count() > 2);
+    }
+
+    #[test]
+    fn compaction_keeps_every_segment_with_a_live_entry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wal");
+        Wal::create(&dir, &[], 200).unwrap();
+        let (mut wal, _) = Wal::open(&dir, 200).unwrap();
+        for i in 1..=40 {
+            wal.append(&[ent(i, 1)]).unwrap();
+        }
+        let before = wal.segment_count();
+        let gone = wal.compactable(30);
+        remove_segments(&dir, &gone).unwrap();
+        assert!(!gone.is_empty() && wal.segment_count() < before);
+        drop(wal);
+        let (wal, log) = Wal::open(&dir, 200).unwrap();
+        assert!(log.front().unwrap().index <= 30 && log.back().unwrap().index == 40, "{:?}", pairs(&log));
+        assert_eq!(wal.segment_count(), before - gone.len());
+        // Compacting past everything keeps the active segment.
+        let mut wal = wal;
+        let gone = wal.compactable(1000);
+        remove_segments(&dir, &gone).unwrap();
+        assert_eq!(wal.segment_count(), 1);
+    }
+
+    #[test]
+    fn a_reset_discards_older_segments_even_if_they_remain() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wal");
+        Wal::create(&dir, &ents(1..=5, 1), 1 << 20).unwrap();
+        let (mut wal, _) = Wal::open(&dir, 1 << 20).unwrap();
+        // A reset whose deletion of the old segment did not happen (a crash): the header still restarts the log.
+        wal.rotate(51, true).unwrap();
+        wal.append(&ents(51..=52, 5)).unwrap();
+        drop(wal);
+        let (mut wal, log) = Wal::open(&dir, 1 << 20).unwrap();
+        assert_eq!(pairs(&log), vec![(51, 5), (52, 5)]);
+        wal.reset(100).unwrap();
+        assert_eq!(wal.segment_count(), 1);
+        drop(wal);
+        let (_, log) = Wal::open(&dir, 1 << 20).unwrap();
+        assert!(log.is_empty());
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_and_an_older_one_is_corruption() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wal");
+        Wal::create(&dir, &ents(1..=4, 1), 1 << 20).unwrap();
+        let seg = dir.join(segment_name(0));
+        let len = std::fs::metadata(&seg).unwrap().len();
+        // Half of the last record, as a crash during its write leaves it.
+        let f = OpenOptions::new().write(true).open(&seg).unwrap();
+        f.set_len(len - 20).unwrap();
+        drop(f);
+        let (mut wal, log) = Wal::open(&dir, 1 << 20).unwrap();
+        assert_eq!(pairs(&log), vec![(1, 1), (2, 1), (3, 1)]);
+        // The cut is durable and appends go on after it.
+        wal.append(&ents(4..=5, 2)).unwrap();
+        drop(wal);
+        let (mut wal, log) = Wal::open(&dir, 1 << 20).unwrap();
+        assert_eq!(pairs(&log), vec![(1, 1), (2, 1), (3, 1), (4, 2), (5, 2)]);
+        // A flipped bit in a segment that is no longer the last is not a torn write.
+        wal.rotate(6, false).unwrap();
+        wal.append(&ents(6..=6, 2)).unwrap();
+        drop(wal);
+        let mut bytes = std::fs::read(&seg).unwrap();
+        let at = bytes.len() - 3;
+        bytes[at] ^= 0x10;
+        std::fs::write(&seg, &bytes).unwrap();
+        let err = Wal::open(&dir, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains(&segment_name(0)) && err.contains("offset") && err.contains("checksum"), "{err}");
+    }
+
+    #[test]
+    fn missing_segments_and_holes_are_corruption() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("wal");
+        Wal::create(&dir, &[], 150).unwrap();
+        let (mut wal, _) = Wal::open(&dir, 150).unwrap();
+        for i in 1..=12 {
+            wal.append(&[ent(i, 1)]).unwrap();
+        }
+        assert!(wal.segment_count() >= 3);
+        drop(wal);
+        std::fs::remove_file(dir.join(segment_name(1))).unwrap();
+        let err = Wal::open(&dir, 150).unwrap_err().to_string();
+        assert!(err.contains("segments 1 to 1 are missing"), "{err}");
+
+        let dir = tmp.path().join("holes");
+        Wal::create(&dir, &ents(1..=2, 1), 1 << 20).unwrap();
+        let (mut wal, _) = Wal::open(&dir, 1 << 20).unwrap();
+        wal.append(&ents(5..=5, 1)).unwrap();
+        drop(wal);
+        let err = Wal::open(&dir, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("entries 3 to 4 are missing") && err.contains("offset"), "{err}");
+    }
+}
