@@ -8,7 +8,7 @@
 //! - [`SledStore`]: durable. The entries are in the log's own segment files, `wal/` ([`crate::wal`]: appended
 //!   and fdatasynced on the raft thread, one write per `Ready`, and kept whole in memory for reads); tree
 //!   `raft_meta` of a sled database holds `hard_state`, `conf_state` and `snapshot_meta` (protobuf), which change
-//!   rarely. (In sled, the entries cost every write a sled sync, which wakes all of sled's I/O threads.) A hard
+//!   rarely, and `first_index`, the log's first index after the latest compaction. (In sled, the entries cost every write a sled sync, which wakes all of sled's I/O threads.) A hard
 //!   state that changes only the commit index is written to sled without a sync: raft does not need it durable.
 //!   The snapshot's data (the state machine's bytes) is a file outside sled, `snapshots/<index>-<term>.snap`,
 //!   written to a temporary name, fsynced and renamed before the metadata names it; older snapshot files are
@@ -483,6 +483,8 @@ const META_TREE: &str = "raft_meta";
 const KEY_HARD_STATE: &str = "hard_state";
 const KEY_CONF_STATE: &str = "conf_state";
 const KEY_SNAPSHOT_META: &str = "snapshot_meta";
+/// The first index of the log after the latest compaction (8 bytes, big-endian), written without a sync.
+const KEY_FIRST_INDEX: &str = "first_index";
 /// The key snapshot data had inside sled before it moved to files (read for stores written then, removed by the
 /// next snapshot).
 const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
@@ -781,12 +783,23 @@ impl SledStore {
                     wal_dir.display()
                 )));
             } else {
-                // The log starts after the snapshot, as etcd's does on a restart: entries it covers that a segment
-                // still held (compaction deletes whole segments) are not needed.
+                // Compaction deletes whole segments: the entries below the last compaction's first index that a
+                // segment still holds go again (the index is written without a sync; an older one keeps more).
+                let compacted = match get(KEY_FIRST_INDEX)? {
+                    Some(v) => match <[u8; 8]>::try_from(&v[..]) {
+                        Ok(raw) => u64::from_be_bytes(raw),
+                        Err(_) => {
+                            return Err(StoreError::Corrupt(format!(
+                                "tree {META_TREE}, key {KEY_FIRST_INDEX}: not an 8-byte index"
+                            )));
+                        }
+                    },
+                    None => 0,
+                };
+                let new_first = compacted.clamp(first, snapshot_index + 1);
                 let mut log = log;
-                let covered = usize::try_from((snapshot_index + 1).saturating_sub(first)).expect("fits usize");
-                log.drain(..covered.min(log.len()));
-                cache.first_index = first.max(snapshot_index + 1);
+                log.drain(..usize::try_from(new_first - first).expect("log length fits usize"));
+                cache.first_index = new_first;
                 cache.last_index = last;
                 cache.log = log;
             }
@@ -1134,6 +1147,8 @@ impl RaftStore for SledStore {
             let drop = drop.min(cache.log.len());
             cache.log.drain(..drop);
             cache.first_index = compact_index;
+            // For the next open, which finds the entries of the segments that stay: no sync needed.
+            self.inner.meta.insert(KEY_FIRST_INDEX.as_bytes(), &compact_index.to_be_bytes())?;
             self.inner.wal.lock().expect("raft log lock poisoned").compactable(compact_index)
         };
         // Nothing reads below the first index any more, so the segments go without holding the locks (the node's

@@ -345,13 +345,12 @@ fn sled_reopen_restores_everything() {
         s.compact(6).unwrap();
     }
     let s = open_sled(dir.path()).unwrap();
-    // Reopened, the log starts after the snapshot (as etcd's does): the entries it covers are not needed.
-    assert_eq!(bounds(&s), (9, 10));
-    assert_eq!(s.entry_count(), 2);
+    assert_eq!(bounds(&s), (6, 10));
+    assert_eq!(s.entry_count(), 5);
     let state = s.initial_state().unwrap();
     assert_eq!(state.hard_state, hs);
     assert_eq!(state.conf_state, cs);
-    assert_eq!(s.entries(9, 11, None, ctx()).unwrap(), ents(9..=10, 2));
+    assert_eq!(s.entries(6, 11, None, ctx()).unwrap(), ents(6..=10, 2));
     assert_eq!(s.term(8).unwrap(), 2);
     assert_eq!(s.term(5), Err(store_err(StorageError::Compacted)));
     let snap = s.latest_snapshot().unwrap().unwrap();
@@ -481,7 +480,7 @@ fn sled_reads_agree_through_truncations_compaction_and_reopen() {
         expect(&s, 1501, 2001, pairs(1501..=2000, 3));
     }
     let s = open(dir.path()).unwrap();
-    // Entries below the snapshot that a segment still holds are not brought back.
+    // Entries below the compaction that a segment still holds are not brought back.
     assert_eq!(bounds(&s), (1501, 2000));
     expect(&s, 1501, 2001, pairs(1501..=2000, 3));
 }
@@ -641,6 +640,16 @@ fn sled_corrupt_meta_names_the_key() {
         s.db().flush().unwrap();
     }
     expect_corrupt(open_sled(dir.path()), &["raft_meta", "hard_state"]);
+
+    // The first index after a compaction, read only where the log has entries.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open_sled(dir.path()).unwrap();
+        s.append(&ents(1..=3, 1)).unwrap();
+        s.db().open_tree("raft_meta").unwrap().insert("first_index", &[1_u8, 2, 3]).unwrap();
+        s.db().flush().unwrap();
+    }
+    expect_corrupt(open_sled(dir.path()), &["raft_meta", "first_index", "8-byte"]);
 }
 
 #[test]
