@@ -656,7 +656,8 @@ impl<S: RaftStore> Driver<S> {
         }
         let committed = ready.take_committed_entries();
         self.apply(committed)?;
-        // Entries and hard state, durable together: one sync per Ready.
+        // Entries and hard state, durable together: one sync of the log per Ready (and of the hard state when term
+        // or vote change).
         if !ready.entries().is_empty() || ready.hs().is_some() {
             self.store.persist(ready.entries(), ready.hs())?;
         }

@@ -17,8 +17,8 @@
 //!   67 to 114 copies of the state.) Every mutating call is durable when it returns, as raft requires before
 //!   messages are sent: sled writes are followed by [`SledStore::sync`] (sled's flush plus an fdatasync of its log
 //!   file). `apply_snapshot` writes the snapshot file first, then the metadata, hard state and conf state in one
-//!   sled batch, then restarts the log; a crash in between leaves a log the snapshot supersedes, which the next open
-//!   drops. Stores written before the entries moved out of sled (tree `raft_entries`) or before snapshots did
+//!   sled batch, then restarts the log; after a crash in between, the next open drops the old log where it
+//!   contradicts the snapshot (it ends below its index, or has another term there) and keeps it where it agrees. Stores written before the entries moved out of sled (tree `raft_entries`) or before snapshots did
 //!   (`snapshot_data` in `raft_meta`) open as before: the first open moves the entries, the next snapshot the data.
 //!
 //! Semantics follow raft-rs's `MemStorage`: the snapshot index acts as the log's dummy entry, so
@@ -61,7 +61,7 @@ pub enum StoreError {
         source: std::io::Error,
     },
     /// A stored value or key could not be decoded or contradicts the rest of the store; the message names the tree
-    /// and key.
+    /// and key, or the log's file and offset.
     #[error("corrupt raft store: {0}")]
     Corrupt(String),
     /// A protobuf message could not be encoded.
@@ -133,8 +133,8 @@ pub trait RaftStore: Storage + Clone + Send + Sync + 'static {
     /// Stores the hard state durably.
     fn set_hard_state(&self, hs: &HardState) -> Result<(), StoreError>;
 
-    /// What a `Ready` asks to persist, entries (as [`RaftStore::append`]) and hard state, made durable together by
-    /// one sync: durable when it returns, except that a hard state changing only the commit index may be kept as
+    /// What a `Ready` asks to persist, entries (as [`RaftStore::append`]) and hard state, made durable together
+    /// (one sync of the log, and one of the hard state only when term or vote change): durable when it returns, except that a hard state changing only the commit index may be kept as
     /// [`RaftStore::set_commit`] keeps it.
     fn persist(&self, entries: &[Entry], hs: Option<&HardState>) -> Result<(), StoreError> {
         if !entries.is_empty() {
@@ -642,7 +642,8 @@ struct SledInner {
     dir: PathBuf,
     /// sled's log file (`<dir>/db`), opened to fdatasync it after each flush.
     log_file: std::fs::File,
-    /// Mutating calls hold the write lock from their first read to after the flush, so they are serialized.
+    /// Mutating calls hold the write lock from their first read to after the flush, so they are serialized; but
+    /// `compact` deletes the log's segments after releasing it, and `stage_snapshot` writes its file without it.
     cache: RwLock<Cache>,
     /// The entries' own log. Taken after `cache`'s write lock, never before it.
     wal: std::sync::Mutex<Wal>,
@@ -878,7 +879,7 @@ impl SledStore {
         self.inner.dir.join(SNAPSHOT_DIR)
     }
 
-    /// Bytes the store occupies on disk: sled's files and the snapshot files.
+    /// Bytes the store occupies on disk: the log's segments, sled's files and the snapshot files.
     pub fn disk_bytes(&self) -> u64 {
         fn size(path: &Path) -> u64 {
             match std::fs::symlink_metadata(path) {
@@ -1063,7 +1064,7 @@ impl RaftStore for SledStore {
         meta_batch.insert(KEY_CONF_STATE.as_bytes(), encode("ConfState", &conf_state)?);
         self.inner.meta.apply_batch(meta_batch)?;
         self.sync(false)?;
-        // Then the log goes. A crash before this leaves a log the snapshot supersedes, which `load` drops.
+        // Then the log goes. After a crash before this, `load` drops the old log where it contradicts the snapshot.
         self.inner.wal.lock().expect("raft log lock poisoned").reset(index + 1)?;
         remove_other_snapshots(&self.snapshot_dir(), Some(&snapshot_file_name(index, meta.term)))?;
 

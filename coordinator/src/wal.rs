@@ -1,5 +1,6 @@
 //! The Raft log's entries on disk: a write-ahead log of numbered segment files, appended and fdatasynced by the
-//! caller's thread (the raft thread), one `write` and one `fdatasync` per call.
+//! caller's thread (the raft thread), one `write` and one `fdatasync` per append (and a few fsyncs more when a
+//! segment is full and the next one starts).
 //!
 //! This is the layout etcd's WAL uses, cut down to what [`crate::storage::SledStore`] needs from it: the hard state,
 //! conf state and snapshot metadata stay in sled, which is written rarely; only the entries, written on every
@@ -15,10 +16,12 @@
 //! - An entry whose index is at or below the last one replaces it and drops everything after it (raft's conflicting
 //!   suffix); an entry past `last + 1` is a hole, and corruption.
 //! - A segment is created under a temporary name with its header, fsynced and renamed, so every `.wal` file has a
-//!   whole header. A crash can leave the active segment's last record torn (short, or failing its CRC): opening
-//!   cuts the segment there, since that write never returned. The same in an older segment is corruption, reported
-//!   with the file and offset.
-//! - Compaction deletes whole segments that hold nothing at or above the first index kept, never the active one.
+//!   whole header. A crash can leave the active segment's last write torn: opening cuts the segment there, since
+//!   that write never returned. A record counts as torn as etcd's WAL decides: it runs past the end of the file, the
+//!   file is zeros from there on, a 512-byte sector of it reads as zeros, or it fails its CRC as the file's last
+//!   record. Any other damage, and any in an older segment, is corruption, reported with the file and offset.
+//! - Compaction deletes whole segments, oldest first, up to the first that holds an entry at or above the first index
+//!   kept, never the active one. Segments a cut-short deletion left before a gap are left out on open.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -55,6 +58,8 @@ pub struct Wal {
     dir: PathBuf,
     /// Oldest first; never empty; the last is the active one.
     segments: Vec<Segment>,
+    /// Segments found before a gap on open, to delete with the next compaction.
+    leftovers: Vec<u64>,
     active: File,
     active_bytes: u64,
     segment_bytes: u64,
@@ -93,32 +98,46 @@ fn header_payload(next_index: u64, reset: bool) -> [u8; 9] {
     p
 }
 
-/// One record read back: kind and payload, or why the bytes at `offset` are not a whole, intact record.
+/// One record read back: kind and payload, or why the bytes at `offset` are not a whole, intact record, and whether
+/// they look like a write a crash cut short (after etcd's rule: the record runs past the end of the file, or the
+/// file is zeros from inside it to its end, or a 512-byte sector of the record reads as zeros, or it fails its CRC
+/// as the file's last record) rather than damage to data once written whole.
 enum Read<'a> {
     Record { kind: u8, payload: &'a [u8], next: usize },
     End,
-    Bad(String),
+    Bad { why: String, torn: bool },
 }
+
+/// The sector size of the torn-write rule.
+const SECTOR: usize = 512;
 
 fn read_record(bytes: &[u8], offset: usize) -> Read<'_> {
     let rest = &bytes[offset..];
     if rest.is_empty() {
         return Read::End;
     }
+    let zeros = |b: &[u8]| b.iter().all(|&x| x == 0);
     if rest.len() < FRAME + 1 {
-        return Read::Bad(format!("{} bytes, too short for a record", rest.len()));
+        return Read::Bad { why: format!("{} bytes, too short for a record", rest.len()), torn: true };
     }
     let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
     if len == 0 || len > MAX_RECORD {
-        return Read::Bad(format!("record length {len} is out of range"));
+        return Read::Bad { why: format!("record length {len} is out of range"), torn: zeros(rest) };
     }
     if rest.len() < FRAME + len {
-        return Read::Bad(format!("record of {len} bytes but {} remain", rest.len() - FRAME));
+        return Read::Bad { why: format!("record of {len} bytes but {} remain", rest.len() - FRAME), torn: true };
     }
     let body = &rest[FRAME..FRAME + len];
     if crc32fast::hash(body) != crc {
-        return Read::Bad("checksum mismatch".to_string());
+        let end = offset + FRAME + len;
+        let zero_sector = (offset.div_ceil(SECTOR) * SECTOR..end)
+            .step_by(SECTOR)
+            .any(|start| start + SECTOR <= end && zeros(&bytes[start..start + SECTOR]));
+        // Where the zeros that end the file begin: a write cut short after the file grew reads as zeros to its end.
+        let trailing_zeros = bytes.len() - bytes.iter().rev().take_while(|&&b| b == 0).count();
+        let torn = end == bytes.len() || zero_sector || trailing_zeros < end;
+        return Read::Bad { why: "checksum mismatch".to_string(), torn };
     }
     Read::Record { kind: body[0], payload: &body[1..], next: offset + FRAME + len }
 }
@@ -175,6 +194,7 @@ impl Wal {
         Ok(Wal {
             dir: dir.to_path_buf(),
             segments: vec![Segment { seq: 0, max_index: 0 }],
+            leftovers: Vec::new(),
             active,
             active_bytes,
             segment_bytes,
@@ -213,23 +233,22 @@ impl Wal {
                 continue;
             }
             match name.strip_suffix(".wal").and_then(|s| s.parse::<u64>().ok()) {
-                Some(seq) => seqs.push(seq),
-                None => return Err(StoreError::Corrupt(format!("{}: not a log segment", path.display()))),
+                Some(seq) if name == segment_name(seq) => seqs.push(seq),
+                _ => return Err(StoreError::Corrupt(format!("{}: not a log segment", path.display()))),
             }
         }
         seqs.sort_unstable();
         if seqs.is_empty() {
             return Ok((Wal::start(dir, segment_bytes)?, VecDeque::new()));
         }
-        for pair in seqs.windows(2) {
-            if pair[1] != pair[0] + 1 {
-                return Err(StoreError::Corrupt(format!(
-                    "{}: log segments {} to {} are missing",
-                    dir.display(),
-                    pair[0] + 1,
-                    pair[1] - 1
-                )));
-            }
+        // Segments are deleted oldest first (compaction a prefix, a reset all but the newest), so segments before
+        // a gap are ones whose deletion was cut short (a crash, or a compaction racing a reset): they are left
+        // out, and deleted by the next compaction. Were a segment lost from the middle of the live log instead,
+        // the log would begin after its snapshot, which `SledStore` reports as corruption, with nothing deleted.
+        let after_gap = seqs.windows(2).rposition(|pair| pair[1] != pair[0] + 1).map_or(0, |i| i + 1);
+        let leftovers: Vec<u64> = seqs.drain(..after_gap).collect();
+        if !leftovers.is_empty() {
+            tracing::warn!(dir = %dir.display(), ?leftovers, "raft log: segments before a gap left out (deleted once compacted)");
         }
         let mut log = VecDeque::new();
         let mut segments = Vec::with_capacity(seqs.len());
@@ -245,7 +264,7 @@ impl Wal {
             loop {
                 match read_record(&bytes, offset) {
                     Read::End => break,
-                    Read::Bad(why) if last && offset > 0 => {
+                    Read::Bad { why, torn: true } if last && offset > 0 => {
                         // The write of this record never returned: cut it.
                         tracing::warn!(file = %path.display(), offset, why, "raft log: torn last record cut");
                         let f = OpenOptions::new().write(true).open(&path).map_err(io_error("cannot open", &path))?;
@@ -253,13 +272,18 @@ impl Wal {
                         f.sync_all().map_err(io_error("cannot fsync", &path))?;
                         break;
                     }
-                    Read::Bad(why) => return Err(corrupt(offset, &why)),
+                    Read::Bad { why, .. } => return Err(corrupt(offset, &why)),
                     Read::Record { kind, payload, next } => {
                         match (kind, offset) {
-                            (KIND_HEADER, 0) if payload.len() == 9 => {
+                            (KIND_HEADER, 0) if payload.len() != 9 => {
+                                return Err(corrupt(0, &format!("a header of {} bytes, not 9", payload.len())));
+                            }
+                            (KIND_HEADER, 0) => {
                                 let next_index = u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
                                 if payload[8] != 0 {
                                     log.clear();
+                                    // Nothing before a restart is in the log any more.
+                                    supersede(&mut segments, 0);
                                 } else if let Some(prev) = log.back().map(|e: &Entry| e.index)
                                     && next_index != 0
                                     && next_index != prev + 1
@@ -273,9 +297,15 @@ impl Wal {
                                 }
                             }
                             (_, 0) => return Err(corrupt(0, "the segment does not start with its header")),
+                            (KIND_HEADER, _) => {
+                                return Err(corrupt(offset, "a header record after the segment's start"));
+                            }
                             (KIND_ENTRY, _) => {
                                 let entry = Entry::parse_from_bytes(payload)
                                     .map_err(|e| corrupt(offset, &format!("cannot decode the entry: {e}")))?;
+                                if entry.index == 0 {
+                                    return Err(corrupt(offset, "an entry of index 0"));
+                                }
                                 if log.back().is_some_and(|e: &Entry| entry.index <= e.index) {
                                     supersede(&mut segments, entry.index);
                                     max_index = max_index.min(entry.index - 1);
@@ -296,7 +326,10 @@ impl Wal {
         }
         let path = dir.join(segment_name(segments.last().expect("segments").seq));
         let active = OpenOptions::new().append(true).open(&path).map_err(io_error("cannot open", &path))?;
-        Ok((Wal { dir: dir.to_path_buf(), segments, active, active_bytes, segment_bytes, buf: Vec::new() }, log))
+        Ok((
+            Wal { dir: dir.to_path_buf(), segments, leftovers, active, active_bytes, segment_bytes, buf: Vec::new() },
+            log,
+        ))
     }
 
     fn active_path(&self) -> PathBuf {
@@ -340,24 +373,23 @@ impl Wal {
     /// header still discards them).
     pub fn reset(&mut self, next_index: u64) -> Result<(), StoreError> {
         self.rotate(next_index, true)?;
-        let old: Vec<Segment> = self.segments.drain(..self.segments.len() - 1).collect();
-        self.remove(&old)
+        let mut old = std::mem::take(&mut self.leftovers);
+        old.extend(self.segments.drain(..self.segments.len() - 1).map(|s| s.seq));
+        remove_segments(&self.dir, &old)
     }
 
-    /// Takes out of the log the segments that hold no entry at or above `first_index` (never the active one), for
-    /// the caller to delete with [`Wal::remove`] without holding the log. Entries below `first_index` in the
+    /// Takes out of the log the oldest segments up to the first that holds an entry at or above `first_index`
+    /// (never the active one), and any left out on open, for the caller to delete with [`remove_segments`] without
+    /// holding the log. Entries below `first_index` in the
     /// segments that stay are still replayed on open: a valid prefix of the log.
     pub fn compactable(&mut self, first_index: u64) -> Vec<u64> {
         let keep_from = self.segments[..self.segments.len() - 1]
             .iter()
             .position(|s| s.max_index >= first_index)
             .unwrap_or(self.segments.len() - 1);
-        self.segments.drain(..keep_from).map(|s| s.seq).collect()
-    }
-
-    /// Deletes the given segments' files (taken out of the log by [`Wal::reset`] or [`Wal::compactable`]).
-    fn remove(&self, old: &[Segment]) -> Result<(), StoreError> {
-        remove_segments(&self.dir, &old.iter().map(|s| s.seq).collect::<Vec<_>>())
+        let mut gone = std::mem::take(&mut self.leftovers);
+        gone.extend(self.segments.drain(..keep_from).map(|s| s.seq));
+        gone
     }
 
     /// The log's directory.
@@ -486,8 +518,34 @@ mod tests {
         // The cut is durable and appends go on after it.
         wal.append(&ents(4..=5, 2)).unwrap();
         drop(wal);
-        let (mut wal, log) = Wal::open(&dir, 1 << 20).unwrap();
+        let (_, log) = Wal::open(&dir, 1 << 20).unwrap();
         assert_eq!(pairs(&log), vec![(1, 1), (2, 1), (3, 1), (4, 2), (5, 2)]);
+        // A flipped bit in a record of the last segment with records after it is damage, not a torn write.
+        {
+            let (mut wal, _) = Wal::open(&dir, 1 << 20).unwrap();
+            wal.append(&ents(6..=7, 2)).unwrap();
+        }
+        let good = std::fs::read(&seg).unwrap();
+        let mut bytes = good.clone();
+        bytes[30] ^= 0x01;
+        std::fs::write(&seg, &bytes).unwrap();
+        let err = Wal::open(&dir, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("checksum"), "{err}");
+        // Zeros to the end of the file (a write cut short where the file had grown) are torn: cut.
+        let mut bytes = good.clone();
+        let cut_at = bytes.len() - 60;
+        bytes[cut_at..].fill(0);
+        std::fs::write(&seg, &bytes).unwrap();
+        let (mut wal, log) = Wal::open(&dir, 1 << 20).unwrap();
+        assert!(log.back().unwrap().index < 7, "{:?}", pairs(&log));
+        assert_eq!(std::fs::metadata(&seg).unwrap().len() as usize, {
+            // The cut lands on a record boundary at or before the zeros.
+            let mut end = 0;
+            while let Read::Record { next, .. } = read_record(&bytes, end) {
+                end = next;
+            }
+            end
+        });
         // A flipped bit in a segment that is no longer the last is not a torn write.
         wal.rotate(6, false).unwrap();
         wal.append(&ents(6..=6, 2)).unwrap();
@@ -511,9 +569,15 @@ mod tests {
         }
         assert!(wal.segment_count() >= 3);
         drop(wal);
+        // Segments before a gap are left out (a deletion cut short), and go with the next compaction.
+        let (_, before) = Wal::open(&dir, 150).unwrap();
         std::fs::remove_file(dir.join(segment_name(1))).unwrap();
-        let err = Wal::open(&dir, 150).unwrap_err().to_string();
-        assert!(err.contains("segments 1 to 1 are missing"), "{err}");
+        let (mut wal, log) = Wal::open(&dir, 150).unwrap();
+        assert!(log.front().unwrap().index > before.front().unwrap().index);
+        assert_eq!(log.back().unwrap().index, 12);
+        assert!(dir.join(segment_name(0)).exists());
+        let gone = wal.compactable(1);
+        assert_eq!(gone, vec![0]);
 
         let dir = tmp.path().join("holes");
         Wal::create(&dir, &ents(1..=2, 1), 1 << 20).unwrap();

@@ -542,6 +542,24 @@ fn sled_a_damaged_record_before_the_end_is_corrupt() {
     expect_corrupt(open_sled_segments(dir.path(), 1024), &[&name, "offset"]);
 }
 
+#[test]
+fn sled_a_segment_lost_from_the_live_log_is_corrupt_and_nothing_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open_sled_segments(dir.path(), 1024).unwrap();
+        for i in 1..=300 {
+            s.append(&ents(i..=i, 1)).unwrap();
+        }
+    }
+    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("wal")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert!(files.len() > 3);
+    std::fs::remove_file(&files[1]).unwrap();
+    expect_corrupt(open_sled_segments(dir.path(), 1024), &["hole after snapshot index 0"]);
+    // The segment before the gap is still there, for an operator to look at.
+    assert!(files[0].exists());
+}
+
 // ----- stores written before the entries moved out of sled ---------------------------------------------------------
 
 /// Writes a store as it was before the entries moved out of sled: entries in tree `raft_entries` (index as 8
