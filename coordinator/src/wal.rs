@@ -319,6 +319,10 @@ impl Wal {
                     }
                 }
             }
+            if offset == 0 {
+                // Segments are renamed into place with their header written and synced: an empty one is damage.
+                return Err(corrupt(0, "an empty segment, without its header"));
+            }
             if last {
                 active_bytes = offset as u64;
             }
@@ -578,6 +582,13 @@ mod tests {
         assert!(dir.join(segment_name(0)).exists());
         let gone = wal.compactable(1);
         assert_eq!(gone, vec![0]);
+
+        // An empty segment (no header) is damage, not a log to append to (found by the fuzz target `raft_log`).
+        let dir = tmp.path().join("empty");
+        Wal::create(&dir, &ents(1..=2, 1), 1 << 20).unwrap();
+        std::fs::write(dir.join(segment_name(0)), b"").unwrap();
+        let err = Wal::open(&dir, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("an empty segment"), "{err}");
 
         let dir = tmp.path().join("holes");
         Wal::create(&dir, &ents(1..=2, 1), 1 << 20).unwrap();

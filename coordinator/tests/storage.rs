@@ -844,7 +844,7 @@ fn sled_append_flush_cost() {
     }
     let hard = t.elapsed();
     println!(
-        "sled in {}: 1000 x 1-entry appends {:?} ({:?}/append); 10 x 100-entry appends {:?} ({:?}/append); \
+        "store in {}: 1000 x 1-entry appends {:?} ({:?}/append); 10 x 100-entry appends {:?} ({:?}/append); \
          1000 x set_hard_state {:?}",
         dir.path().display(),
         single,

@@ -14,6 +14,7 @@
 //! | `layout_str` | text | `Layout::parse_for` (short names and every model's names) |
 //! | `load_exposition` | text | the agent's load scraper: `load::parse_sample` on each line, `load::counter_value` |
 //! | `proto_*_requests` | request kind byte, then the protobuf message | `prost::Message::decode`, then what the server converts it into |
+//! | `raft_log` | mode byte, then bytes for a log segment | `wal::Wal::open` (the coordinator's Raft log), then an append and a reopen |
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -401,8 +402,42 @@ pub fn proto_raft_requests(data: &[u8]) {
     }
 }
 
+/// The coordinator's Raft log read back from a segment a crash or a disk may have left (`wal::Wal::open`): bit 0 of
+/// the mode byte chooses whether the bytes follow a valid header and three entries (a damaged or torn tail) or are
+/// the whole segment. Whatever it returns, the log is consecutive; an open that succeeds cuts only once (a second
+/// open finds the same log), and an append after it reads back.
+pub fn raft_log(data: &[u8]) {
+    use raft::prelude::Entry;
+    use tessera_coordinator::wal::{SEGMENT_BYTES, Wal};
+    let Some((&mode, bytes)) = data.split_first() else { return };
+    let dir = scratch_dir().join("wal");
+    let _ = std::fs::remove_dir_all(&dir);
+    let entry = |index: u64, term: u64| Entry { index, term, data: vec![7; 20].into(), ..Default::default() };
+    Wal::create(&dir, &[entry(1, 1), entry(2, 1), entry(3, 1)], SEGMENT_BYTES).expect("create a log");
+    let segment = std::fs::read_dir(&dir).expect("list the log").next().expect("a segment").expect("entry").path();
+    if mode & 1 == 0 {
+        let mut f = std::fs::OpenOptions::new().append(true).open(&segment).expect("open the segment");
+        std::io::Write::write_all(&mut f, bytes).expect("append to the segment");
+    } else {
+        std::fs::write(&segment, bytes).expect("write the segment");
+    }
+    let indexes = |log: &std::collections::VecDeque<Entry>| log.iter().map(|e| (e.index, e.term)).collect::<Vec<_>>();
+    let Ok((mut wal, log)) = Wal::open(&dir, SEGMENT_BYTES) else { return };
+    let first = indexes(&log);
+    assert!(first.windows(2).all(|p| p[1].0 == p[0].0 + 1), "the log is not consecutive: {first:?}");
+    drop(wal);
+    let (again, log) = Wal::open(&dir, SEGMENT_BYTES).expect("a log that opened opens again");
+    assert_eq!(indexes(&log), first, "a second open found another log");
+    wal = again;
+    let next = first.last().map_or(1, |(i, _)| i + 1);
+    wal.append(&[entry(next, 9)]).expect("append after the open");
+    drop(wal);
+    let (_, log) = Wal::open(&dir, SEGMENT_BYTES).expect("the log opens after an append");
+    assert_eq!(log.back().map(|e| (e.index, e.term)), Some((next, 9)), "the append did not read back");
+}
+
 /// Every target by name, for the corpus test.
-pub const TARGETS: [(&str, fn(&[u8])); 18] = [
+pub const TARGETS: [(&str, fn(&[u8])); 19] = [
     ("trace_azure2019", trace_azure2019),
     ("trace_azure2021", trace_azure2021),
     ("trace_azure_llm", trace_azure_llm),
@@ -421,4 +456,5 @@ pub const TARGETS: [(&str, fn(&[u8])); 18] = [
     ("proto_coordinator_requests", proto_coordinator_requests),
     ("proto_coordinator_api_requests", proto_coordinator_api_requests),
     ("proto_raft_requests", proto_raft_requests),
+    ("raft_log", raft_log),
 ];
