@@ -398,7 +398,8 @@ impl Replica {
         self.shared.status.borrow().clone()
     }
 
-    /// Status updates.
+    /// Status updates: a change is signalled when the leader, term, role or voters change; the commit and applied
+    /// indexes are current whenever the status is read, but do not signal (use [`Replica::watch_applied`]).
     pub fn watch_status(&self) -> watch::Receiver<NodeStatus> {
         self.shared.status.subscribe()
     }
@@ -911,13 +912,14 @@ impl<S: RaftStore> Driver<S> {
         let members = status.voters.len();
         self.metrics.set_raft(status.term, status.commit, status.applied, status.role == StateRole::Leader, members);
         self.metrics.set_leader_known(status.leader_id != 0);
+        // Watchers hear of changes of leader, term, role and voters only: the commit and applied indexes move with
+        // every write, and waking every watcher (the planning loop on each member) per write cost each write a
+        // task switch and, on the leader, a health check and a push pass. They are updated all the same.
         self.shared.status.send_if_modified(|s| {
-            if *s != status {
-                *s = status;
-                true
-            } else {
-                false
-            }
+            let notify = (s.leader_id, s.term, s.role, &s.voters)
+                != (status.leader_id, status.term, status.role, &status.voters);
+            *s = status;
+            notify
         });
     }
 }

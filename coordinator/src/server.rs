@@ -147,6 +147,8 @@ pub async fn serve_on(
             while applied.changed().await.is_ok() {
                 let (t, g) = node.read(|s| (s.fleet.tenants.len(), s.fleet.gpus.len()));
                 metrics.set_fleet(t, g);
+                // At most five refreshes a second, not one per write: the changes meanwhile are seen after it.
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
         });
     }
