@@ -396,11 +396,6 @@ impl Wal {
         gone
     }
 
-    /// The log's directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Number of segment files.
     pub fn segment_count(&self) -> usize {
         self.segments.len()

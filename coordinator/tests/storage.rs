@@ -485,16 +485,21 @@ fn sled_reads_agree_through_truncations_compaction_and_reopen() {
     expect(&s, 1501, 2001, pairs(1501..=2000, 3));
 }
 
-/// The log's segment files under a store's directory.
+/// The log's segment files under a store's directory, oldest first.
+fn segment_files(store: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(store.join("wal")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    files
+}
+
+/// How many segment files a store's log has.
 fn segments(store: &std::path::Path) -> usize {
-    std::fs::read_dir(store.join("wal")).unwrap().count()
+    segment_files(store).len()
 }
 
 /// The last segment file under a store's directory.
 fn last_segment(store: &std::path::Path) -> std::path::PathBuf {
-    let mut files: Vec<_> = std::fs::read_dir(store.join("wal")).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    files.pop().unwrap()
+    segment_files(store).pop().unwrap()
 }
 
 #[test]
@@ -531,8 +536,7 @@ fn sled_a_damaged_record_before_the_end_is_corrupt() {
             s.append(&ents(i..=i, 1)).unwrap();
         }
     }
-    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("wal")).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
+    let files = segment_files(dir.path());
     assert!(files.len() > 2);
     let mut bytes = std::fs::read(&files[1]).unwrap();
     let at = bytes.len() / 2;
@@ -551,8 +555,7 @@ fn sled_a_segment_lost_from_the_live_log_is_corrupt_and_nothing_is_deleted() {
             s.append(&ents(i..=i, 1)).unwrap();
         }
     }
-    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("wal")).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
+    let files = segment_files(dir.path());
     assert!(files.len() > 3);
     std::fs::remove_file(&files[1]).unwrap();
     expect_corrupt(open_sled_segments(dir.path(), 1024), &["hole after snapshot index 0"]);
