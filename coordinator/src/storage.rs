@@ -19,7 +19,7 @@
 //!   file). `apply_snapshot` writes the snapshot file first, then the metadata, hard state and conf state in one
 //!   sled batch, then restarts the log; after a crash in between, the next open drops the old log where it
 //!   contradicts the snapshot (it ends below its index, or has another term there) and keeps it where it agrees. Stores written before the entries moved out of sled (tree `raft_entries`) or before snapshots did
-//!   (`snapshot_data` in `raft_meta`) open as before: the first open moves the entries, the next snapshot the data.
+//!   (`snapshot_data` in `raft_meta`) open as before: the first open moves the entries, the next snapshot the data. Entries found in sled on a later open (a binary from before the files ran the store after a downgrade) are the log too, and replace the files.
 //!
 //! Semantics follow raft-rs's `MemStorage`: the snapshot index acts as the log's dummy entry, so
 //! `term(snapshot index)` is the snapshot's term; an empty log has `first_index = snapshot index + 1` and
@@ -743,17 +743,19 @@ impl SledStore {
         let (snapshot_index, snapshot_term) = snapshot.as_ref().map_or((0, 0), |m| (m.index, m.term));
 
         let wal_dir = dir.join(WAL_DIR);
-        if !Wal::exists(&wal_dir) {
-            // A new store, or one whose entries are still in sled: they move to the log's files, which appear
-            // whole or not at all.
+        // Entries in sled are the log wherever they are found: a store that predates the log's files, a move cut
+        // short after its rename (the files then hold the same entries), or a store that a binary from before the
+        // files wrote to after a downgrade (the files are then stale: sled's copy has entries they lack). They move
+        // to the log's files, which appear whole or not at all, replacing any there; sled's copy goes after that.
+        if !entries.is_empty() || !Wal::exists(&wal_dir) {
             let legacy = read_legacy_log(&entries)?;
             Wal::create(&wal_dir, &legacy, segment_bytes)?;
             if !legacy.is_empty() {
                 tracing::info!(entries = legacy.len(), "raft store: the log moved from sled to its own files");
             }
         }
+        Wal::remove_replaced(&wal_dir)?;
         if !entries.is_empty() {
-            // Moved (now, or before a crash that came before this): sled's copy goes.
             entries.clear()?;
             db.flush()?;
             log_file.sync_data().map_err(io_error("cannot fdatasync", &dir.join("db")))?;

@@ -170,8 +170,10 @@ impl Wal {
         dir.is_dir()
     }
 
-    /// Creates a log in `dir` (which must not exist) holding `entries` (consecutive), durably: written under a
-    /// temporary directory name and renamed, so a crash leaves either no log or the whole one.
+    /// Creates a log in `dir` holding `entries` (consecutive), durably: written under `<dir>.tmp` and renamed, so a
+    /// crash leaves either the old state or the whole new log. A log already in `dir` is replaced: it is renamed to
+    /// `<dir>.old` first and deleted once the new one is in place ([`Wal::remove_replaced`] deletes one a crash
+    /// left behind).
     pub fn create(dir: &Path, entries: &[Entry], segment_bytes: u64) -> Result<(), StoreError> {
         let parent = dir.parent().expect("the log's directory has a parent");
         let tmp = dir.with_extension("tmp");
@@ -184,8 +186,28 @@ impl Wal {
             wal.append(entries)?;
         }
         drop(wal);
+        let replaced = dir.exists();
+        if replaced {
+            Wal::remove_replaced(dir)?;
+            let old = dir.with_extension("old");
+            std::fs::rename(dir, &old).map_err(io_error("cannot move aside", dir))?;
+        }
         std::fs::rename(&tmp, dir).map_err(io_error("cannot rename into place", dir))?;
-        sync_dir(parent)
+        sync_dir(parent)?;
+        if replaced {
+            Wal::remove_replaced(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes `<dir>.old`, a log [`Wal::create`] replaced, if a crash left it behind.
+    pub fn remove_replaced(dir: &Path) -> Result<(), StoreError> {
+        let old = dir.with_extension("old");
+        if old.exists() {
+            std::fs::remove_dir_all(&old).map_err(io_error("cannot remove", &old))?;
+            sync_dir(dir.parent().expect("the log's directory has a parent"))?;
+        }
+        Ok(())
     }
 
     /// A new log in the empty directory `dir`: one segment with a header that lets it start anywhere.

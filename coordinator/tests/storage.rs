@@ -621,6 +621,54 @@ fn sled_a_legacy_log_moves_to_its_own_files() {
 }
 
 #[test]
+fn sled_entries_a_downgraded_binary_wrote_to_sled_replace_the_stale_files() {
+    // A store on the log's files (1 to 7 at term 1, a snapshot at 5), then opened by a binary from before them,
+    // which knows only tree `raft_entries`: it wrote 6 to 9 at term 2 there. On the next upgrade sled's copy is the
+    // log: the files' 6 and 7 are stale, and nothing the older binary acknowledged is lost.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open_sled(dir.path()).unwrap();
+        s.append(&ents(1..=7, 1)).unwrap();
+        s.create_snapshot(5, conf(vec![1, 2, 3], vec![]), b"state@5".to_vec()).unwrap();
+        s.compact(6).unwrap();
+    }
+    let hs = HardState { term: 2, vote: 2, commit: 9, ..Default::default() };
+    legacy_store(dir.path(), &encoded(6..=9, 2), &[("hard_state", hs.write_to_bytes().unwrap())]);
+    for _ in 0..2 {
+        let s = open_sled(dir.path()).unwrap();
+        assert_eq!(bounds(&s), (6, 9));
+        assert_eq!(s.entries(6, 10, None, ctx()).unwrap(), ents(6..=9, 2));
+        assert_eq!(s.initial_state().unwrap().hard_state, hs);
+        assert!(s.db().open_tree("raft_entries").unwrap().is_empty());
+        assert!(dir.path().join("wal").is_dir() && !dir.path().join("wal.old").exists());
+    }
+}
+
+#[test]
+fn sled_a_log_replacement_cut_short_is_finished_on_open() {
+    // Replacing the files moves the old log aside to `wal.old`, renames the new one into place, then deletes the
+    // old one. A crash after the move aside leaves no `wal/` and sled's entries (moved again on open); a crash
+    // before the deletion leaves `wal.old` beside the new log (deleted on open).
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open_sled(dir.path()).unwrap();
+        s.append(&ents(1..=3, 1)).unwrap();
+    }
+    std::fs::rename(dir.path().join("wal"), dir.path().join("wal.old")).unwrap();
+    legacy_store(dir.path(), &encoded(1..=4, 2), &[]);
+    {
+        let s = open_sled(dir.path()).unwrap();
+        assert_eq!(s.entries(1, 5, None, ctx()).unwrap(), ents(1..=4, 2));
+        assert!(!dir.path().join("wal.old").exists());
+    }
+    std::fs::create_dir(dir.path().join("wal.old")).unwrap();
+    std::fs::write(dir.path().join("wal.old").join("00000000000000000000.wal"), b"stale").unwrap();
+    let s = open_sled(dir.path()).unwrap();
+    assert_eq!(s.entries(1, 5, None, ctx()).unwrap(), ents(1..=4, 2));
+    assert!(!dir.path().join("wal.old").exists());
+}
+
+#[test]
 fn sled_a_legacy_corrupt_entry_is_reported_and_kept() {
     let dir = tempfile::tempdir().unwrap();
     let mut entries = encoded(1..=4, 1);
