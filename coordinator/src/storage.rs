@@ -8,8 +8,9 @@
 //! - [`SledStore`]: durable. The entries are in the log's own segment files, `wal/` ([`crate::wal`]: appended
 //!   and fdatasynced on the raft thread, one write per `Ready`, and kept whole in memory for reads); tree
 //!   `raft_meta` of a sled database holds `hard_state`, `conf_state` and `snapshot_meta` (protobuf), which change
-//!   rarely, and `first_index`, the log's first index after the latest compaction. (In sled, the entries cost every write a sled sync, which wakes all of sled's I/O threads.) A hard
-//!   state that changes only the commit index is written to sled without a sync: raft does not need it durable.
+//!   rarely, and `first_index`, the log's first index after the latest compaction. (In sled, the entries cost
+//!   every write a sled sync, which wakes all of sled's I/O threads.) A hard state that changes only the commit
+//!   index is written to sled without a sync: raft does not need it durable.
 //!   The snapshot's data (the state machine's bytes) is a file outside sled, `snapshots/<index>-<term>.snap`,
 //!   written to a temporary name, fsynced and renamed before the metadata names it; older snapshot files are
 //!   deleted once a newer one is durable, and leftovers are removed on open. (Kept inside sled, a multi-megabyte
@@ -18,8 +19,11 @@
 //!   messages are sent: sled writes are followed by [`SledStore::sync`] (sled's flush plus an fdatasync of its log
 //!   file). `apply_snapshot` writes the snapshot file first, then the metadata, hard state and conf state in one
 //!   sled batch, then restarts the log; after a crash in between, the next open drops the old log where it
-//!   contradicts the snapshot (it ends below its index, or has another term there) and keeps it where it agrees. Stores written before the entries moved out of sled (tree `raft_entries`) or before snapshots did
-//!   (`snapshot_data` in `raft_meta`) open as before: the first open moves the entries, the next snapshot the data. Entries found in sled on a later open (a binary from before the files ran the store after a downgrade) are the log too, and replace the files.
+//!   contradicts the snapshot (it ends below its index, or has another term there) and keeps it where it agrees.
+//!   Stores written before the entries moved out of sled (tree `raft_entries`) or before snapshots did
+//!   (`snapshot_data` in `raft_meta`) open as before: the first open moves the entries, the next snapshot the
+//!   data. Entries found in sled on a later open (a binary from before the files ran the store after a
+//!   downgrade) are the log too, and replace the files.
 //!
 //! Semantics follow raft-rs's `MemStorage`: the snapshot index acts as the log's dummy entry, so
 //! `term(snapshot index)` is the snapshot's term; an empty log has `first_index = snapshot index + 1` and
@@ -134,8 +138,8 @@ pub trait RaftStore: Storage + Clone + Send + Sync + 'static {
     fn set_hard_state(&self, hs: &HardState) -> Result<(), StoreError>;
 
     /// What a `Ready` asks to persist, entries (as [`RaftStore::append`]) and hard state, made durable together
-    /// (one sync of the log, and one of the hard state only when term or vote change): durable when it returns, except that a hard state changing only the commit index may be kept as
-    /// [`RaftStore::set_commit`] keeps it.
+    /// (one sync of the log, and one of the hard state only when term or vote change): durable when it returns,
+    /// except that a hard state changing only the commit index may be kept as [`RaftStore::set_commit`] keeps it.
     fn persist(&self, entries: &[Entry], hs: Option<&HardState>) -> Result<(), StoreError> {
         if !entries.is_empty() {
             self.append(entries)?;

@@ -565,8 +565,10 @@ fn sled_a_segment_lost_from_the_live_log_is_corrupt_and_nothing_is_deleted() {
 
 // ----- stores written before the entries moved out of sled ---------------------------------------------------------
 
-/// Writes a store as it was before the entries moved out of sled: entries in tree `raft_entries` (index as 8
-/// big-endian bytes, protobuf value), the given `raft_meta` keys, and no `wal/` directory.
+/// Writes sled's side of a store as a binary from before the entries moved out of sled left it: entries in tree
+/// `raft_entries` (index as 8 big-endian bytes, protobuf value) and the given `raft_meta` keys. It does not touch a
+/// `wal/` directory: on a fresh directory that is a store from before the move, beside an existing log a store
+/// that an older binary ran after a downgrade.
 fn legacy_store(path: &std::path::Path, entries: &[(u64, Vec<u8>)], meta: &[(&str, Vec<u8>)]) {
     let db = raw_sled(path);
     let tree = db.open_tree("raft_entries").unwrap();
