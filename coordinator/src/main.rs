@@ -748,10 +748,12 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 GpuCmd::Drain { gpu, c } => (gpu, true, c),
                 GpuCmd::Undrain { gpu, c } => (gpu, false, c),
             };
+            // Resent after a lost answer, applied once: a late resend cannot undo another operator's newer call.
+            let request = Client::new_request_id();
             let r = client(&c)?
                 .call(|mut x| {
-                    let gpu = gpu.clone();
-                    async move { x.drain_gpu(v1::DrainGpuRequest { gpu, drain }).await }
+                    let req = Client::request(v1::DrainGpuRequest { gpu: gpu.clone(), drain }, &request);
+                    async move { x.drain_gpu(req).await }
                 })
                 .await?;
             print(

@@ -5,7 +5,8 @@
 //! (`plan_epoch`, `plan_objective`, `plan_bound`, `plan_gap`); per GPU (labels `gpu`, `model`), read from the
 //! replicated state when scraped: `gpu_applied_epoch`, `gpu_target_epoch`, `gpu_instances{profile}` (applied) and
 //! `gpu_drift_instances` (instances the applied layout has and the target has not, or the reverse); counters
-//! `proposals_total`, `plan_rounds_total{outcome}`, `pushes_total{result}` and `reconfigurations_total`; histograms
+//! `proposals_total`, `plan_rounds_total{outcome}`, `pushes_total{result}`, `reconfigurations_total` and
+//! `writes_resent_total` (client writes resent with a request id already applied, answered once); histograms
 //! `plan_round_seconds` and `reconfiguration_seconds` (from the push of a GPU's new target to the agent's report that
 //! it is applied, as the leader sees it: heartbeats make it up to one heartbeat interval long). [`Metrics`] is
 //! `Send + Sync`: share it as `Arc<Metrics>` and update it from any task; [`serve`] exposes it at `GET /metrics`
@@ -98,6 +99,7 @@ pub struct Metrics {
     gpus: Gauge,
     node_health_changes: Family<OneLabel, Counter>,
     proposals_dropped_late: Counter,
+    writes_resent: Counter,
     auth_refusals: Family<OneLabel, Counter>,
     build_info: Family<OneLabel, Gauge>,
     plan_epoch: Gauge,
@@ -140,6 +142,7 @@ impl Metrics {
             gpus: Gauge::default(),
             node_health_changes: Family::default(),
             proposals_dropped_late: Counter::default(),
+            writes_resent: Counter::default(),
             auth_refusals: Family::default(),
             build_info: Family::default(),
             plan_epoch: Gauge::default(),
@@ -224,6 +227,11 @@ impl Metrics {
             "proposals_dropped_late",
             "Proposals forwarded by a follower that arrived after their deadline and were dropped",
             metrics.proposals_dropped_late.clone(),
+        );
+        registry.register(
+            "writes_resent",
+            "Client writes resent with a request id this cluster had applied: answered, not applied again",
+            metrics.writes_resent.clone(),
         );
         registry.register(
             "plan_epoch",
@@ -367,6 +375,11 @@ impl Metrics {
     /// Counts forwarded proposals dropped because they arrived after their deadline.
     pub fn proposals_dropped_late(&self, n: u64) {
         self.proposals_dropped_late.inc_by(n);
+    }
+
+    /// Counts one client write resent with a request id already applied (answered without applying it again).
+    pub fn write_resent(&self) {
+        self.writes_resent.inc();
     }
 
     /// Sets the fleet gauges: number of tenants and of GPUs.
@@ -536,7 +549,7 @@ mod tests {
             let line = format!("tessera_coordinator_{name} 0");
             assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
         }
-        for family in ["proposals", "plan_rounds", "pushes", "reconfigurations"] {
+        for family in ["proposals", "plan_rounds", "pushes", "reconfigurations", "writes_resent"] {
             assert!(text.contains(&format!("# TYPE tessera_coordinator_{family} counter")), "{family} in:\n{text}");
         }
         assert!(text.contains("# TYPE tessera_coordinator_plan_round_seconds histogram"), "{text}");

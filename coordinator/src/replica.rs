@@ -744,6 +744,14 @@ impl<S: RaftStore> Driver<S> {
                         let (origin, request) = (proposal.origin, proposal.request);
                         let result = state.apply_proposal(entry.index, proposal).map(|o| (entry.index, o));
                         if origin == self.settings.id {
+                            if let Ok((_, Outcome::Duplicate(at))) = result {
+                                self.metrics.write_resent();
+                                tracing::info!(
+                                    index = entry.index,
+                                    applied_at = at,
+                                    "a client resent a write applied before: answered, not applied again"
+                                );
+                            }
                             answers.push((request, result));
                         }
                     }

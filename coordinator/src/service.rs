@@ -328,12 +328,13 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
 
     async fn drain_gpu(&self, req: Request<v1::DrainGpuRequest>) -> Result<Response<v1::DrainGpuResponse>, Status> {
         let who = self.auth.check(&req, Need::Operator)?;
+        let request = request_id(&req)?;
         let r = req.into_inner();
         let gpu: GpuId = r.gpu.parse().map_err(|e| bad("gpu", e))?;
         let health = if r.drain { GpuHealth::Draining } else { GpuHealth::Healthy };
         let audit = self.audit(&who, format!("{} {gpu}", if r.drain { "drain_gpu" } else { "undrain_gpu" }));
         let op = Op::Fleet { command: Command::SetGpuHealth { gpu, health } };
-        let (index, _) = self.node.propose_request(op, None, audit).await.map_err(status)?;
+        let (index, _) = self.node.propose_request(op, request, audit).await.map_err(status)?;
         Ok(Response::new(v1::DrainGpuResponse { index }))
     }
 

@@ -255,6 +255,29 @@ async fn the_cli_rides_out_an_election_and_conditional_updates_lose_to_newer_wri
     assert_eq!(got["spec"]["slo_ms"].as_f64(), Some(222.0), "{out}");
     let (code, _, err) = cli_status(&["tenant", "rm", "e0", "--if-revision", &rev, "--endpoints", &endpoints]);
     assert!(code == 6 && err.contains("revision"), "{code}: {err}");
+
+    // A write resent with its request id after its answer was lost (as `Client::call` resends it) is applied once:
+    // resent after another client's write, it answers and the other write's value stays, so no read can see the
+    // first value come back.
+    let now = c.wait_leader(&c.running(), T).await;
+    let slo = |ms: f64| {
+        let mut spec = tenant("e1", "resnet50", 1.0);
+        spec.slo_ms = ms;
+        v1::TenantRequest { spec: Some(spec), ..Default::default() }
+    };
+    let id = tessera_coordinator::client::Client::new_request_id();
+    let resend = || tessera_coordinator::client::Client::request(slo(300.0), &id);
+    c.client(now).update_tenant(resend()).await.unwrap();
+    c.client(now).update_tenant(slo(400.0)).await.unwrap();
+    let again = c.client(now).update_tenant(resend()).await.unwrap().into_inner();
+    assert_eq!(again.spec.map(|s| s.slo_ms), Some(400.0), "the resend answers with the state it finds");
+    let got = c
+        .client(now)
+        .get_tenant(v1::TenantIdRequest { id: "e1".into(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.spec.map(|s| s.slo_ms), Some(400.0));
     let (code, _, err) = cli_status(&["tenant", "get", "nobody", "--endpoints", &endpoints]);
     assert!(code == 5 && err.starts_with("error: not found: "), "{code}: {err}");
     let (code, _, err) = cli_status(&["tenant", "rm", "a", "b", "--if-revision", "1", "--endpoints", &endpoints]);

@@ -7,6 +7,11 @@
 //! - **reads**: read tenant `lin-K` (a linearizable read through the leader);
 //! - **creates**: create a tenant of its own (`c<client>-<n>`), to count acknowledged writes that are lost.
 //!
+//! Each write and create carries a request id of its own ([`Client::request`]), as every client that retries must:
+//! the client resends a call whose answer was lost (a leader killed after it committed, a leader change while the
+//! write waited), and the cluster applies a request id once. Without it the resend can apply the same value a
+//! second time, after another client's write, and no single point of the operation explains the reads around both.
+//!
 //! Every invocation and every answer is recorded in one real-time order. An operation that fails without a
 //! definite answer (a timeout, a lost connection) may or may not have taken effect: it stays in flight for ever and
 //! its client goes on as a new process, as in Jepsen's model. Then:
@@ -179,16 +184,18 @@ fn key_id(k: u32) -> String {
 /// Sets register `k` to 0: updates its tenant, or creates it where it does not exist yet.
 async fn reset(client: &Client, k: u32) -> Result<(), tonic::Status> {
     let req = v1::TenantRequest { spec: Some(spec(&key_id(k), slo_of(0))), ..Default::default() };
+    let id = Client::new_request_id();
     let update = client
         .call(|mut x| {
-            let req = req.clone();
+            let req = Client::request(req.clone(), &id);
             async move { x.update_tenant(req).await }
         })
         .await;
+    let id = Client::new_request_id();
     match update {
         Err(s) if s.code() == Code::NotFound => client
             .call(|mut x| {
-                let req = req.clone();
+                let req = Client::request(req.clone(), &id);
                 async move { x.create_tenant(req).await }
             })
             .await
@@ -229,9 +236,11 @@ async fn run_client(cli: Arc<Cli>, rec: Arc<Recorder>, c: u32, deadline: Instant
             let value = seq * u64::from(cli.clients) + u64::from(c) + 1;
             rec.record(process, Some(key), Kind::Invoke(Op::Write(value)));
             let req = v1::TenantRequest { spec: Some(spec(&key_id(key), slo_of(value))), ..Default::default() };
+            // Resent after a lost answer, applied once.
+            let request = Client::new_request_id();
             match client
                 .call(|mut x| {
-                    let req = req.clone();
+                    let req = Client::request(req.clone(), &request);
                     async move { x.update_tenant(req).await }
                 })
                 .await
@@ -266,14 +275,16 @@ async fn run_client(cli: Arc<Cli>, rec: Arc<Recorder>, c: u32, deadline: Instant
             let id = format!("c{c}-{seq}");
             rec.record(process, None, Kind::Invoke(Op::Create(id.clone())));
             let req = v1::TenantRequest { spec: Some(spec(&id, 150.0)), ..Default::default() };
+            let request = Client::new_request_id();
             match client
                 .call(|mut x| {
-                    let req = req.clone();
+                    let req = Client::request(req.clone(), &request);
                     async move { x.create_tenant(req).await }
                 })
                 .await
             {
-                // A retried create that had taken effect answers AlreadyExists.
+                // A resent create answers as its first send did; one the cluster no longer remembers (past its
+                // window of request ids) answers AlreadyExists, and it took effect all the same.
                 Ok(_) => {
                     rec.record(process, None, Kind::Ok(None));
                     rec.succeeded();
@@ -410,15 +421,58 @@ fn register_histories(events: &[Event], keys: u32) -> Result<Vec<RegisterHistory
 /// checked one by one).
 fn linearizable(events: &[Event], keys: u32) -> Result<bool, String> {
     for (k, actions) in register_histories(events, keys)?.into_iter().enumerate() {
-        if actions.is_empty() {
-            continue;
-        }
-        if !WGLChecker::<RegisterSpec>::is_linearizable(History::from_actions(actions)) {
+        if !register_linearizable(actions) {
             eprintln!("fault-check: the history of {} is not linearizable", key_id(k as u32));
+            for line in witness(events, keys, k as u32) {
+                eprintln!("fault-check: {line}");
+            }
             return Ok(false);
         }
     }
     Ok(true)
+}
+
+fn register_linearizable(actions: RegisterHistory) -> bool {
+    actions.is_empty() || WGLChecker::<RegisterSpec>::is_linearizable(History::from_actions(actions))
+}
+
+/// How many of a key's last events [`witness`] shows.
+const WITNESS_EVENTS: usize = 24;
+
+/// Where key `k`'s history stops being linearizable, for people: the shortest prefix of the history that is not
+/// (found by bisection; a prefix of a linearizable history is linearizable, what was in flight at its end counting
+/// as unanswered), then the key's last [`WITNESS_EVENTS`] events up to there and the calls of the writes whose values
+/// those events read. Each line is `event N at T ms: process P key K: WHAT`.
+fn witness(events: &[Event], keys: u32, k: u32) -> Vec<String> {
+    let bad = |n: usize| {
+        register_histories(&events[..n], keys)
+            .map(|h| h.into_iter().nth(k as usize).is_some_and(|a| !register_linearizable(a)))
+            .unwrap_or(false)
+    };
+    let (mut good, mut end) = (0, events.len());
+    if !bad(end) {
+        return Vec::new();
+    }
+    while end - good > 1 {
+        let mid = good + (end - good) / 2;
+        if bad(mid) { end = mid } else { good = mid }
+    }
+    let mine: Vec<usize> = (0..end).filter(|&i| events[i].key == Some(k)).collect();
+    let shown = &mine[mine.len().saturating_sub(WITNESS_EVENTS)..];
+    let read: BTreeSet<u64> =
+        shown.iter().filter_map(|&i| if let Kind::Ok(Some(v)) = events[i].kind { Some(v) } else { None }).collect();
+    let mut lines: BTreeSet<usize> = shown.iter().copied().collect();
+    lines.extend(mine.iter().filter(|&&i| matches!(events[i].kind, Kind::Invoke(Op::Write(v)) if read.contains(&v))));
+    let mut out = vec![format!(
+        "{} stops being linearizable at event {end} ({:.1} ms); its last events, and the calls of the writes they read:",
+        key_id(k),
+        events[end - 1].at_ms
+    )];
+    out.extend(lines.into_iter().map(|i| {
+        let e = &events[i];
+        format!("event {} at {:.1} ms: process {} key {}: {:?}", i + 1, e.at_ms, e.process, k, e.kind)
+    }));
+    out
 }
 
 /// One history event as a JSON object: `{"at_ms", "process", "key", "type": "invoke"|"ok"|"unknown", ...}` with
@@ -686,6 +740,33 @@ mod tests {
             ev(2, Kind::Ok(Some(7))),
         ];
         assert!(!linearizable(&resurrected, 1).unwrap());
+    }
+
+    #[test]
+    fn the_witness_ends_where_the_history_stops_being_linearizable() {
+        // Write 1 is read, write 2 is acknowledged, then 1 is read again: the resend of a write applied twice.
+        let mut events = vec![
+            ev(1, Kind::Invoke(Op::Write(1))),
+            ev(2, Kind::Invoke(Op::Read)),
+            ev(2, Kind::Ok(Some(1))),
+            ev(3, Kind::Invoke(Op::Write(2))),
+            ev(3, Kind::Ok(None)),
+            ev(2, Kind::Invoke(Op::Read)),
+            ev(2, Kind::Ok(Some(1))),
+            ev(1, Kind::Ok(None)),
+        ];
+        for p in 10..40 {
+            events.push(ev(p, Kind::Invoke(Op::Read)));
+            events.push(ev(p, Kind::Ok(Some(1))));
+        }
+        assert!(!linearizable(&events, 1).unwrap());
+        let lines = witness(&events, 1, 0);
+        assert!(lines[0].starts_with("lin-0 stops being linearizable at event 7 "), "{lines:?}");
+        // Event 7 is the second read of 1; the write of 1 is shown as the call whose value was read.
+        assert_eq!(lines.len(), 1 + 7, "{lines:?}");
+        assert!(lines[1].starts_with("event 1 at 0.0 ms: process 1 key 0: Invoke(Write(1))"), "{lines:?}");
+        assert!(lines[7].ends_with("Ok(Some(1))"), "{lines:?}");
+        assert!(witness(&events[..6], 1, 0).is_empty());
     }
 
     #[test]
