@@ -41,6 +41,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use tessera_core::Profile;
 use tessera_core::catalog::GpuModel;
+use tessera_core::driver::DriverTable;
+use tessera_core::ids::MigUuid;
 use tessera_core::layout::{Layout, LayoutError, Placement};
 use tessera_core::plan::GpuPlan;
 
@@ -107,6 +109,10 @@ pub struct GpuInstance {
     pub id: InstanceId,
     /// Its profile and memory-slice start.
     pub placement: Placement,
+    /// The UUID of the MIG device its compute instance makes (`nvmlDeviceGetUUID`), what a process names in
+    /// `CUDA_VISIBLE_DEVICES`; `None` where the driver gave none this backend could read.
+    #[serde(default)]
+    pub uuid: Option<MigUuid>,
 }
 
 impl fmt::Display for GpuInstance {
@@ -348,6 +354,21 @@ pub trait MigBackend: Send + Sync {
     /// a GPU reset (Ampere with a driver client attached). Fails with `GpuBusy` while instances exist. Setting the
     /// mode the GPU already has is a no-op.
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigMode, BackendError>;
+
+    /// The processes (host PIDs) running on `instance` of `gpu` now: NVML's
+    /// `nvmlDeviceGetComputeRunningProcesses` on the instance's MIG device. The agent never destroys an instance
+    /// with processes attached. The default reports none.
+    fn processes(&self, gpu: u32, instance: &GpuInstance) -> Result<Vec<u32>, BackendError> {
+        let _ = (gpu, instance);
+        Ok(Vec::new())
+    }
+
+    /// The GPU's profile table as its driver reports it (profiles, counts, SMs, copy engines, memory and possible
+    /// placements), `None` where the backend cannot read one. The simulator reports the catalog's.
+    fn driver_table(&self, gpu: u32) -> Result<Option<DriverTable>, BackendError> {
+        let _ = gpu;
+        Ok(None)
+    }
 
     /// The instances of `gpu` as a [`Layout`].
     fn layout(&self, gpu: u32) -> Result<Layout, BackendError> {

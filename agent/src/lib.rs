@@ -7,6 +7,9 @@
 //! - [`backend`]: the `MigBackend` trait (list GPUs, read instances, create at an explicit placement, destroy, set
 //!   the MIG mode) with NVML-shaped errors. Implemented by the simulator in `tessera-sim` and by the `nvml` module
 //!   (feature `nvml`; [`nvml_codes`] is its pure, always-built part: return codes and profile ids to core types).
+//! - [`procs`]: which host processes run on a MIG device (read from `/proc`), for the simulated node.
+//! - [`supervisor`]: the workload for real nodes that runs each tenant's jobs (start, readiness, restart, drain,
+//!   checkpoint, stop; adopted again after an agent restart).
 //! - [`workload`]: the `Workload` trait (drain, load, readiness, workload time, metrics) and the bookkeeping hook
 //!   used with real GPUs.
 //! - [`state`]: the persisted desired state (newest epoch, per-GPU targets).
@@ -19,8 +22,8 @@
 //! - [`cli`]: the command-line conventions shared by the binaries.
 //!
 //! ## What it does not do
-//! Choose layouts (the planner's job), reset GPUs (an operator's act), or drive a serving stack on real GPUs (the
-//! [`workload::Bookkeeping`] hook records what should run where; the serving system follows the agent's state).
+//! Choose layouts (the planner's job) or reset GPUs (an operator's act). A tenant without jobs is recorded only (the
+//! [`workload::Bookkeeping`] hook, or the supervisor's bookkeeping): its serving system follows the agent's state.
 
 pub mod authority;
 pub mod backend;
@@ -33,8 +36,10 @@ pub mod mig_tools;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 pub mod nvml_codes;
+pub mod procs;
 pub mod reconcile;
 pub mod runtime;
 pub mod service;
 pub mod state;
+pub mod supervisor;
 pub mod workload;

@@ -103,6 +103,13 @@ enum Mig {
         #[arg(long)]
         config: Option<String>,
     },
+    /// Read every GPU's profile table from the driver (read-only: nothing is changed) and print it as JSON with
+    /// its differences from the catalog (`agent mig profiles`). Needs the `nvml` feature and a driver.
+    Probe {
+        /// The MIG backend (`nvml`).
+        #[arg(long, default_value = "nvml")]
+        backend: String,
+    },
     /// Write a mig-parted config file that applies a layout to all devices.
     Export {
         #[command(flatten)]
@@ -170,6 +177,20 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
     let telemetry =
         tessera_telemetry::init(config.otlp_endpoint.as_deref(), &service, tessera_telemetry::LevelFilter::INFO)
             .map_err(|e| format!("tracing: {e:#}"))?;
+    // The driver is the source of truth for the GPU: every difference from the built-in catalog is logged.
+    match mig_tools::probe(backend.as_ref()) {
+        Ok(gpus) => {
+            for g in gpus {
+                for d in &g.differences {
+                    tracing::warn!(gpu = g.index, name = %g.name, "the driver's MIG table differs from the catalog: {d}");
+                }
+                if let Some(e) = &g.error {
+                    tracing::warn!(gpu = g.index, "cannot read the driver's MIG table: {e}");
+                }
+            }
+        }
+        Err(e) => tracing::warn!("cannot read the driver's MIG tables: {e}"),
+    }
     // The serving stack's request counters ([load]): scraped, and taken from ReportLoad.
     let load = config.load.as_ref().map(|_| Arc::new(tessera_agent::load::LoadSignal::default()));
     let workload = Arc::new(match &load {
@@ -246,6 +267,11 @@ fn run(cmd: Mig) -> Result<String, String> {
         Mig::Import { gpu, file, config } => {
             let model = mig_tools::gpu_model(&gpu.model).map_err(e)?;
             mig_tools::import(model, &file, config.as_deref()).map_err(e)?
+        }
+        Mig::Probe { backend: kind } => {
+            let kind: BackendKind = kind.parse().map_err(|e| format!("--backend: {e}"))?;
+            let gpus = mig_tools::probe(backend(kind)?.as_ref()).map_err(|e| e.to_string())?;
+            mig_tools::probe_json(&gpus)
         }
         Mig::Export { gpu, layout, name } => {
             let model = mig_tools::gpu_model(&gpu.model).map_err(e)?;

@@ -404,3 +404,55 @@ mod tests {
         assert_eq!(json["profiles"].as_array().map(Vec::len), Some(7));
     }
 }
+
+/// One GPU as `agent mig probe` reports it: the driver's profile table and where it differs from the catalog.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbedGpu {
+    /// The NVML device index.
+    pub index: u32,
+    /// The product name.
+    pub name: String,
+    /// The driver's table, `None` when the backend could not read one.
+    pub table: Option<tessera_core::driver::DriverTable>,
+    /// Each difference from the catalog, as a sentence.
+    pub differences: Vec<String>,
+    /// Why the table could not be read, if it could not.
+    pub error: Option<String>,
+}
+
+/// Reads every GPU's profile table from `backend` (read-only: no MIG mode or instance is changed) and compares it
+/// with the catalog: what `agent mig probe` prints, and what `agent run` logs at start.
+pub fn probe(backend: &dyn crate::backend::MigBackend) -> Result<Vec<ProbedGpu>, crate::backend::BackendError> {
+    Ok(backend
+        .gpus()?
+        .into_iter()
+        .map(|g| match backend.driver_table(g.index) {
+            Ok(Some(table)) => ProbedGpu {
+                index: g.index,
+                name: g.name,
+                differences: table.differences().iter().map(ToString::to_string).collect(),
+                table: Some(table),
+                error: None,
+            },
+            Ok(None) => ProbedGpu {
+                index: g.index,
+                name: g.name,
+                table: None,
+                differences: Vec::new(),
+                error: Some("this backend cannot read the driver's table".into()),
+            },
+            Err(e) => ProbedGpu {
+                index: g.index,
+                name: g.name,
+                table: None,
+                differences: Vec::new(),
+                error: Some(e.to_string()),
+            },
+        })
+        .collect())
+}
+
+/// `agent mig probe`'s JSON.
+pub fn probe_json(gpus: &[ProbedGpu]) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({ "gpus": gpus })).unwrap_or_default()
+}

@@ -11,7 +11,11 @@
 //! `nvmlDeviceGetGpuInstanceProfileInfo` (by profile index) for the profile ID; `nvmlDeviceGetGpuInstances` and
 //! `nvmlGpuInstanceGetInfo` to read instances back; `nvmlDeviceCreateGpuInstanceWithPlacement` then
 //! `nvmlGpuInstanceCreateComputeInstance` (one CI spanning the GI); `nvmlGpuInstanceGetComputeInstances`,
-//! `nvmlComputeInstanceDestroy` and `nvmlGpuInstanceDestroy`; `nvmlDeviceGetGpuInstanceById`.
+//! `nvmlComputeInstanceDestroy` and `nvmlGpuInstanceDestroy`; `nvmlDeviceGetGpuInstanceById`. MIG identity:
+//! `nvmlDeviceGetMaxMigDeviceCount`, `nvmlDeviceGetMigDeviceHandleByIndex`, `nvmlDeviceGetGpuInstanceId` and
+//! `nvmlDeviceGetUUID` (each instance's `MIG-...` UUID), `nvmlDeviceGetComputeRunningProcesses_v3` on a MIG device
+//! (the processes attached to an instance). The driver's table: `nvmlDeviceGetGpuInstanceProfileInfo` and
+//! `nvmlDeviceGetGpuInstancePossiblePlacements_v2` for every profile, `nvmlSystemGetDriverVersion`; all read-only.
 //!
 //! Not verified on hardware in this repository's CI (no GPU there); the mapping is.
 
@@ -25,6 +29,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t, nvmlGpuInstanceProfileInfo_t,
 };
 use tessera_core::catalog::{GpuModel, Profile};
+use tessera_core::driver::{DriverProfile, DriverTable};
+use tessera_core::ids::MigUuid;
 use tessera_core::layout::Placement;
 
 use crate::backend::{BackendError, GpuInfo, GpuInstance, InstanceId, MigBackend, MigMode, Operation};
@@ -42,6 +48,8 @@ pub struct NvmlBackend {
     nvml: Nvml,
 }
 
+/// `NVML_ERROR_INSUFFICIENT_SIZE`.
+const INSUFFICIENT_SIZE: u32 = 7;
 /// `NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED`.
 const CI_ENGINE_SHARED: u32 = 0;
 /// CI profile indices to look for when destroying (`NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE` ..`_1_SLICE_REV1`).
@@ -160,7 +168,109 @@ impl NvmlBackend {
     fn to_instance(ctx: &GpuContext, info: &nvmlGpuInstanceInfo_t) -> Result<GpuInstance, BackendError> {
         let placement = placement_from_nvml(info.profileId, info.placement.start, info.placement.size)
             .map_err(|detail| BackendError::Driver { gpu: ctx.gpu, operation: Operation::ListInstances, detail })?;
-        Ok(GpuInstance { id: InstanceId(info.id), placement })
+        Ok(GpuInstance { id: InstanceId(info.id), placement, uuid: None })
+    }
+
+    /// The MIG devices of a GPU: per GPU instance id, the MIG device handle and its UUID (`None` when the driver's
+    /// UUID is not of the `MIG-<uuid>` form). A GI without a compute instance has no MIG device.
+    fn mig_devices(
+        &self,
+        handle: nvmlDevice_t,
+        ctx: &GpuContext,
+    ) -> Result<std::collections::BTreeMap<u32, (nvmlDevice_t, Option<MigUuid>)>, BackendError> {
+        let op = Operation::ListInstances;
+        let lib = self.lib();
+        let max = self.symbol(&lib.nvmlDeviceGetMaxMigDeviceCount, ctx.gpu, op)?;
+        let by_index = self.symbol(&lib.nvmlDeviceGetMigDeviceHandleByIndex, ctx.gpu, op)?;
+        let gi_id = self.symbol(&lib.nvmlDeviceGetGpuInstanceId, ctx.gpu, op)?;
+        let uuid_of = self.symbol(&lib.nvmlDeviceGetUUID, ctx.gpu, op)?;
+        let mut count = 0u32;
+        // SAFETY: valid handle, out-pointer to a local.
+        let rc = unsafe { max(handle, &mut count) };
+        if rc != code::SUCCESS {
+            return Err(error_from_code(rc, Call::Other(op), ctx));
+        }
+        let mut out = std::collections::BTreeMap::new();
+        for index in 0..count {
+            let mut mig: nvmlDevice_t = std::ptr::null_mut();
+            // SAFETY: valid handle, out-pointer to a local. Indices without a MIG device answer NOT_FOUND.
+            if unsafe { by_index(handle, index, &mut mig) } != code::SUCCESS {
+                continue;
+            }
+            let mut id = 0u32;
+            // SAFETY: `mig` came from NVML just now.
+            if unsafe { gi_id(mig, &mut id) } != code::SUCCESS {
+                continue;
+            }
+            let mut buf = [0 as std::os::raw::c_char; 96];
+            // SAFETY: `buf` holds NVML_DEVICE_UUID_V2_BUFFER_SIZE (96) bytes, the length passed.
+            let rc = unsafe { uuid_of(mig, buf.as_mut_ptr(), buf.len() as u32) };
+            let uuid = (rc == code::SUCCESS)
+                .then(|| {
+                    // SAFETY: NVML wrote a NUL-terminated string into `buf`.
+                    let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+                    match text.parse::<MigUuid>() {
+                        Ok(u) => Some(u),
+                        Err(e) => {
+                            tracing::warn!(gpu = ctx.gpu, gi = id, uuid = %text, error = %e, "MIG UUID not understood");
+                            None
+                        }
+                    }
+                })
+                .flatten();
+            out.insert(id, (mig, uuid));
+        }
+        Ok(out)
+    }
+
+    /// The driver's profile table of a GPU (read-only; works with MIG mode off).
+    fn read_driver_table(&self, gpu: u32) -> Result<DriverTable, BackendError> {
+        let op = Operation::ListGpus;
+        let (handle, ctx) = self.device(gpu, op)?;
+        let lib = self.lib();
+        let info_of = self.symbol(&lib.nvmlDeviceGetGpuInstanceProfileInfo, gpu, op)?;
+        let placements_of = self.symbol(&lib.nvmlDeviceGetGpuInstancePossiblePlacements_v2, gpu, op)?;
+        let mut profiles = Vec::new();
+        for profile in Profile::ALL {
+            // SAFETY: a zeroed plain C struct is a valid out-parameter.
+            let mut info: nvmlGpuInstanceProfileInfo_t = unsafe { mem::zeroed() };
+            // SAFETY: valid handle, out-pointer to a local.
+            match unsafe { info_of(handle, profile_index(profile), &mut info) } {
+                code::SUCCESS => {}
+                code::NOT_SUPPORTED | code::INVALID_ARGUMENT => continue,
+                c => return Err(error_from_code(c, Call::Other(op), &ctx)),
+            }
+            let mut buf = [nvmlGpuInstancePlacement_t { start: 0, size: 0 }; 8];
+            let mut count = buf.len() as u32;
+            // SAFETY: `buf` holds `count` placements; NVML writes at most that many and sets `count`.
+            let rc = unsafe { placements_of(handle, info.id, buf.as_mut_ptr(), &mut count) };
+            if rc != code::SUCCESS {
+                return Err(error_from_code(rc, Call::Other(op), &ctx));
+            }
+            let mut starts: Vec<u8> =
+                buf.iter().take(count as usize).filter_map(|p| u8::try_from(p.start).ok()).collect();
+            starts.sort_unstable();
+            profiles.push(DriverProfile {
+                profile,
+                id: info.id,
+                instance_count: info.instanceCount,
+                slices: info.sliceCount,
+                sms: info.multiprocessorCount,
+                copy_engines: info.copyEngineCount,
+                memory_mib: info.memorySizeMB,
+                starts,
+            });
+        }
+        let mut version = [0 as std::os::raw::c_char; 80];
+        let driver_version = match &lib.nvmlSystemGetDriverVersion {
+            // SAFETY: `version` holds NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE (80) bytes, the length passed.
+            Ok(get) if unsafe { get(version.as_mut_ptr(), version.len() as u32) } == code::SUCCESS => {
+                // SAFETY: NVML wrote a NUL-terminated string.
+                unsafe { std::ffi::CStr::from_ptr(version.as_ptr()) }.to_string_lossy().into_owned()
+            }
+            _ => String::new(),
+        };
+        Ok(DriverTable { name: ctx.name, model: ctx.model, driver_version, profiles })
     }
 
     /// Destroys every compute instance of a GPU instance.
@@ -214,13 +324,57 @@ impl MigBackend for NvmlBackend {
         if !ctx.mig.is_some_and(|m| m.current) {
             return Err(error_from_code(code::NOT_SUPPORTED, Call::Other(Operation::ListInstances), &ctx));
         }
+        let devices = self.mig_devices(handle, &ctx)?;
         let mut v: Vec<GpuInstance> = self
             .gpu_instances(handle, &ctx)?
             .iter()
-            .map(|(_, info)| Self::to_instance(&ctx, info))
-            .collect::<Result<_, _>>()?;
+            .map(|(_, info)| {
+                let mut i = Self::to_instance(&ctx, info)?;
+                i.uuid = devices.get(&info.id).and_then(|(_, u)| *u);
+                Ok(i)
+            })
+            .collect::<Result<_, BackendError>>()?;
         v.sort_by_key(|i| i.placement);
         Ok(v)
+    }
+
+    fn processes(&self, gpu: u32, instance: &GpuInstance) -> Result<Vec<u32>, BackendError> {
+        let (handle, ctx) = self.device(gpu, Operation::Destroy)?;
+        let devices = self.mig_devices(handle, &ctx)?;
+        let Some((mig, _)) = devices.get(&instance.id.0) else { return Ok(Vec::new()) };
+        let get = self.symbol(&self.lib().nvmlDeviceGetComputeRunningProcesses_v3, gpu, Operation::Destroy)?;
+        let mut buf: Vec<nvml_wrapper_sys::bindings::nvmlProcessInfo_t> = Vec::new();
+        let mut count = 0u32;
+        // Ask for the count first (INSUFFICIENT_SIZE with the count, or SUCCESS with none), then read; a process
+        // that starts in between makes the second call fail the same way, so it is retried a few times.
+        for _ in 0..4 {
+            buf.resize(
+                count as usize,
+                nvml_wrapper_sys::bindings::nvmlProcessInfo_t {
+                    pid: 0,
+                    usedGpuMemory: 0,
+                    gpuInstanceId: 0,
+                    computeInstanceId: 0,
+                },
+            );
+            let mut n = count;
+            // SAFETY: `buf` holds `n` entries; NVML writes at most that many and sets `n`.
+            let rc = unsafe { get(*mig, &mut n, buf.as_mut_ptr()) };
+            match rc {
+                code::SUCCESS => return Ok(buf.iter().take(n as usize).map(|p| p.pid).collect()),
+                INSUFFICIENT_SIZE => count = n + 4,
+                c => return Err(error_from_code(c, Call::Other(Operation::Destroy), &ctx)),
+            }
+        }
+        Err(BackendError::Driver {
+            gpu,
+            operation: Operation::Destroy,
+            detail: format!("{instance}: the process list kept growing while it was read"),
+        })
+    }
+
+    fn driver_table(&self, gpu: u32) -> Result<Option<DriverTable>, BackendError> {
+        self.read_driver_table(gpu).map(Some)
     }
 
     fn create_instance(&self, gpu: u32, placement: Placement) -> Result<GpuInstance, BackendError> {
@@ -268,7 +422,9 @@ impl MigBackend for NvmlBackend {
         if rc != code::SUCCESS {
             return Err(error_from_code(rc, Call::Other(Operation::ListInstances), &ctx));
         }
-        Self::to_instance(&ctx, &info)
+        let mut created = Self::to_instance(&ctx, &info)?;
+        created.uuid = self.mig_devices(handle, &ctx)?.get(&info.id).and_then(|(_, u)| *u);
+        Ok(created)
     }
 
     fn destroy_instance(&self, gpu: u32, instance: InstanceId) -> Result<(), BackendError> {

@@ -217,7 +217,7 @@ mod tests {
             error_from_code(code::INVALID_ARGUMENT, Call::Create(bad), &on),
             BackendError::InvalidPlacement { .. }
         ));
-        let inst = GpuInstance { id: InstanceId(2), placement: p };
+        let inst = GpuInstance { id: InstanceId(2), placement: p, uuid: None };
         assert_eq!(
             error_from_code(code::IN_USE, Call::Destroy(inst), &on),
             BackendError::InUse { gpu: 1, instance: InstanceId(2), placement: p }

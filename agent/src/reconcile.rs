@@ -43,16 +43,22 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use tessera_core::catalog::GpuModel;
-use tessera_core::ids::{GpuId, NodeId};
+use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::invariants::{self, Violation};
+use tessera_core::jobs::TenantJobs;
 use tessera_core::layout::{Layout, Placement};
-use tessera_core::plan::{Assignment, GpuPlan};
+use tessera_core::plan::{Assignment, GpuPlan, Role};
 use tessera_core::reconfig::{DiffError, ReconfigLatency, StepAction, Work, diff_assigned};
 use tracing::field::Empty;
 
 use crate::backend::{BackendError, GpuInfo, GpuInstance, MigBackend};
 use crate::state::{DesiredState, GpuTarget, StateError, StateFile};
 use crate::workload::{Workload, WorkloadError, WorkloadMetrics};
+
+/// How long a destroy waits for an instance's processes to go after its drain.
+pub const IN_USE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long moves wait for their new instance to be ready before the old one is drained anyway.
+pub const MAKE_BEFORE_BREAK_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Why the reconciler refused a target or a pass failed.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +130,21 @@ pub enum ReconcileError {
         /// What it should have.
         target: Layout,
     },
+    /// An instance still has processes (or the driver says it is in use) after its work was drained.
+    #[error(
+        "GPU {gpu}: {placement} still has processes {pids:?} after its drain ({waited_ms} ms); not destroyed, \
+         the next pass tries again (stop them, or fix the job's drain and stop actions)"
+    )]
+    StillInUse {
+        /// The index.
+        gpu: u32,
+        /// The instance.
+        placement: Placement,
+        /// The processes the driver lists on it.
+        pids: Vec<u32>,
+        /// How long the pass waited.
+        waited_ms: u64,
+    },
     /// The state file could not be written (the target was not accepted).
     #[error(transparent)]
     State(#[from] StateError),
@@ -152,6 +173,9 @@ pub struct ObservedInstance {
     pub work: Vec<Work>,
     /// Whether its work is warm and serving.
     pub serving: bool,
+    /// Where supervised jobs on it listen, with their state (empty without a supervisor).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<crate::workload::Endpoint>,
 }
 
 /// One GPU as last observed.
@@ -230,6 +254,8 @@ pub struct Reconciler {
     /// its passes are `reconcile` spans in that trace.
     traces: Mutex<BTreeMap<u32, (u64, opentelemetry::Context)>>,
     observer: Option<StepObserver>,
+    /// Per GPU and target layout: when make-before-break first waited for it.
+    mbb_waits: Mutex<BTreeMap<(u32, String), std::time::Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -246,6 +272,7 @@ impl Reconciler {
         data_dir: &std::path::Path,
     ) -> Result<Reconciler, ReconcileError> {
         let (file, desired) = StateFile::open(data_dir)?;
+        workload.set_jobs(&desired.jobs);
         let status = NodeStatus { epoch: desired.epoch, ..NodeStatus::default() };
         Ok(Reconciler {
             node,
@@ -259,6 +286,7 @@ impl Reconciler {
             handed: Mutex::new(BTreeMap::new()),
             traces: Mutex::new(BTreeMap::new()),
             observer: None,
+            mbb_waits: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -296,6 +324,13 @@ impl Reconciler {
     /// The node as last observed, with the workload's metrics now.
     pub fn status(&self) -> NodeStatus {
         let mut s = lock(&self.status).clone();
+        // Endpoints change between passes (a job gets ready, crashes, restarts): read them now.
+        for (gpu, g) in &mut s.gpus {
+            let mut endpoints = self.workload.endpoints(*gpu);
+            for i in &mut g.instances {
+                i.endpoints = endpoints.remove(&i.instance.placement).unwrap_or_default();
+            }
+        }
         s.epoch = lock(&self.desired).epoch;
         s.steps = self.steps.load(Ordering::SeqCst);
         s.metrics = self.workload.metrics();
@@ -305,6 +340,18 @@ impl Reconciler {
     /// Takes the targets of plan `epoch` (see "Epochs" in the module doc). Targets are checked against the GPUs'
     /// models and core's plan invariants before anything changes.
     pub fn accept(&self, epoch: u64, targets: BTreeMap<u32, GpuPlan>) -> Result<Acceptance, ReconcileError> {
+        self.accept_with_jobs(epoch, targets, BTreeMap::new())
+    }
+
+    /// [`Reconciler::accept`] with the jobs of the tenants the targets assign (those that have jobs): for every
+    /// tenant the targets assign, its jobs become these (none if absent), are persisted with the targets and handed
+    /// to the workload ([`Workload::set_jobs`]).
+    pub fn accept_with_jobs(
+        &self,
+        epoch: u64,
+        targets: BTreeMap<u32, GpuPlan>,
+        jobs: BTreeMap<TenantId, TenantJobs>,
+    ) -> Result<Acceptance, ReconcileError> {
         if epoch == 0 {
             return Err(ReconcileError::ZeroEpoch);
         }
@@ -332,10 +379,23 @@ impl Reconciler {
         }
         let mut next = desired.clone();
         next.epoch = epoch;
+        let assigned: Vec<TenantId> =
+            targets.values().flat_map(|p| p.assignments.iter().map(|a| a.tenant.clone())).collect();
         for (gpu, plan) in targets {
             next.gpus.insert(gpu, GpuTarget { epoch, plan });
         }
+        for tenant in assigned {
+            match jobs.get(&tenant) {
+                Some(j) if !j.is_empty() => next.jobs.insert(tenant, j.clone()),
+                _ => next.jobs.remove(&tenant),
+            };
+        }
+        // Jobs of tenants no target assigns any more are kept only while their work may still run somewhere here.
+        let still: std::collections::BTreeSet<&TenantId> =
+            next.gpus.values().flat_map(|t| t.plan.assignments.iter().map(|a| &a.tenant)).collect();
+        next.jobs.retain(|t, _| still.contains(t) || self.workload.runs_tenant(t));
         self.file.save(&next)?;
+        self.workload.set_jobs(&next.jobs);
         *desired = next;
         Ok(Acceptance::Accepted)
     }
@@ -573,7 +633,7 @@ impl Reconciler {
                     let instance = instances[&step.placement];
                     self.mig_step(pass, epoch, ("mig.destroy_instance", gpu, Some(step.placement)), tenants, || {
                         self.workload.drain(gpu, &instance)?;
-                        Ok(self.backend.destroy_instance(gpu, instance.id)?)
+                        self.destroy_when_unused(gpu, &instance)
                     })?;
                     instances.remove(&step.placement);
                 }
@@ -644,7 +704,7 @@ impl Reconciler {
         after: &[Work],
         instances: &BTreeMap<Placement, GpuInstance>,
     ) -> Option<Placement> {
-        before.iter().filter(|w| !after.contains(w)).find_map(|w| {
+        let marked = before.iter().filter(|w| !after.contains(w)).find_map(|w| {
             plan.assignments
                 .iter()
                 .find(|a| {
@@ -656,7 +716,74 @@ impl Reconciler {
                         && !self.workload.ready(gpu, a.placement)
                 })
                 .map(|a| a.placement)
-        })
+        });
+        if marked.is_some() || !self.workload.make_before_break() {
+            return marked;
+        }
+        // Make-before-break for every move of inference work (a workload whose readiness is real): the step waits
+        // while the instance that takes the work over, on this GPU or another of the node, is not ready.
+        let desired = self.desired();
+        let waiting = before.iter().filter(|w| !after.contains(w) && w.role == Role::Inference).find_map(|w| {
+            desired.gpus.iter().find_map(|(g, t)| {
+                t.plan
+                    .assignments
+                    .iter()
+                    .find(|a| {
+                        a.tenant == w.tenant
+                            && a.role == Role::Inference
+                            && !(*g == gpu && a.placement == placement)
+                            // On this GPU, an instance that needs the old one's slices cannot come first.
+                            && (*g != gpu || instances.contains_key(&a.placement))
+                            && !self.workload.ready(*g, a.placement)
+                    })
+                    .map(|a| a.placement)
+            })
+        })?;
+        (!self.mbb_timed_out(gpu, plan)).then_some(waiting)
+    }
+
+    /// Whether make-before-break waits on `gpu` for this plan have lasted longer than [`MAKE_BEFORE_BREAK_LIMIT`]
+    /// (then moves proceed without waiting, as break-before-make: a new instance that never gets ready must not pin
+    /// the old one forever). The clock starts at the first wait for the plan.
+    fn mbb_timed_out(&self, gpu: u32, plan: &GpuPlan) -> bool {
+        let mut waits = lock(&self.mbb_waits);
+        let key = (gpu, format!("{} {:?}", plan.layout, plan.assignments));
+        let since = *waits.entry(key.clone()).or_insert_with(std::time::Instant::now);
+        waits.retain(|k, _| k.0 != gpu || *k == key);
+        let out = since.elapsed() > MAKE_BEFORE_BREAK_LIMIT;
+        if out {
+            tracing::warn!(node = %self.node, gpu, "new instances not ready after {MAKE_BEFORE_BREAK_LIMIT:?}; \
+                draining the old ones anyway");
+        }
+        out
+    }
+
+    /// Destroys `instance` once no process runs on it: the backend's process list (NVML's running processes on the
+    /// MIG device) must be empty, and `NVML_ERROR_IN_USE` from the destroy means "not drained yet"; both are waited
+    /// out for at most [`IN_USE_LIMIT`], then the pass fails with [`ReconcileError::StillInUse`] and the next pass
+    /// tries again. An instance with processes attached is never destroyed.
+    fn destroy_when_unused(&self, gpu: u32, instance: &GpuInstance) -> Result<(), ReconcileError> {
+        let started = std::time::Instant::now();
+        loop {
+            let pids = self.backend.processes(gpu, instance)?;
+            if pids.is_empty() {
+                match self.backend.destroy_instance(gpu, instance.id) {
+                    Ok(()) => return Ok(()),
+                    Err(BackendError::InUse { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if started.elapsed() >= IN_USE_LIMIT {
+                let pids = self.backend.processes(gpu, instance).unwrap_or_default();
+                return Err(ReconcileError::StillInUse {
+                    gpu,
+                    placement: instance.placement,
+                    pids,
+                    waited_ms: started.elapsed().as_millis() as u64,
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 
     /// Reads the GPU's instances and work and publishes them as its status.
@@ -669,12 +796,14 @@ impl Reconciler {
         let gpu = info.index;
         let observed = if info.mig.is_some_and(|m| m.current) { self.backend.instances(gpu)? } else { Vec::new() };
         let loaded = self.workload.loaded(gpu);
+        let mut endpoints = self.workload.endpoints(gpu);
         let instances: Vec<ObservedInstance> = observed
             .iter()
             .map(|i| ObservedInstance {
                 instance: *i,
                 work: loaded.get(&i.placement).cloned().unwrap_or_default(),
                 serving: loaded.contains_key(&i.placement) && self.workload.ready(gpu, i.placement),
+                endpoints: endpoints.remove(&i.placement).unwrap_or_default(),
             })
             .collect();
         let converged = target.is_none_or(|t| {

@@ -25,7 +25,9 @@ impl From<ReconcileError> for Status {
             | ReconcileError::NotMigCapable { .. }
             | ReconcileError::InvalidTarget { .. } => Status::invalid_argument(msg),
             ReconcileError::EpochConflict { .. } => Status::failed_precondition(msg),
-            ReconcileError::MigPending { .. } | ReconcileError::Diverged { .. } => Status::unavailable(msg),
+            ReconcileError::MigPending { .. } | ReconcileError::Diverged { .. } | ReconcileError::StillInUse { .. } => {
+                Status::unavailable(msg)
+            }
             ReconcileError::Backend(_) | ReconcileError::Workload(_) | ReconcileError::Diff { .. } => {
                 Status::internal(msg)
             }
@@ -77,6 +79,17 @@ fn gpu_state_to_wire(g: &GpuStatus) -> v1::GpuState {
                 placement: Some(i.instance.placement.into()),
                 work: i.work.iter().map(Into::into).collect(),
                 serving: i.serving,
+                mig_uuid: i.instance.uuid.map(|u| u.to_string()).unwrap_or_default(),
+                endpoints: i
+                    .endpoints
+                    .iter()
+                    .map(|e| v1::Endpoint {
+                        tenant: e.tenant.to_string(),
+                        role: tessera_proto::v1::Role::from(e.role).into(),
+                        port: u32::from(e.port),
+                        state: e.state.name().to_string(),
+                    })
+                    .collect(),
             })
             .collect(),
         desired: g.target.as_ref().map(|t| (&t.plan).into()),
@@ -109,6 +122,30 @@ pub fn metrics_to_wire(m: &WorkloadMetrics) -> v1::WorkloadMetrics {
             })
             .collect(),
     }
+}
+
+/// Most tenants' jobs one push may carry.
+pub const MAX_PUSHED_JOBS: usize = 4096;
+
+/// The jobs of an `ApplyLayout` request, converted and validated; a bad field is named with its position.
+pub fn jobs_from_wire(jobs: Vec<v1::TenantJobs>) -> Result<BTreeMap<TenantId, tessera_core::jobs::TenantJobs>, Status> {
+    if jobs.len() > MAX_PUSHED_JOBS {
+        return Err(Status::invalid_argument(format!(
+            "field `jobs`: {} entries; at most {MAX_PUSHED_JOBS}",
+            jobs.len()
+        )));
+    }
+    let mut out = BTreeMap::new();
+    for (i, w) in jobs.into_iter().enumerate() {
+        let field = |f: &str| format!("field `jobs[{i}].{f}`");
+        let tenant = TenantId::new(w.tenant.clone())
+            .map_err(|e| Status::invalid_argument(format!("{}: {e}", field("tenant"))))?;
+        let j = tessera_core::jobs::TenantJobs::try_from(w)
+            .map_err(|e| Status::invalid_argument(format!("field `jobs[{i}].{}`: {}", e.field, e.message)))?;
+        j.validate().map_err(|e| Status::invalid_argument(format!("{}: {}", field(&e.field), e.message)))?;
+        out.insert(tenant, j);
+    }
+    Ok(out)
 }
 
 /// The targets of an `ApplyLayout` request, converted; a bad field is named with its position.
@@ -311,13 +348,14 @@ impl AgentService {
             return Err(Status::failed_precondition(format!("push refused: {refusal}")));
         }
         let targets = targets_from_wire(req.targets)?;
+        let jobs = jobs_from_wire(req.jobs)?;
         let reconciler = self.reconciler.clone();
         let epoch = req.epoch;
         // Before accepting: a pass may start as soon as the target is in.
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
         self.reconciler.follow_trace(epoch, targets.keys().copied(), &span.context());
         // Checking targets reads the GPUs and saving syncs a file: both block.
-        let outcome = tokio::task::spawn_blocking(move || reconciler.accept(epoch, targets))
+        let outcome = tokio::task::spawn_blocking(move || reconciler.accept_with_jobs(epoch, targets, jobs))
             .await
             .map_err(|e| Status::internal(format!("apply task failed: {e}")))
             .and_then(|r| r.map_err(Status::from));

@@ -11,6 +11,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tessera_core::ids::TenantId;
+use tessera_core::jobs::TenantJobs;
 use tessera_core::plan::GpuPlan;
 
 /// The file name inside the data directory.
@@ -33,6 +35,9 @@ pub struct DesiredState {
     pub epoch: u64,
     /// Per GPU index, its current target. GPUs no plan named are absent and left as they are.
     pub gpus: BTreeMap<u32, GpuTarget>,
+    /// The jobs of the tenants the targets assign, for those that have jobs (`tessera_core::jobs`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub jobs: BTreeMap<TenantId, TenantJobs>,
 }
 
 /// The state file could not be read or written.
@@ -126,7 +131,8 @@ mod tests {
             retraining_epochs: BTreeMap::new(),
             sharing: Default::default(),
         };
-        let state = DesiredState { epoch: 7, gpus: BTreeMap::from([(2, GpuTarget { epoch: 7, plan })]) };
+        let state =
+            DesiredState { epoch: 7, gpus: BTreeMap::from([(2, GpuTarget { epoch: 7, plan })]), jobs: BTreeMap::new() };
         file.save(&state).unwrap();
         assert_eq!(StateFile::open(dir.path()).unwrap().1, state);
         std::fs::write(file.path(), "{\"epoch\": 3,").unwrap();

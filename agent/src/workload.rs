@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tessera_core::ids::TenantId;
+use tessera_core::jobs::TenantJobs;
 use tessera_core::layout::Placement;
 use tessera_core::reconfig::Work;
 
@@ -90,6 +91,42 @@ pub struct WorkloadMetrics {
     pub tenants: BTreeMap<TenantId, TenantCounters>,
 }
 
+/// Where a supervised job of a tenant listens, and whether requests may go there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its role on the instance.
+    pub role: tessera_core::plan::Role,
+    /// The port on the node the job listens on.
+    pub port: u16,
+    /// The job's state.
+    pub state: EndpointState,
+}
+
+/// A supervised job's state, as routes need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointState {
+    /// Started, not ready yet (warming up, or restarting after a crash): no request goes there.
+    Starting,
+    /// Ready: requests may go there.
+    Ready,
+    /// Being drained: no new request goes there; those in flight finish.
+    Draining,
+}
+
+impl EndpointState {
+    /// The name used on the wire and in tables.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EndpointState::Starting => "starting",
+            EndpointState::Ready => "ready",
+            EndpointState::Draining => "draining",
+        }
+    }
+}
+
 /// What runs on the instances: see the [module documentation](self). Calls for one GPU come from its reconcile
 /// pass, one at a time; calls for different GPUs may overlap.
 pub trait Workload: Send + Sync {
@@ -106,6 +143,32 @@ pub trait Workload: Send + Sync {
 
     /// Whether the work loaded on `placement` is warm and serving.
     fn ready(&self, gpu: u32, placement: Placement) -> bool;
+
+    /// The jobs of the tenants this node's targets assign (`tessera_core::jobs`), whenever they change and once at
+    /// start. A workload that runs jobs (the supervisor) starts them from these; others ignore them (the default).
+    fn set_jobs(&self, jobs: &BTreeMap<TenantId, TenantJobs>) {
+        let _ = jobs;
+    }
+
+    /// Whether any of `tenant`'s work still runs here (its jobs are kept until it stops).
+    fn runs_tenant(&self, tenant: &TenantId) -> bool {
+        let _ = tenant;
+        false
+    }
+
+    /// Whether work that moves to another instance of the node waits there until it is ready before its old
+    /// instance is drained, for every move and not only those the plan marks pre-initialised (the supervisor: its
+    /// jobs' readiness is real). False by default.
+    fn make_before_break(&self) -> bool {
+        false
+    }
+
+    /// The endpoints the work on `gpu` serves at, by placement (a supervised `serve` job's port and state); empty
+    /// where the workload does not run jobs (the default).
+    fn endpoints(&self, gpu: u32) -> BTreeMap<Placement, Vec<Endpoint>> {
+        let _ = gpu;
+        BTreeMap::new()
+    }
 
     /// Forgets instances of `gpu` that no longer exist (destroyed behind the agent's back, or by a GPU reset), so
     /// their work is not reported as running.

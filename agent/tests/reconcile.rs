@@ -100,7 +100,7 @@ impl MigBackend for Backend {
         assert_eq!(gpu, 0);
         let g = self.0.gpu.lock().unwrap();
         let mut v: Vec<GpuInstance> =
-            g.instances.iter().map(|(id, (p, _))| GpuInstance { id: *id, placement: *p }).collect();
+            g.instances.iter().map(|(id, (p, _))| GpuInstance { id: *id, placement: *p, uuid: None }).collect();
         v.sort_by_key(|i| i.placement);
         Ok(v)
     }
@@ -116,7 +116,7 @@ impl MigBackend for Backend {
                 g.next_id += 1;
                 g.instances.insert(id, (placement, false));
                 g.events.push(Event::Created(placement, id));
-                Ok(GpuInstance { id, placement })
+                Ok(GpuInstance { id, placement, uuid: None })
             })
             .map_err(|e| driver(Operation::Create, e))
     }

@@ -13,6 +13,7 @@
 //! - [`state`]: the replicated state machine ([`state::CoordState`]) and its operations.
 //! - [`net`]: every outgoing gRPC channel (keepalive, TCP user timeout, deadlines).
 //! - [`transport`]: Raft messages between coordinators over tonic, with a test-only partition switch.
+//! - [`routes`]: where each tenant is served now (its jobs' endpoints from the agents' heartbeats), for front ends.
 //! - [`service`]: the gRPC services (API, agents, peers) and the one mapping of errors to `tonic::Status`.
 //! - [`planning`]: the leader's planning loop, forecasts, pushes and decision spans.
 //! - [`server`]: `coordinator serve`; [`client`]: the etcdctl-like client; [`config`]: the TOML file and flags.
@@ -27,6 +28,7 @@ pub mod metrics;
 pub mod net;
 pub mod planning;
 pub mod replica;
+pub mod routes;
 pub mod server;
 pub mod service;
 pub mod state;

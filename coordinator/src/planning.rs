@@ -681,16 +681,26 @@ impl Planner {
                             targets.push((*idx, t.clone()));
                         }
                     }
-                    (!targets.is_empty()).then(|| (node.clone(), n.address.clone(), epoch, targets))
+                    // The jobs of the tenants placed here travel with the targets, so the node's supervisor can run
+                    // them (a tenant without jobs is bookkeeping only).
+                    let tenants: std::collections::BTreeSet<&tessera_core::ids::TenantId> =
+                        targets.iter().flat_map(|(_, t)| t.assignments.iter().map(|a| &a.tenant)).collect();
+                    let jobs = tenants
+                        .into_iter()
+                        .filter_map(|t| s.fleet.tenants.get(t).map(|spec| (t, spec)))
+                        .filter(|(_, spec)| !spec.jobs.is_empty())
+                        .map(|(t, spec)| v1::TenantJobs { tenant: t.to_string(), ..(&spec.jobs).into() })
+                        .collect();
+                    (!targets.is_empty()).then(|| (node.clone(), n.address.clone(), epoch, targets, jobs))
                 })
                 .collect()
         });
         let pending: Vec<_> = {
             let acked = self.acked.lock().expect("acked lock");
-            work.into_iter().filter(|(node, _, epoch, _)| acked.get(node).is_none_or(|a| a < epoch)).collect()
+            work.into_iter().filter(|(node, _, epoch, _, _)| acked.get(node).is_none_or(|a| a < epoch)).collect()
         };
         let mut calls = Vec::new();
-        for (node, address, epoch, targets) in pending {
+        for (node, address, epoch, targets, jobs) in pending {
             let span = match round {
                 Some(parent) => {
                     let here: Vec<&(GpuId, String, String)> =
@@ -735,6 +745,7 @@ impl Planner {
                 let mut req = tonic::Request::new(v1::ApplyLayoutRequest {
                     epoch,
                     term,
+                    jobs,
                     targets: targets
                         .iter()
                         .map(|(idx, plan)| v1::GpuTarget { gpu: *idx, plan: Some(plan.into()) })
@@ -864,7 +875,8 @@ impl Planner {
 }
 
 /// One node's push: its id, agent address, the newest epoch among its GPUs' targets, and every target by index.
-type NodePush = (NodeId, String, u64, Vec<(u32, GpuPlan)>);
+/// One node's push: its id, address, newest target epoch, targets, and the jobs of the tenants they assign.
+type NodePush = (NodeId, String, u64, Vec<(u32, GpuPlan)>, Vec<v1::TenantJobs>);
 
 /// `v` as an OpenTelemetry integer attribute (`tracing` sends `u64` fields as strings); saturates.
 fn as_i64(v: u64) -> i64 {

@@ -125,13 +125,14 @@ pub struct Services {
     leader_channels: Arc<Mutex<std::collections::HashMap<String, Channel>>>,
     auth: Auth,
     tls: Option<TlsFiles>,
+    routes: Arc<crate::routes::RouteTable>,
 }
 
 impl Services {
     /// Services over a node and its planner; `auth` checks each caller's role, and `tls` (this member's
     /// certificate) is what it presents when it forwards a call to the leader.
     pub fn new(node: Replica, planner: Arc<Planner>, auth: Auth, tls: Option<TlsFiles>) -> Services {
-        Services { node, planner, leader_channels: Arc::default(), auth, tls }
+        Services { node, planner, leader_channels: Arc::default(), auth, tls, routes: Arc::default() }
     }
 
     async fn read<R>(&self, stale: bool, f: impl FnOnce(&CoordState) -> R) -> Result<R, Status> {
@@ -531,6 +532,41 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         result
     }
 
+    async fn get_routes(&self, req: Request<v1::RoutesRequest>) -> Result<Response<v1::Routes>, Status> {
+        self.auth.check(&req, Need::Reader)?;
+        let tenant = routes_tenant(&req.into_inner())?;
+        self.routes_leader()?;
+        Ok(Response::new(self.routes.snapshot(tenant.as_ref(), self.node.status().leader_id)))
+    }
+
+    type WatchRoutesStream = tokio_stream::wrappers::ReceiverStream<Result<v1::Routes, Status>>;
+
+    async fn watch_routes(&self, req: Request<v1::RoutesRequest>) -> Result<Response<Self::WatchRoutesStream>, Status> {
+        self.auth.check(&req, Need::Reader)?;
+        let tenant = routes_tenant(&req.into_inner())?;
+        self.routes_leader()?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let routes = self.routes.clone();
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            loop {
+                // A member that lost the lead ends the stream (UNAVAILABLE naming the leader): the watcher moves on.
+                if let Some(e) = node.not_leader() {
+                    let _ = tx.send(Err(status(e))).await;
+                    return;
+                }
+                let snap = routes.snapshot(tenant.as_ref(), node.status().leader_id);
+                let seen = snap.version;
+                if tx.send(Ok(snap)).await.is_err() {
+                    return;
+                }
+                routes.changed(seen, ROUTES_KEEPALIVE).await;
+                tokio::time::sleep(ROUTES_MIN_INTERVAL).await;
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
     async fn list_audit(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::AuditResponse>, Status> {
         self.auth.check(&req, Need::Reader)?;
         let entries = self
@@ -581,7 +617,24 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
     }
 }
 
+/// Keepalive of a `WatchRoutes` stream: the routes are sent again at least this often.
+const ROUTES_KEEPALIVE: Duration = Duration::from_secs(5);
+/// Shortest time between two `WatchRoutes` messages.
+const ROUTES_MIN_INTERVAL: Duration = Duration::from_millis(50);
+
+fn routes_tenant(r: &v1::RoutesRequest) -> Result<Option<TenantId>, Status> {
+    if r.tenant.is_empty() { Ok(None) } else { TenantId::new(r.tenant.clone()).map(Some).map_err(|e| bad("tenant", e)) }
+}
+
 impl Services {
+    /// Routes are the leader's (see `routes.rs`): a follower answers UNAVAILABLE naming the leader.
+    fn routes_leader(&self) -> Result<(), Status> {
+        match self.node.not_leader() {
+            None => Ok(()),
+            Some(e) => Err(status(e)),
+        }
+    }
+
     /// Who leads as this member knows it, for an agent to check the pushes it gets against.
     fn leadership(&self) -> v1::Leadership {
         let status = self.node.status();
@@ -629,6 +682,23 @@ impl v1::coordinator_server::Coordinator for Services {
             return Ok(Response::new(v1::HeartbeatResponse { registered: false, leadership: Some(self.leadership()) }));
         }
         self.planner.saw(&node);
+        // The node's endpoints become its tenants' routes, for the tenants the committed targets place on it.
+        let (address, placed) = self.node.read(|s| {
+            let address = s.fleet.nodes.get(&node).map(|n| n.address.clone()).unwrap_or_default();
+            // Its target's tenants, and those its applied layout still runs (a tenant moving away drains there).
+            let placed: Vec<TenantId> = s
+                .fleet
+                .gpus
+                .iter()
+                .filter(|(id, _)| id.node == node)
+                .flat_map(|(_, g)| {
+                    let target = g.target.iter().flat_map(|t| t.assignments.iter());
+                    target.chain(g.applied_assignments.iter()).map(|a| a.tenant.clone())
+                })
+                .collect();
+            (address, placed)
+        });
+        self.routes.heard(&node, &address, &state, &placed);
         if let Some(m) = &state.metrics {
             self.planner.observe(&node, m.now_ms, &m.tenants);
         }

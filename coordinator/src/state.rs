@@ -300,6 +300,7 @@ mod tests {
 
     fn spec(slo_ms: f64) -> tessera_core::tenant::TenantSpec {
         tessera_core::tenant::TenantSpec {
+            jobs: Default::default(),
             id: TenantId::new("t").unwrap(),
             name: "t".into(),
             model: "m".into(),

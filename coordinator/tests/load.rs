@@ -54,6 +54,7 @@ async fn a_serving_stacks_request_counter_moves_the_forecast() {
             GpuModel::A100_40GB,
             tessera_sim::node::NodeClock::new(tessera_sim::node::ClockKind::Wall).as_clock(),
             None,
+            0,
         )
         .unwrap(),
     );

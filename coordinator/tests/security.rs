@@ -198,7 +198,10 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
             .connect_lazy()
     };
     let mut rogue = v1::agent_client::AgentClient::new(agent_channel("operator"));
-    let e = rogue.apply_layout(v1::ApplyLayoutRequest { epoch: 1 << 63, targets: vec![], term: 1 }).await.unwrap_err();
+    let e = rogue
+        .apply_layout(v1::ApplyLayoutRequest { epoch: 1 << 63, targets: vec![], term: 1, jobs: vec![] })
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("coordinator member"), "{e:?}");
     let mut reader = v1::agent_client::AgentClient::new(agent_channel("reader"));
@@ -214,14 +217,22 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         .unwrap()
         .connect_lazy();
     let mut foreign = v1::agent_client::AgentClient::new(foreign);
-    assert!(foreign.apply_layout(v1::ApplyLayoutRequest { epoch: 2, targets: vec![], term: 1 }).await.is_err());
+    assert!(
+        foreign
+            .apply_layout(v1::ApplyLayoutRequest { epoch: 2, targets: vec![], term: 1, jobs: vec![] })
+            .await
+            .is_err()
+    );
     // Not even a member's certificate (a compromised member) can freeze the node: the agent takes layouts only from
     // the leader the coordinators name, at its term, with an epoch near the committed one. Before, a push with epoch
     // 2^63 made every later push stale.
     let term = as_("reader").cluster_status(v1::ClusterStatusRequest {}).await.unwrap().into_inner().term;
     let next = st.epoch + 1;
     let mut member = v1::agent_client::AgentClient::new(agent_channel(&format!("node-{bystander}")));
-    let e = member.apply_layout(v1::ApplyLayoutRequest { epoch: next, targets: vec![], term }).await.unwrap_err();
+    let e = member
+        .apply_layout(v1::ApplyLayoutRequest { epoch: next, targets: vec![], term, jobs: vec![] })
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
     assert!(e.message().contains(&format!("which member {leader} leads")), "{e:?}");
     let mut leader_push = v1::agent_client::AgentClient::new(agent_channel(&format!("node-{leader}")));
@@ -230,7 +241,7 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         (next, term - 1, "leads term"),
         (next, 1_000_000_000_000, "beyond the known term"),
     ] {
-        let e = leader_push.apply_layout(v1::ApplyLayoutRequest { epoch, targets: vec![], term }).await;
+        let e = leader_push.apply_layout(v1::ApplyLayoutRequest { epoch, targets: vec![], term, jobs: vec![] }).await;
         let e = e.unwrap_err();
         assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
         assert!(e.message().contains(says), "{e:?}");

@@ -304,20 +304,24 @@ const H100_80GB_PROFILES: [ProfileSpec; 7] = [
     ps(G7, "7g.80gb", 1, 132, 8, 79.25),
 ];
 
-/// H200-141GB: names and counts from MIG UG table 8. SMs and copy engines are *inferred* equal to H100's; memory is
-/// *inferred* as H100's scaled by 141/80.
+/// H200-141GB: names and counts from MIG UG table 8. IDs, counts, SMs, copy engines and placements were read from a
+/// real H200 (driver 580.159.04, `nvidia-smi mig -lgip` and `-lgipp`, and the NVML backend's probe) and equal H100's;
+/// memory is the driver's: 16.00 / 32.50 / 69.75 / 140.00 GiB. (It was once inferred as H100's scaled by 141/80,
+/// which overstated the 1g profiles by 7 %.)
 const H200_141GB_PROFILES: [ProfileSpec; 7] = [
-    ps(G1, "1g.18gb", 7, 16, 1, 17.18),
-    ps(G1Me, "1g.18gb+me", 1, 16, 1, 17.18),
-    ps(G1Double, "1g.35gb", 4, 26, 1, 34.58),
-    ps(G2, "2g.35gb", 3, 32, 2, 34.58),
-    ps(G3, "3g.71gb", 2, 60, 3, 69.62),
-    ps(G4, "4g.71gb", 1, 64, 4, 69.62),
-    ps(G7, "7g.141gb", 1, 132, 8, 139.68),
+    ps(G1, "1g.18gb", 7, 16, 1, 16.00),
+    ps(G1Me, "1g.18gb+me", 1, 16, 1, 16.00),
+    ps(G1Double, "1g.35gb", 4, 26, 1, 32.50),
+    ps(G2, "2g.35gb", 3, 32, 2, 32.50),
+    ps(G3, "3g.71gb", 2, 60, 3, 69.75),
+    ps(G4, "4g.71gb", 1, 64, 4, 69.75),
+    ps(G7, "7g.141gb", 1, 132, 8, 140.00),
 ];
 
-/// B200-180GB: names from MIG UG table 9. SMs are *inferred* (148 SMs on the board, 20 per slice, 140 in 7g); copy
-/// engines *inferred* equal to H100's; memory *inferred* as H100's scaled by 180/80.
+/// B200-180GB: names from MIG UG table 9. Nothing else here was read from a B200: SMs are *inferred* (148 SMs on the
+/// board, 20 per slice, 140 in 7g); copy engines *inferred* equal to H100's; memory *inferred* as H100's scaled by
+/// 180/80 (the same inference overstated H200's small profiles by 7 %). On a real B200 the NVML backend reads the
+/// driver's table at start, logs every difference, and the coordinator plans the node with the driver's values.
 const B200_180GB_PROFILES: [ProfileSpec; 7] = [
     ps(G1, "1g.23gb", 7, 20, 1, 21.94),
     ps(G1Me, "1g.23gb+me", 1, 20, 1, 21.94),
@@ -369,7 +373,7 @@ static H200_141GB_SPEC: GpuSpec = GpuSpec {
     product_name: "NVIDIA H200",
     aliases: &["H200", "NVIDIA H200 NVL", "H200 NVL", "H200-SXM-141GB"],
     sms_7g: 132,
-    memory_gib: 139.68,
+    memory_gib: 140.00,
     min_driver: "R550",
     profiles: &H200_141GB_PROFILES,
 };

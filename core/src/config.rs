@@ -19,6 +19,7 @@ use serde::Deserialize;
 use crate::accuracy::{Drift, OptimusCurve};
 use crate::catalog::GpuModel;
 use crate::ids::{NodeId, TenantId};
+use crate::jobs::{ContainerRuntime, JobAction, JobRun, JobSpec, ReadyCheck, Signal, TenantJobs};
 use crate::model::{INSTANCE_SIZES, LatencyModel, ModelProfile, TrainingSpeed};
 use crate::tenant::{DemandSource, RetrainingSpec, TenantSpec};
 
@@ -385,6 +386,130 @@ struct RawTenant {
     weight: Option<f64>,
     demand: RawDemand,
     retraining: Option<RawRetraining>,
+    serve: Option<RawJob>,
+    retrain: Option<RawJob>,
+}
+
+/// `[tenant.serve]` / `[tenant.retrain]`: see `crate::jobs`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    command: Option<Vec<String>>,
+    image: Option<String>,
+    args: Option<Vec<String>>,
+    runtime: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    ready: Option<RawReady>,
+    drain: Option<RawAction>,
+    stop: Option<RawStop>,
+    checkpoint: Option<RawAction>,
+    resume_path: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReady {
+    http: Option<String>,
+    tcp: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAction {
+    http: Option<String>,
+    signal: Option<String>,
+    deadline: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStop {
+    signal: Option<String>,
+    grace: Option<String>,
+}
+
+impl RawAction {
+    fn action(&self, field: &str) -> Result<Option<JobAction>, FieldError> {
+        match (&self.http, &self.signal) {
+            (None, None) => Ok(None),
+            (Some(path), None) => Ok(Some(JobAction::Http { path: path.clone() })),
+            (None, Some(sig)) => Ok(Some(JobAction::Signal {
+                signal: sig.parse().map_err(|m: String| FieldError::new(format!("{field}.signal"), m))?,
+            })),
+            (Some(_), Some(_)) => Err(FieldError::new(field, "give `http` or `signal`, not both")),
+        }
+    }
+}
+
+impl RawJob {
+    fn validate(self, field: &str) -> Result<JobSpec, FieldError> {
+        let f = |rest: &str| format!("{field}.{rest}");
+        let run = match (self.command, self.image) {
+            (Some(argv), None) => {
+                check(&f("args"), self.args.is_none(), || "only applies to a container `image`".into())?;
+                check(&f("runtime"), self.runtime.is_none(), || "only applies to a container `image`".into())?;
+                JobRun::Command { argv }
+            }
+            (None, Some(image)) => JobRun::Container {
+                image,
+                args: self.args.unwrap_or_default(),
+                runtime: match self.runtime {
+                    None => ContainerRuntime::Docker,
+                    Some(r) => r.parse().map_err(|m: String| FieldError::new(f("runtime"), m))?,
+                },
+            },
+            _ => return Err(FieldError::new(field, "give exactly one of `command` or `image`")),
+        };
+        let ready = match self.ready {
+            None => None,
+            Some(RawReady { http: Some(path), tcp: None | Some(false) }) => Some(ReadyCheck::Http { path }),
+            Some(RawReady { http: None, tcp: Some(true) }) => Some(ReadyCheck::Tcp),
+            Some(RawReady { http: None, tcp: None | Some(false) }) => None,
+            Some(_) => return Err(FieldError::new(f("ready"), "give `http = \"/path\"` or `tcp = true`, not both")),
+        };
+        let drain = match &self.drain {
+            Some(d) => d.action(&f("drain"))?,
+            None => None,
+        };
+        let drain_deadline_ms = match self.drain.as_ref().and_then(|d| d.deadline.as_deref()) {
+            Some(t) => parse_duration_ms(&f("drain.deadline"), t)?,
+            None => crate::jobs::DEFAULT_DRAIN_DEADLINE_MS,
+        };
+        let checkpoint = match &self.checkpoint {
+            Some(c) => {
+                check(&f("checkpoint.deadline"), c.deadline.is_none(), || {
+                    "a checkpoint waits for the job's stop (`stop.grace`), not a deadline of its own".into()
+                })?;
+                c.action(&f("checkpoint"))?
+            }
+            None => None,
+        };
+        let (stop_signal, grace_ms) = match self.stop {
+            None => (Signal::Term, crate::jobs::DEFAULT_GRACE_MS),
+            Some(s) => (
+                match s.signal {
+                    Some(sig) => sig.parse().map_err(|m: String| FieldError::new(f("stop.signal"), m))?,
+                    None => Signal::Term,
+                },
+                match s.grace {
+                    Some(g) => parse_duration_ms(&f("stop.grace"), &g)?,
+                    None => crate::jobs::DEFAULT_GRACE_MS,
+                },
+            ),
+        };
+        Ok(JobSpec {
+            run,
+            env: self.env,
+            ready,
+            drain,
+            drain_deadline_ms,
+            stop_signal,
+            grace_ms,
+            checkpoint,
+            resume_path: self.resume_path,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -440,7 +565,12 @@ impl RawTenant {
                 drift: Drift { per_window: r.drift_per_window, floor: r.floor },
             }),
         };
+        let jobs = TenantJobs {
+            serve: self.serve.map(|j| j.validate("serve")).transpose()?,
+            retrain: self.retrain.map(|j| j.validate("retrain")).transpose()?,
+        };
         let spec = TenantSpec {
+            jobs,
             name: self.name.unwrap_or_else(|| self.id.clone()),
             id,
             model: self.model,
@@ -494,6 +624,7 @@ pub fn validate_tenant(t: &TenantSpec) -> Result<(), FieldError> {
             format!("{} is below the floor {}", r.initial_accuracy, r.drift.floor)
         })?;
     }
+    t.jobs.validate().map_err(|e| FieldError::new(e.field, e.message))?;
     Ok(())
 }
 

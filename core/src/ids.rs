@@ -123,9 +123,54 @@ impl FromStr for GpuId {
 
 crate::string_serde!(GpuId);
 
+/// A MIG device's UUID as NVML gives it (`nvmlDeviceGetUUID` on a MIG device handle): `MIG-` and a UUID,
+/// `MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (drivers from R470 on). It is what a process names in
+/// `CUDA_VISIBLE_DEVICES` (or a container in `NVIDIA_VISIBLE_DEVICES`) to run on one instance. A new instance at the
+/// same placement gets a new UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct MigUuid(pub u128);
+
+impl fmt::Display for MigUuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let h = format!("{:032x}", self.0);
+        write!(f, "MIG-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    }
+}
+
+impl FromStr for MigUuid {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason| IdError { kind: "MIG device", value: s.to_string(), reason };
+        let body = s.strip_prefix("MIG-").ok_or(err("expected `MIG-` and a UUID"))?;
+        let groups: Vec<&str> = body.split('-').collect();
+        let lengths: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+        if lengths != [8, 4, 4, 4, 12] || !groups.iter().all(|g| g.chars().all(|c| c.is_ascii_hexdigit())) {
+            return Err(err("expected `MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` in hexadecimal digits"));
+        }
+        u128::from_str_radix(&groups.concat(), 16).map(MigUuid).map_err(|_| err("not a hexadecimal UUID"))
+    }
+}
+
+crate::string_serde!(MigUuid);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mig_uuids_round_trip_and_name_what_is_wrong() {
+        let text = "MIG-b5d6a3c0-1f2e-5d4c-9b8a-0123456789ab";
+        let u: MigUuid = text.parse().unwrap();
+        assert_eq!(u.to_string(), text);
+        assert_eq!(serde_json::to_string(&u).unwrap(), format!("\"{text}\""));
+        assert_eq!(MigUuid(1).to_string(), "MIG-00000000-0000-0000-0000-000000000001");
+        // The pre-R470 form names the GPU and the instance ids; it is not a MIG device UUID of this kind.
+        let e = "MIG-GPU-b5d6a3c0-1f2e-5d4c-9b8a-0123456789ab/1/0".parse::<MigUuid>().unwrap_err();
+        assert!(e.to_string().contains("MIG-xxxxxxxx"), "{e}");
+        assert!("GPU-b5d6a3c0-1f2e-5d4c-9b8a-0123456789ab".parse::<MigUuid>().is_err());
+        assert!("MIG-g5d6a3c0-1f2e-5d4c-9b8a-0123456789ab".parse::<MigUuid>().is_err());
+    }
 
     #[test]
     fn ids_validate_and_round_trip() {

@@ -7,10 +7,13 @@
 //! ## Modules
 //! - [`catalog`]: GPU models, GPU-instance profiles (IDs, names, slices, SMs, copy engines, memory), placements and
 //!   compute-instance profiles, exactly as the NVIDIA MIG User Guide gives them.
+//! - [`driver`]: the profile table as a GPU's driver reports it, and its differences from the catalog.
 //! - [`layout`]: `Placement { profile, start }` and `Layout`, with validation that explains what is wrong.
 //! - [`enumerate`]: all valid and all maximal layouts of a model.
 //! - [`reconfig`]: `diff(current, target)`: ordered, always-valid reconfiguration steps with time and disruption.
 //! - [`migparted`]: NVIDIA mig-parted YAML import (with explicit placements) and export.
+//! - [`jobs`]: how a tenant's serve and retrain jobs run on a real node (command or container, readiness, drain,
+//!   stop, checkpoint), with templates.
 //! - [`model`], [`accuracy`], [`tenant`], [`goodput`]: the continuous-learning workload model.
 //! - [`plan`]: what the planner decides (per-GPU layout and assignments).
 //! - [`serving`]: how requests reach instances (dispatch rules, batching window, dead times) as planner and
@@ -51,11 +54,13 @@ macro_rules! string_serde {
 pub mod accuracy;
 pub mod catalog;
 pub mod config;
+pub mod driver;
 pub mod enumerate;
 pub mod fleet;
 pub mod goodput;
 pub mod ids;
 pub mod invariants;
+pub mod jobs;
 pub mod layout;
 pub mod migparted;
 pub mod model;

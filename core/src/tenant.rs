@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::accuracy::{Drift, OptimusCurve};
 use crate::ids::TenantId;
+use crate::jobs::TenantJobs;
 
 /// Where a tenant's inference demand comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +74,9 @@ pub struct TenantSpec {
     pub demand: DemandSource,
     /// Retraining job, if the tenant retrains.
     pub retraining: Option<RetrainingSpec>,
+    /// How its work runs on a real node (`serve` and `retrain` jobs); empty: bookkeeping only.
+    #[serde(default, skip_serializing_if = "TenantJobs::is_empty")]
+    pub jobs: TenantJobs,
 }
 
 impl TenantSpec {

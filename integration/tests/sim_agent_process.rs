@@ -120,7 +120,8 @@ fn plan(layout: &str, assignments: Vec<Assignment>) -> v1::GpuPlan {
 }
 
 async fn apply(c: &mut AgentClient<Channel>, epoch: u64, gpu: u32, p: v1::GpuPlan) -> Result<v1::ApplyStatus> {
-    let req = v1::ApplyLayoutRequest { epoch, targets: vec![v1::GpuTarget { gpu, plan: Some(p) }], term: 0 };
+    let req =
+        v1::ApplyLayoutRequest { epoch, targets: vec![v1::GpuTarget { gpu, plan: Some(p) }], term: 0, jobs: vec![] };
     let resp = c.apply_layout(req).await?.into_inner();
     Ok(resp.status())
 }

@@ -98,6 +98,7 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
             drift: Drift { per_window: 0.03, floor: 0.5 },
         };
         let spec_t = TenantSpec {
+            jobs: Default::default(),
             id: id.clone(),
             name: format!("synthetic {i}"),
             model: model.name.clone(),

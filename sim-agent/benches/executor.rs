@@ -44,6 +44,7 @@ fn fleet() -> FleetSpec {
     let models = [model("resnet", 0.5, 0.38, 0.095, 64), model("bert", 2.0, 0.8, 0.05, 32)];
     let tenants = (0..4)
         .map(|i| TenantSpec {
+            jobs: Default::default(),
             id: TenantId::new(format!("t{i}")).unwrap(),
             name: format!("t{i}"),
             model: if i % 2 == 0 { "resnet" } else { "bert" }.into(),

@@ -19,6 +19,8 @@
 //!   service and coordinator client) over persisted simulated GPUs and a workload tracker.
 //! - [`shared_node`]: simulated nodes over one shared executor, each a real agent that hands whole targets to
 //!   the executor (replay's cluster mode).
+//! - [`standin`]: stand-in workloads (binary `standin`): an inference server and a retraining job as real
+//!   processes, with no GPU, that model readiness, draining and checkpoints for tests of the agent's job supervisor.
 
 /// The agent runtime the simulated nodes run (its reconciler, gRPC service and command-line conventions), for
 /// crates that host simulated nodes through this one (replay's cluster mode).
@@ -29,4 +31,5 @@ pub mod executor;
 pub mod node;
 pub mod share;
 pub mod shared_node;
+pub mod standin;
 pub mod tlb;

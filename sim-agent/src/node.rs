@@ -41,7 +41,7 @@ use tessera_agent::reconcile::{ReconcileError, Reconciler};
 use tessera_agent::runtime::{self, RuntimeOptions};
 use tessera_agent::workload::{TenantCounters, Workload, WorkloadError, WorkloadMetrics};
 use tessera_core::catalog::GpuModel;
-use tessera_core::ids::{NodeId, TenantId};
+use tessera_core::ids::{MigUuid, NodeId, TenantId};
 use tessera_core::layout::Placement;
 use tessera_core::plan::Role;
 use tessera_core::reconfig::{ReconfigLatency, Work};
@@ -156,6 +156,12 @@ struct SavedGpu {
     model: GpuModel,
     mig: MigMode,
     instances: Vec<(InstanceId, Placement)>,
+    /// The instances' MIG UUIDs (absent in files written before UUIDs were simulated: new ones are drawn).
+    #[serde(default)]
+    uuids: Vec<(InstanceId, MigUuid)>,
+    /// UUIDs drawn so far, so that a restored GPU draws new ones.
+    #[serde(default)]
+    uuids_drawn: u64,
 }
 
 /// Why a node's simulated hardware could not be restored or saved.
@@ -191,11 +197,13 @@ pub struct PersistentSim {
 
 impl PersistentSim {
     /// `gpus` GPUs of `model` on `clock`; with `dir`, restored from (and saved to) its [`SIM_STATE_FILE`].
+    /// `uuid_seed` seeds the instances' MIG UUIDs (give each node its own, e.g. [`uuid_seed`] of its id).
     pub fn open(
         gpus: u32,
         model: GpuModel,
         clock: Arc<dyn Clock>,
         dir: Option<&Path>,
+        uuid_seed: u64,
     ) -> Result<PersistentSim, NodeError> {
         let file = dir.map(|d| d.join(SIM_STATE_FILE));
         let saved: Option<Vec<SavedGpu>> = match &file {
@@ -210,7 +218,7 @@ impl PersistentSim {
             _ => None,
         };
         let devices = match saved {
-            None => (0..gpus).map(|i| SimGpu::new(i, model)).collect(),
+            None => (0..gpus).map(|i| SimGpu::new(i, model).with_uuid_seed(gpu_seed(uuid_seed, i))).collect(),
             Some(saved) => {
                 let path = file.clone().unwrap_or_default();
                 let restore = |message: String| NodeError::Restore { path: path.clone(), message };
@@ -221,7 +229,10 @@ impl PersistentSim {
                         saved.iter().map(|g| g.model.to_string()).collect::<Vec<_>>()
                     )));
                 }
-                saved.iter().map(|g| restore_gpu(g).map_err(&restore)).collect::<Result<Vec<_>, _>>()?
+                saved
+                    .iter()
+                    .map(|g| restore_gpu(g, gpu_seed(uuid_seed, g.index)).map_err(&restore))
+                    .collect::<Result<Vec<_>, _>>()?
             }
         };
         Ok(PersistentSim { sim: Arc::new(SimBackend::new(devices, clock)), file, save_lock: Mutex::new(()) })
@@ -238,8 +249,21 @@ impl PersistentSim {
         let mut saved = Vec::new();
         for info in self.sim.gpus()? {
             let Some(model) = info.model else { continue };
-            let instances = self.sim.with_gpu(info.index, |g| g.instances().map(|i| (i.id, i.placement)).collect())?;
-            saved.push(SavedGpu { index: info.index, model, mig: info.mig.unwrap_or(MigMode::DISABLED), instances });
+            let (instances, uuids, uuids_drawn) = self.sim.with_gpu(info.index, |g| {
+                (
+                    g.instances().map(|i| (i.id, i.placement)).collect(),
+                    g.instances().map(|i| (i.id, i.uuid)).collect(),
+                    g.uuids_drawn(),
+                )
+            })?;
+            saved.push(SavedGpu {
+                index: info.index,
+                model,
+                mig: info.mig.unwrap_or(MigMode::DISABLED),
+                instances,
+                uuids,
+                uuids_drawn,
+            });
         }
         let driver = |detail: String| BackendError::Driver {
             gpu: 0,
@@ -253,10 +277,22 @@ impl PersistentSim {
     }
 }
 
-/// Rebuilds a GPU from its saved state: instances recreated in id order, without charging MIG latency.
-fn restore_gpu(g: &SavedGpu) -> Result<SimGpu, String> {
+/// A node's UUID seed from its id (FNV-1a), so that nodes of one fleet draw distinct MIG UUIDs.
+pub fn uuid_seed(node: &NodeId) -> u64 {
+    node.as_str().bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The seed of GPU `index` of a node seeded `seed`.
+fn gpu_seed(seed: u64, index: u32) -> u64 {
+    seed ^ u64::from(index).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Rebuilds a GPU from its saved state: instances recreated in id order (with their UUIDs), without charging MIG
+/// latency.
+fn restore_gpu(g: &SavedGpu, seed: u64) -> Result<SimGpu, String> {
     let zero = ReconfigLatency { create_ms: 0, destroy_ms: 0, warmup_ms: 0 };
-    let mut gpu = if g.mig.current { SimGpu::new(g.index, g.model) } else { SimGpu::mig_disabled(g.index, g.model) };
+    let gpu = if g.mig.current { SimGpu::new(g.index, g.model) } else { SimGpu::mig_disabled(g.index, g.model) };
+    let mut gpu = gpu.with_uuid_seed(seed);
     let latency = gpu.latency();
     gpu = gpu.with_latency(zero);
     let mut instances = g.instances.clone();
@@ -264,6 +300,7 @@ fn restore_gpu(g: &SavedGpu) -> Result<SimGpu, String> {
     for (id, p) in instances {
         gpu.create(SimTime::ZERO, p).map_err(|e| format!("GPU {}: cannot restore {id} at {p}: {e}", g.index))?;
     }
+    gpu.restore_uuids(g.uuids_drawn, &g.uuids);
     if g.mig.pending != g.mig.current {
         gpu.set_driver_client(true);
         gpu.set_mig_mode(g.mig.pending).map_err(|e| format!("GPU {}: cannot restore the MIG mode: {e}", g.index))?;
@@ -291,11 +328,26 @@ impl MigBackend for PersistentSim {
     }
 
     fn destroy_instance(&self, gpu: u32, instance: InstanceId) -> Result<(), BackendError> {
+        // As the driver: an instance that host processes run on (see `tessera_agent::procs`) is in use.
+        if let Some(found) = self.sim.with_gpu(gpu, |g| g.instance(instance).copied())?
+            && !tessera_agent::procs::processes_using(&found.uuid).is_empty()
+        {
+            return Err(BackendError::InUse { gpu, instance, placement: found.placement });
+        }
         let result = self.sim.with_gpu_mut(gpu, |g, now| g.destroy(now, instance))?;
         self.save()?;
         let timing = result?;
         self.sim.clock().wait_until(timing.done_at);
         Ok(())
+    }
+
+    fn processes(&self, gpu: u32, instance: &GpuInstance) -> Result<Vec<u32>, BackendError> {
+        let uuid = self.sim.with_gpu(gpu, |g| g.instance(instance.id).map(|i| i.uuid))?;
+        Ok(uuid.map(|u| tessera_agent::procs::processes_using(&u)).unwrap_or_default())
+    }
+
+    fn driver_table(&self, gpu: u32) -> Result<Option<tessera_core::driver::DriverTable>, BackendError> {
+        self.sim.driver_table(gpu)
     }
 
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigMode, BackendError> {
@@ -498,6 +550,11 @@ pub struct RunArgs {
     /// Send every node's spans (reconcile passes, MIG steps) to this OTLP/gRPC collector (`http://HOST:PORT`).
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Run the tenants' `serve` and `retrain` jobs as real processes on the simulated instances (the agent's job
+    /// supervisor, as on a real node; `standin` is a job to test with) instead of the simulated workload tracker.
+    /// Needs the wall clock.
+    #[arg(long)]
+    pub jobs: bool,
 }
 
 /// One simulated node, ready to serve.
@@ -513,11 +570,31 @@ pub struct SimNode {
 impl SimNode {
     /// Builds node `id` with `gpus` GPUs of `model`, its state in `dir` (restored if present).
     pub fn open(id: NodeId, gpus: u32, model: GpuModel, clock: NodeClock, dir: &Path) -> Result<SimNode, NodeError> {
+        SimNode::open_with(id, gpus, model, clock, dir, false)
+    }
+
+    /// [`SimNode::open`], and with `jobs` the node runs its tenants' jobs as real processes on the simulated
+    /// instances through the agent's [`Supervisor`](tessera_agent::supervisor::Supervisor) (state and logs in
+    /// `dir/jobs/`), instead of the [`SimWorkload`] tracker. Its simulated driver then counts the processes that
+    /// name an instance's MIG UUID as attached to it.
+    pub fn open_with(
+        id: NodeId,
+        gpus: u32,
+        model: GpuModel,
+        clock: NodeClock,
+        dir: &Path,
+        jobs: bool,
+    ) -> Result<SimNode, NodeError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| NodeError::Io { path: dir.to_path_buf(), message: format!("cannot create: {e}") })?;
-        let backend = Arc::new(PersistentSim::open(gpus, model, clock.as_clock(), Some(dir))?);
+        let backend = Arc::new(PersistentSim::open(gpus, model, clock.as_clock(), Some(dir), uuid_seed(&id))?);
         let sim = backend.sim().clone();
-        let workload = Arc::new(SimWorkload::new(sim.clone(), clock));
+        let workload: Arc<dyn Workload> = if jobs {
+            tessera_agent::supervisor::Supervisor::open(id.clone(), &dir.join("jobs"), None)
+                .map_err(|e| NodeError::Io { path: dir.join("jobs"), message: e.to_string() })?
+        } else {
+            Arc::new(SimWorkload::new(sim.clone(), clock))
+        };
         let log = MigChangeLog::open(&dir.join(MIG_CHANGES_FILE), &sim)?;
         let reconciler = Reconciler::new(id.clone(), backend, workload, dir)?
             .with_observer(Box::new(move |gpu, status| log.observe(gpu, status)));
@@ -543,6 +620,9 @@ pub async fn run(
     }
     if args.gpus_per_node == 0 {
         return Err("--gpus-per-node: must be at least 1".into());
+    }
+    if args.jobs && args.clock != ClockKind::Wall {
+        return Err("--jobs: real processes run on the wall clock; drop --clock virtual".into());
     }
     if !args.listen_base.ip().is_loopback() && args.tls_dir.is_none() && !args.insecure {
         return Err(format!(
@@ -577,8 +657,9 @@ pub async fn run(
     for i in 0..args.nodes {
         let id = NodeId::new(format!("{}-{i}", args.node_prefix)).map_err(|e| format!("--node-prefix: {e}"))?;
         let dir = state_dir.join(id.as_str());
-        let node = SimNode::open(id.clone(), args.gpus_per_node, model, NodeClock::new(args.clock), &dir)
-            .map_err(|e| e.to_string())?;
+        let node =
+            SimNode::open_with(id.clone(), args.gpus_per_node, model, NodeClock::new(args.clock), &dir, args.jobs)
+                .map_err(|e| e.to_string())?;
         let mut addr = args.listen_base;
         if addr.port() != 0 {
             let port = u32::from(addr.port()) + i;

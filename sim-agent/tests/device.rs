@@ -39,7 +39,7 @@ fn a_valid_placement_is_created_and_read_back() {
     let created = g.create(T0, p("3g@4")).unwrap();
     assert_eq!(created.placement, p("3g@4"));
     assert!(!created.busy);
-    assert_eq!(g.list().unwrap(), vec![GpuInstance { id: created.id, placement: p("3g@4") }]);
+    assert_eq!(g.list().unwrap(), vec![GpuInstance { id: created.id, placement: p("3g@4"), uuid: Some(created.uuid) }]);
     g.create(T0, p("2g@0")).unwrap();
     g.create(T0, p("1g@2")).unwrap();
     assert_eq!(g.layout().to_string(), "2g@0 1g@2 3g@4");

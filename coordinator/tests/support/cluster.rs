@@ -336,6 +336,7 @@ pub fn tenant(id: &str, model: &str, rate_rps: f64) -> v1::TenantSpec {
         weight: 1.0,
         demand: Some(v1::tenant_spec::Demand::Poisson(v1::PoissonDemand { rate_rps })),
         retraining: None,
+        jobs: None,
     }
 }
 
@@ -422,6 +423,7 @@ pub async fn start_sim_tls(
         insecure: false,
         metrics_listen: None,
         otlp_endpoint: None,
+        jobs: false,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (lines_tx, lines_rx) = tokio::sync::oneshot::channel::<Vec<String>>();

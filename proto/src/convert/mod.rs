@@ -3,11 +3,13 @@
 //! - [`layout`]: placements and layouts (`Placement`, `Layout`).
 //! - [`plan`]: plans and their parts (`Role`, `Work`, `Assignment`, `PlannedChange`, `GpuPlan`).
 //! - [`fleet`]: a GPU as a node registers it (`GpuDescriptor`).
+//! - [`jobs`]: a tenant's serve and retrain jobs (`JobSpec`, `TenantJobs`).
 //! - [`tenant`]: a tenant spec as the coordinator API carries it (`TenantSpec`).
 //!
 //! Core to wire is infallible (`From`); wire to core is `TryFrom` with a [`ConvertError`] naming the field.
 
 pub mod fleet;
+pub mod jobs;
 pub mod layout;
 pub mod plan;
 pub mod tenant;

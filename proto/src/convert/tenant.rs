@@ -33,6 +33,7 @@ impl From<&TenantSpec> for v1::TenantSpec {
                 initial_accuracy: r.initial_accuracy,
                 drift: Some(v1::Drift { per_window: r.drift.per_window, floor: r.drift.floor }),
             }),
+            jobs: (!t.jobs.is_empty()).then(|| v1::TenantJobs { tenant: t.id.to_string(), ..(&t.jobs).into() }),
         }
     }
 }
@@ -79,7 +80,12 @@ impl TryFrom<v1::TenantSpec> for TenantSpec {
             Some(r) => Some(RetrainingSpec::try_from(r).map_err(|e| e.within("retraining"))?),
             None => None,
         };
+        let jobs = match t.jobs {
+            Some(j) => tessera_core::jobs::TenantJobs::try_from(j).map_err(|e| e.within("jobs"))?,
+            None => tessera_core::jobs::TenantJobs::default(),
+        };
         Ok(TenantSpec {
+            jobs,
             id,
             name: t.name,
             model: t.model,
@@ -98,6 +104,7 @@ mod tests {
 
     fn spec() -> TenantSpec {
         TenantSpec {
+            jobs: Default::default(),
             id: TenantId::new("vision-a").unwrap(),
             name: "vision A".into(),
             model: "resnet50".into(),

@@ -76,6 +76,7 @@ pub fn derived_tenant(i: usize, stream_key: &str, model: &ModelProfile, gpu: Gpu
         drift: Drift { per_window: 0.03, floor: 0.5 },
     });
     TenantSpec {
+        jobs: Default::default(),
         id: TenantId::new(format!("t{i:04}")).expect("valid tenant id"),
         name: format!("{} on stream {stream_key}", model.name),
         model: model.name.clone(),

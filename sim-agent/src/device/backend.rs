@@ -109,4 +109,9 @@ impl MigBackend for SimBackend {
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> Result<MigMode, BackendError> {
         self.with_gpu_mut(gpu, |g, _| g.set_mig_mode(enabled))?
     }
+
+    /// The catalog's table: the simulated driver agrees with the catalog by construction.
+    fn driver_table(&self, gpu: u32) -> Result<Option<tessera_core::driver::DriverTable>, BackendError> {
+        self.with_gpu(gpu, |g| g.model().map(tessera_core::driver::DriverTable::from_catalog))
+    }
 }

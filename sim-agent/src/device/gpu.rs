@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use tessera_agent::backend::{BackendError, GpuInfo, GpuInstance, InstanceId, MigMode, Operation, Unsupported};
 use tessera_core::catalog::{GpuModel, MEMORY_SLICES, Profile};
+use tessera_core::ids::MigUuid;
 use tessera_core::layout::{Layout, LayoutError, Placement};
 use tessera_core::reconfig::ReconfigLatency;
 use tessera_core::time::SimTime;
@@ -56,6 +57,9 @@ pub struct SimInstance {
     pub warm_at: SimTime,
     /// Whether work runs on it (processes); a busy instance cannot be destroyed.
     pub busy: bool,
+    /// The MIG device's UUID: stable while the instance lives (and across a restart of a persisted simulator),
+    /// new for every instance created.
+    pub uuid: MigUuid,
 }
 
 impl SimInstance {
@@ -67,7 +71,7 @@ impl SimInstance {
 
     /// The NVML view of the instance.
     pub fn as_gpu_instance(&self) -> GpuInstance {
-        GpuInstance { id: self.id, placement: self.placement }
+        GpuInstance { id: self.id, placement: self.placement, uuid: Some(self.uuid) }
     }
 }
 
@@ -121,6 +125,26 @@ pub struct SimGpu {
     calls_free_at: SimTime,
     driver_client: bool,
     faults: Vec<Fault>,
+    /// Seeds the UUIDs of the instances it creates (a node's simulator gives each GPU its own).
+    uuid_seed: u64,
+    /// Instances created so far: the next instance's UUID is drawn from the seed and this count.
+    uuids_drawn: u64,
+}
+
+/// The UUID of the `n`th instance created on a GPU whose seed is `seed`: deterministic, distinct for distinct
+/// `(seed, n)` with overwhelming probability, and shaped as a version-4 UUID, as the driver's are.
+fn draw_uuid(seed: u64, n: u64) -> MigUuid {
+    fn splitmix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    let hi = splitmix(seed ^ splitmix(n));
+    let lo = splitmix(hi ^ n.rotate_left(17));
+    let v = (u128::from(hi) << 64) | u128::from(lo);
+    // Version 4, RFC 4122 variant.
+    MigUuid((v & !(0xF_u128 << 76) & !(0x3_u128 << 62)) | (0x4_u128 << 76) | (0x2_u128 << 62))
 }
 
 impl SimGpu {
@@ -137,6 +161,29 @@ impl SimGpu {
             calls_free_at: SimTime::ZERO,
             driver_client: false,
             faults: Vec::new(),
+            uuid_seed: u64::from(index),
+            uuids_drawn: 0,
+        }
+    }
+
+    /// The same GPU drawing its instances' UUIDs from `seed` (give every simulated GPU of a fleet its own).
+    pub fn with_uuid_seed(mut self, seed: u64) -> SimGpu {
+        self.uuid_seed = seed;
+        self
+    }
+
+    /// How many instance UUIDs the GPU has drawn (persisted with the GPU so a restored one draws new ones).
+    pub fn uuids_drawn(&self) -> u64 {
+        self.uuids_drawn
+    }
+
+    /// Restores what [`SimGpu::uuids_drawn`] said, and the UUID of a restored instance.
+    pub fn restore_uuids(&mut self, drawn: u64, instances: &[(InstanceId, MigUuid)]) {
+        self.uuids_drawn = self.uuids_drawn.max(drawn);
+        for (id, uuid) in instances {
+            if let Some(i) = self.instances.get_mut(id) {
+                i.uuid = *uuid;
+            }
         }
     }
 
@@ -281,7 +328,9 @@ impl SimGpu {
             available_at,
             warm_at: available_at + self.latency.warmup_ms,
             busy: false,
+            uuid: draw_uuid(self.uuid_seed, self.uuids_drawn),
         };
+        self.uuids_drawn += 1;
         self.instances.insert(id, instance);
         debug_assert_eq!(self.check_invariant(), Ok(()));
         Ok(instance)
