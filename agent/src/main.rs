@@ -10,7 +10,7 @@ use tessera_agent::config::{BackendKind, load_agent_config};
 use tessera_agent::mig_tools::{self, LayoutsOptions, MigToolError};
 use tessera_agent::reconcile::Reconciler;
 use tessera_agent::runtime;
-use tessera_agent::workload::Bookkeeping;
+use tessera_agent::supervisor::Supervisor;
 use tessera_core::reconfig::ReconfigLatency;
 
 #[derive(Parser)]
@@ -193,10 +193,9 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
     }
     // The serving stack's request counters ([load]): scraped, and taken from ReportLoad.
     let load = config.load.as_ref().map(|_| Arc::new(tessera_agent::load::LoadSignal::default()));
-    let workload = Arc::new(match &load {
-        Some(signal) => Bookkeeping::with_load(signal.clone()),
-        None => Bookkeeping::default(),
-    });
+    // Tenants with jobs get them run on their instances; the others are recorded only (bookkeeping).
+    let workload = Supervisor::open(config.node_id.clone(), &config.data_dir.join("jobs"), load.clone())
+        .map_err(|e| e.to_string())?;
     let reconciler =
         Reconciler::new(config.node_id.clone(), backend, workload, &config.data_dir).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("cannot start the async runtime: {e}"))?;

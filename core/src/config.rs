@@ -940,6 +940,51 @@ demand = { trace = "rank:1", scale = 0.5 }
     }
 
     #[test]
+    fn jobs_parse_and_their_errors_name_the_tenant_and_field() {
+        let jobs = r#"
+[tenant.serve]
+command = ["server", "--port", "{port}", "--device", "{mig_uuid}"]
+ready = { http = "/ready" }
+drain = { http = "/drain", deadline = "20s" }
+stop = { signal = "SIGINT", grace = "3s" }
+[tenant.retrain]
+image = "registry.example/train:1"
+args = ["--resume", "{checkpoint}"]
+runtime = "podman"
+checkpoint = { signal = "USR1" }
+resume_path = "/ckpt/{tenant}.pt"
+"#;
+        let text = TENANTS.replace("floor = 0.5\n", &format!("floor = 0.5\n{jobs}"));
+        // The jobs tables land on the first tenant, after its retraining table.
+        let t = parse_tenants(&text, Path::new("t.toml")).unwrap();
+        let serve = t[0].jobs.serve.as_ref().unwrap();
+        assert_eq!(serve.ready, Some(ReadyCheck::Http { path: "/ready".into() }));
+        assert_eq!((serve.drain_deadline_ms, serve.stop_signal, serve.grace_ms), (20_000, Signal::Int, 3_000));
+        let retrain = t[0].jobs.retrain.as_ref().unwrap();
+        assert!(matches!(&retrain.run, JobRun::Container { runtime: ContainerRuntime::Podman, .. }));
+        assert_eq!(retrain.checkpoint, Some(JobAction::Signal { signal: Signal::Usr1 }));
+        assert!(t[1].jobs.is_empty());
+        let bad = |from: &str, to: &str| parse_tenants(&text.replacen(from, to, 1), Path::new("t.toml")).unwrap_err();
+        let e = bad("{mig_uuid}", "{mig}");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].serve.argv[4]"), "{e}");
+        assert!(e.message.contains("unknown template variable `{mig}`"), "{e}");
+        let e = bad("SIGINT", "SIGSTOP");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].serve.stop.signal"), "{e}");
+        let e = bad("grace = \"3s\"", "grace = \"2h\"");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].serve.stop.grace"), "{e}");
+        let e = bad("ready = { http = \"/ready\" }", "ready = { http = \"ready\" }");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].serve.ready.http"), "{e}");
+        let e = bad("runtime = \"podman\"", "runtime = \"lxc\"");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].retrain.runtime"), "{e}");
+        let e = bad("image = \"registry.example/train:1\"", "command = [\"t\"]\nimage = \"i\"");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].retrain"), "{e}");
+        let e = bad("[tenant.serve]", "[tenant.serve]\nenv = { CUDA_VISIBLE_DEVICES = \"0\" }");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].serve.env.CUDA_VISIBLE_DEVICES"), "{e}");
+        let e = bad("[tenant.serve]", "[tenant.serve]\nchecpoint = 1");
+        assert!(e.message.contains("unknown field `checpoint`"), "{e}");
+    }
+
+    #[test]
     fn trace_selectors_name_a_stream_never_a_file_and_names_are_bounded() {
         for ok in ["rank:1", "rank:40", "9c4f1e.fn-2_a"] {
             validate_trace_selector(ok).unwrap();

@@ -200,6 +200,8 @@ impl Router {
                     if let Ok(v) = hyper::header::HeaderValue::from_str(address) {
                         rparts.headers.insert("x-tessera-upstream", v);
                     }
+                    // Answered as this server speaks (an HTTP/1.0 upstream's version is not the client's).
+                    rparts.version = hyper::Version::HTTP_11;
                     rparts.headers.remove(hyper::header::TRANSFER_ENCODING);
                     rparts.headers.remove(hyper::header::CONNECTION);
                     let waited = started.elapsed().as_millis() as u64;

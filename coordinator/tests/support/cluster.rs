@@ -408,6 +408,23 @@ pub async fn start_sim_tls(
     prefix: &str,
     tls_dir: Option<&Path>,
 ) -> SimNodes {
+    start_sim_with(coordinator, nodes, gpus, clock, prefix, tls_dir, false).await
+}
+
+/// [`start_sim`] whose nodes run their tenants' jobs as real processes (`sim-agent run --jobs`).
+pub async fn start_sim_jobs(coordinator: &str, nodes: u32, gpus: u32, prefix: &str) -> SimNodes {
+    start_sim_with(coordinator, nodes, gpus, tessera_sim::node::ClockKind::Wall, prefix, None, true).await
+}
+
+async fn start_sim_with(
+    coordinator: &str,
+    nodes: u32,
+    gpus: u32,
+    clock: tessera_sim::node::ClockKind,
+    prefix: &str,
+    tls_dir: Option<&Path>,
+    jobs: bool,
+) -> SimNodes {
     let dir = tempfile::tempdir().unwrap();
     let args = tessera_sim::node::RunArgs {
         nodes,
@@ -423,7 +440,7 @@ pub async fn start_sim_tls(
         insecure: false,
         metrics_listen: None,
         otlp_endpoint: None,
-        jobs: false,
+        jobs,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (lines_tx, lines_rx) = tokio::sync::oneshot::channel::<Vec<String>>();
