@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds Tessera's container images on this machine, without a registry: tessera/coordinator, tessera/agent,
-# tessera/sim-agent and tessera/replay, each tagged with the workspace version and `latest`.
+# tessera/sim-agent (with the `standin` jobs), tessera/router and tessera/replay, each tagged with the workspace
+# version and `latest`.
 #
 # Each image is `FROM scratch` with one release binary, the shared libraries the dynamic loader resolves for it (as
 # `ldd` lists them: libc, libm, libstdc++, libgcc_s and the loader), a passwd entry for the unprivileged user it runs
@@ -43,7 +44,7 @@ case "$profile" in
 esac
 if [ "$build" = 1 ]; then
   scripts/cargo build "${cargo_profile[@]}" --locked -p tessera-coordinator -p tessera-agent -p tessera-sim \
-    -p tessera-replay --features tessera-agent/nvml
+    -p tessera-router -p tessera-replay --features tessera-agent/nvml
 fi
 
 work=$(mktemp -d)
@@ -103,5 +104,6 @@ DOCKERFILE
 
 image coordinator configs/models:/etc/tessera/models configs/coordinator.toml:/etc/tessera/coordinator.toml
 image agent configs/agent.toml:/etc/tessera/agent.toml
-image sim-agent
+image sim-agent "target/$profile/standin:/usr/local/bin/standin"
+image router
 image replay configs:/usr/share/tessera/configs traces:/usr/share/tessera/traces -- /usr/share/tessera

@@ -200,7 +200,14 @@ pub struct Planner {
     /// Per node: heartbeats and pushes this leader saw.
     liveness: Mutex<HashMap<NodeId, Liveness>>,
     agents: Mutex<HashMap<String, AgentClient<Channel>>>,
+    /// Where tenants are served now (from the agents' heartbeats).
+    routes: Arc<crate::routes::RouteTable>,
+    /// Per node and epoch: since when its push waits for a tenant's new home on another node to be ready.
+    handovers: Mutex<HashMap<(NodeId, u64), Instant>>,
 }
+
+/// Longest a push waits for the new home of a tenant it moves away (then the move is break-before-make).
+pub const HANDOVER_LIMIT: Duration = Duration::from_secs(120);
 
 /// Workload time now on the wall clock.
 fn wall_ms() -> u64 {
@@ -225,7 +232,14 @@ impl Planner {
             acked: Mutex::new(HashMap::new()),
             liveness: Mutex::new(HashMap::new()),
             agents: Mutex::new(HashMap::new()),
+            routes: Arc::default(),
+            handovers: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// Where tenants are served now (the agents' endpoints), for `GetRoutes` and for ordering moves between nodes.
+    pub fn routes(&self) -> &Arc<crate::routes::RouteTable> {
+        &self.routes
     }
 
     /// The workload time now: the replicated virtual clock, or the wall clock.
@@ -695,10 +709,41 @@ impl Planner {
                 })
                 .collect()
         });
-        let pending: Vec<_> = {
+        let mut pending: Vec<_> = {
             let acked = self.acked.lock().expect("acked lock");
             work.into_iter().filter(|(node, _, epoch, _, _)| acked.get(node).is_none_or(|a| a < epoch)).collect()
         };
+        // A node that would stop serving a tenant whose new home is another node waits (its push is retried every
+        // half second) until that home reports the tenant ready: a move between nodes is make-before-break too.
+        let leaving: HashMap<NodeId, Vec<TenantId>> = self.node.read(|s| {
+            pending.iter().map(|(node, ..)| (node.clone(), crate::routes::moves_away(&s.fleet, node))).collect()
+        });
+        {
+            let mut handovers = self.handovers.lock().expect("handovers lock");
+            pending.retain(|(node, _, epoch, _, _)| {
+                let waiting: Vec<&TenantId> = leaving
+                    .get(node)
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| !self.routes.ready_elsewhere(t, node))
+                    .collect();
+                if waiting.is_empty() {
+                    handovers.remove(&(node.clone(), *epoch));
+                    return true;
+                }
+                let since = *handovers.entry((node.clone(), *epoch)).or_insert_with(|| {
+                    tracing::info!(%node, epoch, ?waiting, "push waits for the tenants' new home to be ready");
+                    Instant::now()
+                });
+                if since.elapsed() > HANDOVER_LIMIT {
+                    tracing::warn!(%node, epoch, ?waiting, "new home not ready after {HANDOVER_LIMIT:?}; pushing anyway");
+                    return true;
+                }
+                false
+            });
+            // Entries of epochs a newer plan replaced while they waited.
+            handovers.retain(|_, since| since.elapsed() < HANDOVER_LIMIT * 2);
+        }
         let mut calls = Vec::new();
         for (node, address, epoch, targets, jobs) in pending {
             let span = match round {

@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tessera_core::fleet::FleetState;
 use tessera_core::ids::{NodeId, TenantId};
+use tessera_core::plan::{Assignment, Role};
 use tessera_proto::v1;
 use tokio::sync::watch;
 
@@ -130,6 +132,15 @@ impl RouteTable {
         }
     }
 
+    /// Whether `tenant` has a ready inference endpoint on a node other than `node`.
+    pub fn ready_elsewhere(&self, tenant: &TenantId, node: &NodeId) -> bool {
+        self.expire();
+        let nodes = self.nodes.lock().expect("routes lock");
+        nodes.iter().filter(|(n, _)| *n != node).any(|(_, r)| {
+            r.endpoints.iter().any(|(t, e)| t == tenant && e.state == "ready" && e.role == v1::Role::Inference as i32)
+        })
+    }
+
     /// Waits until the routes change, or `timeout` passes (expiries are noticed then).
     pub async fn changed(&self, seen: u64, timeout: Duration) {
         let mut rx = self.version.subscribe();
@@ -139,6 +150,37 @@ impl RouteTable {
         let _ = tokio::time::timeout(timeout, rx.wait_for(|v| *v != seen)).await;
         self.expire();
     }
+}
+
+/// The tenants a push to `node` would stop serving there (inference in the node's applied layout, none in its
+/// targets) while the committed targets serve them on another node: with a `serve` job, such a push waits until the
+/// new home has a ready endpoint ([`RouteTable::ready_elsewhere`]), so that a move between nodes is make-before-break
+/// as a move within one is.
+pub fn moves_away(fleet: &FleetState, node: &NodeId) -> Vec<TenantId> {
+    let inference = |a: &&Assignment| a.role == Role::Inference;
+    let on = || fleet.gpus.iter().filter(|(id, _)| &id.node == node).map(|(_, g)| g);
+    let targeted_here: Vec<&TenantId> = on()
+        .flat_map(|g| g.target.iter().flat_map(|t| t.assignments.iter().filter(inference)))
+        .map(|a| &a.tenant)
+        .collect();
+    let mut out: Vec<TenantId> = on()
+        .flat_map(|g| g.applied_assignments.iter().filter(inference))
+        .map(|a| &a.tenant)
+        .filter(|t| !targeted_here.contains(t))
+        .filter(|t| fleet.tenants.get(*t).is_some_and(|spec| spec.jobs.serve.is_some()))
+        .filter(|t| {
+            fleet.gpus.iter().any(|(id, g)| {
+                &id.node != node
+                    && g.target
+                        .as_ref()
+                        .is_some_and(|p| p.assignments.iter().filter(inference).any(|a| &a.tenant == *t))
+            })
+        })
+        .cloned()
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 #[cfg(test)]
@@ -160,6 +202,64 @@ mod tests {
             }],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_node_losing_a_tenant_to_another_node_waits_for_its_new_home() {
+        use tessera_core::catalog::GpuModel;
+        use tessera_core::fleet::{GpuHealth, GpuState};
+        use tessera_core::ids::GpuId;
+        use tessera_core::plan::GpuPlan;
+        let a = TenantId::new("a").unwrap();
+        let (n0, n1) = (NodeId::new("n0").unwrap(), NodeId::new("n1").unwrap());
+        let assign = |p: &str| Assignment {
+            placement: p.parse().unwrap(),
+            tenant: a.clone(),
+            role: Role::Inference,
+            preinit: false,
+        };
+        let plan = |layout: &str, assignments: Vec<Assignment>| GpuPlan {
+            layout: layout.parse().unwrap(),
+            assignments,
+            expected_goodput: 0.0,
+            explanation: String::new(),
+            upcoming: vec![],
+            retraining_epochs: BTreeMap::new(),
+            sharing: Default::default(),
+        };
+        let gpu = |applied: Vec<Assignment>, target: GpuPlan| GpuState {
+            model: GpuModel::A100_40GB,
+            health: GpuHealth::Healthy,
+            mig_enabled: true,
+            applied: target.layout.clone(),
+            applied_assignments: applied,
+            applied_epoch: 1,
+            target: Some(target),
+            target_epoch: 2,
+        };
+        let mut fleet = FleetState::default();
+        let mut spec: tessera_core::tenant::TenantSpec = serde_json::from_value(serde_json::json!({
+            "id": "a", "name": "a", "model": "m", "slo_ms": 10.0, "slo_percentile": 99.0, "weight": 1.0,
+            "demand": {"poisson": {"rate_rps": 1.0}}, "retraining": null
+        }))
+        .unwrap();
+        fleet.gpus.insert(GpuId::new(n0.clone(), 0), gpu(vec![assign("3g@0")], plan("-", vec![])));
+        fleet.gpus.insert(GpuId::new(n1.clone(), 0), gpu(vec![], plan("2g@0", vec![assign("2g@0")])));
+        // Without a serve job there is no endpoint to wait for.
+        fleet.tenants.insert(a.clone(), spec.clone());
+        assert!(moves_away(&fleet, &n0).is_empty());
+        spec.jobs.serve = Some(tessera_core::jobs::JobSpec::command(["s"]));
+        fleet.tenants.insert(a.clone(), spec);
+        assert_eq!(moves_away(&fleet, &n0), vec![a.clone()]);
+        assert!(moves_away(&fleet, &n1).is_empty(), "the new home gains the tenant; it is pushed at once");
+        // The old home waits until the new one reports the tenant ready.
+        let t = RouteTable::default();
+        assert!(!t.ready_elsewhere(&a, &n0));
+        t.heard(&n1, "10.0.0.6:7000", &state("a", 9001, "starting"), std::slice::from_ref(&a));
+        assert!(!t.ready_elsewhere(&a, &n0));
+        t.heard(&n1, "10.0.0.6:7000", &state("a", 9001, "ready"), std::slice::from_ref(&a));
+        assert!(t.ready_elsewhere(&a, &n0));
+        assert!(!t.ready_elsewhere(&a, &n1));
     }
 
     #[test]

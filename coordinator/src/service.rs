@@ -125,14 +125,13 @@ pub struct Services {
     leader_channels: Arc<Mutex<std::collections::HashMap<String, Channel>>>,
     auth: Auth,
     tls: Option<TlsFiles>,
-    routes: Arc<crate::routes::RouteTable>,
 }
 
 impl Services {
     /// Services over a node and its planner; `auth` checks each caller's role, and `tls` (this member's
     /// certificate) is what it presents when it forwards a call to the leader.
     pub fn new(node: Replica, planner: Arc<Planner>, auth: Auth, tls: Option<TlsFiles>) -> Services {
-        Services { node, planner, leader_channels: Arc::default(), auth, tls, routes: Arc::default() }
+        Services { node, planner, leader_channels: Arc::default(), auth, tls }
     }
 
     async fn read<R>(&self, stale: bool, f: impl FnOnce(&CoordState) -> R) -> Result<R, Status> {
@@ -536,7 +535,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         self.auth.check(&req, Need::Reader)?;
         let tenant = routes_tenant(&req.into_inner())?;
         self.routes_leader()?;
-        Ok(Response::new(self.routes.snapshot(tenant.as_ref(), self.node.status().leader_id)))
+        Ok(Response::new(self.planner.routes().snapshot(tenant.as_ref(), self.node.status().leader_id)))
     }
 
     type WatchRoutesStream = tokio_stream::wrappers::ReceiverStream<Result<v1::Routes, Status>>;
@@ -546,7 +545,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         let tenant = routes_tenant(&req.into_inner())?;
         self.routes_leader()?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let routes = self.routes.clone();
+        let routes = self.planner.routes().clone();
         let node = self.node.clone();
         tokio::spawn(async move {
             loop {
@@ -698,7 +697,7 @@ impl v1::coordinator_server::Coordinator for Services {
                 .collect();
             (address, placed)
         });
-        self.routes.heard(&node, &address, &state, &placed);
+        self.planner.routes().heard(&node, &address, &state, &placed);
         if let Some(m) = &state.metrics {
             self.planner.observe(&node, m.now_ms, &m.tenants);
         }

@@ -124,8 +124,12 @@ impl Checkpoint {
         Ok(Some(checkpoint))
     }
 
-    /// Writes the checkpoint to `path` atomically: to `PATH.tmp`, synced, then renamed over `PATH`.
+    /// Writes the checkpoint to `path` atomically: to `PATH.tmp`, synced, then renamed over `PATH` (its folder is
+    /// created if missing, as a job's first checkpoint on a fresh volume needs).
     pub fn write(&self, path: &Path) -> Result<(), StandinError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(StandinError::io(format!("creating {}", dir.display())))?;
+        }
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
