@@ -194,7 +194,11 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
     // The serving stack's request counters ([load]): scraped, and taken from ReportLoad.
     let load = config.load.as_ref().map(|_| Arc::new(tessera_agent::load::LoadSignal::default()));
     // Tenants with jobs get them run on their instances; the others are recorded only (bookkeeping).
-    let workload = Supervisor::open(config.node_id.clone(), &config.data_dir.join("jobs"), load.clone())
+    // A new job's instance counts as serving once front ends could have learned its endpoint: a heartbeat later.
+    let settle = config.runtime.coordinator.as_ref().map_or(tessera_agent::supervisor::DEFAULT_SETTLE, |c| {
+        c.heartbeat_interval + std::time::Duration::from_millis(500)
+    });
+    let workload = Supervisor::open(config.node_id.clone(), &config.data_dir.join("jobs"), load.clone(), settle)
         .map_err(|e| e.to_string())?;
     let reconciler =
         Reconciler::new(config.node_id.clone(), backend, workload, &config.data_dir).map_err(|e| e.to_string())?;

@@ -62,6 +62,8 @@ const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A job ready this long has its backoff reset.
 const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
+/// The default [`Supervisor::open`] settle.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(1);
 /// How long a readiness check may take.
 const READY_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -131,6 +133,7 @@ struct Inner {
 pub struct Supervisor {
     node: NodeId,
     dir: PathBuf,
+    settle: Duration,
     inner: Mutex<Inner>,
     origin: Instant,
     load: Option<Arc<LoadSignal>>,
@@ -145,7 +148,17 @@ impl Supervisor {
     /// Opens the supervisor of node `node` with its state and logs in `dir` (created if needed), adopting the jobs a
     /// previous agent left running, and starts its monitor thread. `load` supplies request counters, as for
     /// [`crate::workload::Bookkeeping`].
-    pub fn open(node: NodeId, dir: &Path, load: Option<Arc<LoadSignal>>) -> Result<Arc<Supervisor>, SupervisorError> {
+    ///
+    /// `settle` is how long a job must have been ready before its instance counts as serving ([`Workload::ready`]):
+    /// its endpoint is reported ready at once, and the settle gives front ends time to learn it (a heartbeat and a
+    /// route update) before make-before-break drains the instance it replaces. [`DEFAULT_SETTLE`] suits a heartbeat
+    /// of 0.5 s; give a little more than the heartbeat interval.
+    pub fn open(
+        node: NodeId,
+        dir: &Path,
+        load: Option<Arc<LoadSignal>>,
+        settle: Duration,
+    ) -> Result<Arc<Supervisor>, SupervisorError> {
         let io =
             |path: &Path, e: std::io::Error| SupervisorError::Io { path: path.to_path_buf(), message: e.to_string() };
         std::fs::create_dir_all(dir.join("logs")).map_err(|e| io(dir, e))?;
@@ -186,6 +199,7 @@ impl Supervisor {
         let sup = Arc::new(Supervisor {
             node,
             dir: dir.to_path_buf(),
+            settle,
             inner: Mutex::new(inner),
             origin: Instant::now(),
             load,
@@ -611,10 +625,15 @@ impl Workload for Supervisor {
     }
 
     fn ready(&self, gpu: u32, placement: Placement) -> bool {
-        lock(&self.inner)
-            .slots
-            .get(&(gpu, placement))
-            .is_some_and(|s| s.jobs.iter().all(|j| j.state == EndpointState::Ready && j.pid != 0))
+        let inner = lock(&self.inner);
+        inner.slots.get(&(gpu, placement)).is_some_and(|s| {
+            s.jobs.iter().all(|j| {
+                let key = (gpu, placement, j.tenant.clone(), j.role);
+                let settled =
+                    inner.live.get(&key).and_then(|l| l.ready_since).is_some_and(|t| t.elapsed() >= self.settle);
+                j.state == EndpointState::Ready && j.pid != 0 && settled
+            })
+        })
     }
 
     fn make_before_break(&self) -> bool {

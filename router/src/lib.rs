@@ -35,16 +35,50 @@ pub struct Upstream {
     pub placement: String,
     /// Its MIG UUID.
     pub mig_uuid: String,
+    /// `inference` (a server) or `retraining` (a job that takes no requests).
+    pub role: String,
     /// `starting`, `ready` or `draining`.
     pub state: String,
 }
 
 impl Upstream {
-    /// Whether requests may go there.
+    /// Whether requests may go there: a ready server.
     pub fn ready(&self) -> bool {
-        self.state == "ready"
+        self.state == "ready" && self.role == "inference"
+    }
+}
+
+/// The word for a wire role.
+pub fn role_word(role: i32) -> &'static str {
+    match tessera_proto::v1::Role::try_from(role) {
+        Ok(tessera_proto::v1::Role::Inference) => "inference",
+        Ok(tessera_proto::v1::Role::Retraining) => "retraining",
+        _ => "unknown",
     }
 }
 
 /// Every tenant's instances, by tenant id.
 pub type Routes = BTreeMap<String, Vec<Upstream>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ready_servers_take_requests() {
+        let up = |role: &str, state: &str| Upstream {
+            address: "h:1".into(),
+            node: "n".into(),
+            gpu: 0,
+            placement: "3g@0".into(),
+            mig_uuid: String::new(),
+            role: role.into(),
+            state: state.into(),
+        };
+        assert!(up("inference", "ready").ready());
+        assert!(!up("inference", "starting").ready());
+        assert!(!up("inference", "draining").ready());
+        assert!(!up("retraining", "ready").ready(), "a retraining job takes no requests");
+        assert_eq!(role_word(tessera_proto::v1::Role::Retraining as i32), "retraining");
+    }
+}

@@ -43,6 +43,7 @@ pub fn routes_from_wire(r: &v1::Routes) -> Routes {
                     gpu: e.gpu,
                     placement: e.placement.as_ref().map(|p| format!("{}@{}", p.profile, p.start)).unwrap_or_default(),
                     mig_uuid: e.mig_uuid.clone(),
+                    role: crate::role_word(e.role).to_string(),
                     state: e.state.clone(),
                 })
                 .collect();
@@ -129,6 +130,7 @@ pub fn routes_from_state(agent: &str, state: &v1::NodeState, into: &mut Routes) 
                     gpu: g.index,
                     placement: i.placement.as_ref().map(|p| format!("{}@{}", p.profile, p.start)).unwrap_or_default(),
                     mig_uuid: i.mig_uuid.clone(),
+                    role: crate::role_word(e.role).to_string(),
                     state: e.state.clone(),
                 });
             }

@@ -590,7 +590,8 @@ impl SimNode {
         let backend = Arc::new(PersistentSim::open(gpus, model, clock.as_clock(), Some(dir), uuid_seed(&id))?);
         let sim = backend.sim().clone();
         let workload: Arc<dyn Workload> = if jobs {
-            tessera_agent::supervisor::Supervisor::open(id.clone(), &dir.join("jobs"), None)
+            use tessera_agent::supervisor::{DEFAULT_SETTLE, Supervisor};
+            Supervisor::open(id.clone(), &dir.join("jobs"), None, DEFAULT_SETTLE)
                 .map_err(|e| NodeError::Io { path: dir.join("jobs"), message: e.to_string() })?
         } else {
             Arc::new(SimWorkload::new(sim.clone(), clock))
