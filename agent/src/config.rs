@@ -28,6 +28,10 @@
 //! metrics_listen = "0.0.0.0:9102"  # optional (top level): /metrics, /healthz, /readyz
 //! otlp_endpoint = "http://127.0.0.1:4317"  # optional (top level): OTLP/gRPC traces (off when absent)
 //!
+//! [jobs]                           # optional: what tenants' jobs may run here (supervisor.rs); none without it
+//! allow_commands = ["tritonserver", "/opt/serving/*"]   # argv[0] exactly, or a prefix and `*`
+//! allow_images = ["nvcr.io/nvidia/*"]                    # container images, the same way
+//!
 //! [load]                           # optional: the serving stack's request counters (load.rs); enables ReportLoad
 //! interval = "10s"                 # optional: how often each endpoint is read
 //! [[load.scrape]]                  # any number
@@ -100,6 +104,16 @@ struct RawConfig {
     metrics_listen: Option<String>,
     otlp_endpoint: Option<String>,
     load: Option<RawLoad>,
+    jobs: Option<RawJobs>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJobs {
+    #[serde(default)]
+    allow_commands: Vec<String>,
+    #[serde(default)]
+    allow_images: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -151,6 +165,8 @@ pub struct AgentConfig {
     pub otlp_endpoint: Option<String>,
     /// The serving stack's request counters (`[load]`): scraped endpoints, and `ReportLoad` accepted.
     pub load: Option<LoadOptions>,
+    /// The programs and images tenants' jobs may run here (`[jobs]`); none without that section.
+    pub jobs: crate::supervisor::JobPolicy,
 }
 
 fn duration(field: &str, value: Option<&str>, default: &str) -> Result<Duration, FieldError> {
@@ -260,6 +276,17 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
         metrics_listen,
         otlp_endpoint,
         load,
+        jobs: match raw.jobs {
+            None => crate::supervisor::JobPolicy::default(),
+            Some(j) => {
+                for (k, p) in j.allow_commands.iter().chain(&j.allow_images).enumerate() {
+                    if p.trim().is_empty() {
+                        return Err(FieldError { field: format!("jobs.allow[{k}]"), message: "is empty".into() });
+                    }
+                }
+                crate::supervisor::JobPolicy { commands: j.allow_commands, images: j.allow_images }
+            }
+        },
         runtime: RuntimeOptions {
             resync_interval: duration("resync_interval", raw.resync_interval.as_deref(), DEFAULT_RESYNC_INTERVAL)?,
             retry_interval: duration("retry_interval", raw.retry_interval.as_deref(), DEFAULT_RETRY_INTERVAL)?,

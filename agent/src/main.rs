@@ -198,8 +198,14 @@ fn run_agent(args: RunArgs) -> Result<(), String> {
     let settle = config.runtime.coordinator.as_ref().map_or(tessera_agent::supervisor::DEFAULT_SETTLE, |c| {
         c.heartbeat_interval + std::time::Duration::from_millis(500)
     });
-    let workload = Supervisor::open(config.node_id.clone(), &config.data_dir.join("jobs"), load.clone(), settle)
-        .map_err(|e| e.to_string())?;
+    let workload = Supervisor::open(
+        config.node_id.clone(),
+        &config.data_dir.join("jobs"),
+        load.clone(),
+        settle,
+        config.jobs.clone(),
+    )
+    .map_err(|e| e.to_string())?;
     let reconciler =
         Reconciler::new(config.node_id.clone(), backend, workload, &config.data_dir).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("cannot start the async runtime: {e}"))?;

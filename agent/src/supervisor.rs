@@ -67,6 +67,52 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_secs(1);
 /// How long a readiness check may take.
 const READY_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Which jobs a node agrees to run. Whoever may write a tenant (an operator) or push a layout (the leader) could
+/// otherwise have any program run on every GPU node, as the agent's user: the node's owner lists the programs and
+/// images it allows, in the agent's configuration (`[jobs]`). A pattern is a program or image name exactly, or a
+/// prefix followed by `*`; `*` allows everything (the simulator's nodes, which exist to run test jobs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobPolicy {
+    /// Programs a command job may start (its `argv[0]`, as written in the tenant's spec).
+    pub commands: Vec<String>,
+    /// Images a container job may run.
+    pub images: Vec<String>,
+}
+
+impl JobPolicy {
+    /// Every program and every image.
+    pub fn allow_all() -> JobPolicy {
+        JobPolicy { commands: vec!["*".into()], images: vec!["*".into()] }
+    }
+
+    /// Whether the policy allows what `run` starts; the error names it and the setting to change.
+    pub fn check(&self, run: &JobRun) -> Result<(), String> {
+        let matches = |patterns: &[String], what: &str| {
+            patterns.iter().any(|p| match p.strip_suffix('*') {
+                Some(prefix) => what.starts_with(prefix),
+                None => p == what,
+            })
+        };
+        match run {
+            JobRun::Command { argv } => {
+                let program = argv.first().map(String::as_str).unwrap_or("");
+                if matches(&self.commands, program) {
+                    Ok(())
+                } else {
+                    Err(format!("this node does not run `{program}` (add it to [jobs] allow_commands in its config)"))
+                }
+            }
+            JobRun::Container { image, .. } => {
+                if matches(&self.images, image) {
+                    Ok(())
+                } else {
+                    Err(format!("this node does not run image `{image}` (add it to [jobs] allow_images in its config)"))
+                }
+            }
+        }
+    }
+}
+
 /// Why the supervisor could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {
@@ -134,6 +180,7 @@ pub struct Supervisor {
     node: NodeId,
     dir: PathBuf,
     settle: Duration,
+    policy: JobPolicy,
     inner: Mutex<Inner>,
     origin: Instant,
     load: Option<Arc<LoadSignal>>,
@@ -152,12 +199,13 @@ impl Supervisor {
     /// `settle` is how long a job must have been ready before its instance counts as serving ([`Workload::ready`]):
     /// its endpoint is reported ready at once, and the settle gives front ends time to learn it (a heartbeat and a
     /// route update) before make-before-break drains the instance it replaces. [`DEFAULT_SETTLE`] suits a heartbeat
-    /// of 0.5 s; give a little more than the heartbeat interval.
+    /// of 0.5 s; give a little more than the heartbeat interval. `policy` says which programs and images it runs.
     pub fn open(
         node: NodeId,
         dir: &Path,
         load: Option<Arc<LoadSignal>>,
         settle: Duration,
+        policy: JobPolicy,
     ) -> Result<Arc<Supervisor>, SupervisorError> {
         let io =
             |path: &Path, e: std::io::Error| SupervisorError::Io { path: path.to_path_buf(), message: e.to_string() };
@@ -200,6 +248,7 @@ impl Supervisor {
             node,
             dir: dir.to_path_buf(),
             settle,
+            policy,
             inner: Mutex::new(inner),
             origin: Instant::now(),
             load,
@@ -520,6 +569,19 @@ impl Workload for Supervisor {
         if work.is_empty() {
             self.drain(gpu, instance)?;
             return Ok(());
+        }
+        // A job this node does not allow fails the load, before anything changes (the pass reports it).
+        {
+            let inner = lock(&self.inner);
+            for w in work {
+                let spec = inner.specs.get(&w.tenant).and_then(|j| match w.role {
+                    Role::Inference => j.serve.as_ref(),
+                    Role::Retraining => j.retrain.as_ref(),
+                });
+                if let Some(spec) = spec {
+                    self.policy.check(&spec.run).map_err(|e| err(format!("tenant {}: {e}", w.tenant)))?;
+                }
+            }
         }
         // A tenant's retraining runs once on the node: the one elsewhere checkpoints and stops first.
         for w in work.iter().filter(|w| w.role == Role::Retraining) {
@@ -885,6 +947,19 @@ mod tests {
             *runtime = ContainerRuntime::Podman;
         }
         assert!(command_line(&spec, uuid, "n").join(" ").contains("--device nvidia.com/gpu=MIG-b5d6a3c0"));
+    }
+
+    #[test]
+    fn a_node_runs_only_the_programs_and_images_it_allows() {
+        let policy = JobPolicy { commands: vec!["tritonserver".into(), "/opt/serving/*".into()], images: vec![] };
+        assert_eq!(policy.check(&JobRun::Command { argv: vec!["tritonserver".into()] }), Ok(()));
+        assert_eq!(policy.check(&JobRun::Command { argv: vec!["/opt/serving/vllm".into()] }), Ok(()));
+        let e = policy.check(&JobRun::Command { argv: vec!["/bin/sh".into(), "-c".into()] }).unwrap_err();
+        assert!(e.contains("`/bin/sh`") && e.contains("allow_commands"), "{e}");
+        let image = JobRun::Container { image: "evil:1".into(), args: vec![], runtime: ContainerRuntime::Docker };
+        assert!(policy.check(&image).unwrap_err().contains("allow_images"));
+        assert_eq!(JobPolicy::allow_all().check(&image), Ok(()));
+        assert!(JobPolicy::default().check(&JobRun::Command { argv: vec!["x".into()] }).is_err());
     }
 
     #[test]

@@ -590,8 +590,9 @@ impl SimNode {
         let backend = Arc::new(PersistentSim::open(gpus, model, clock.as_clock(), Some(dir), uuid_seed(&id))?);
         let sim = backend.sim().clone();
         let workload: Arc<dyn Workload> = if jobs {
-            use tessera_agent::supervisor::{DEFAULT_SETTLE, Supervisor};
-            Supervisor::open(id.clone(), &dir.join("jobs"), None, DEFAULT_SETTLE)
+            // A simulated node exists to run test jobs: it allows every program.
+            use tessera_agent::supervisor::{DEFAULT_SETTLE, JobPolicy, Supervisor};
+            Supervisor::open(id.clone(), &dir.join("jobs"), None, DEFAULT_SETTLE, JobPolicy::allow_all())
                 .map_err(|e| NodeError::Io { path: dir.join("jobs"), message: e.to_string() })?
         } else {
             Arc::new(SimWorkload::new(sim.clone(), clock))
