@@ -107,7 +107,21 @@ pub fn gpu_descriptors(backend: &dyn MigBackend) -> Result<Vec<GpuDescriptor>, B
         let Some(model) = g.model else { continue };
         let mig_enabled = g.mig.is_some_and(|m| m.current);
         let layout = if mig_enabled { backend.layout(g.index)? } else { Layout::empty() };
-        out.push(GpuDescriptor { index: g.index, model, mig_enabled, layout });
+        // The driver's memory per profile, where it differs from the catalog: the coordinator plans with it.
+        let memory_gib = match backend.driver_table(g.index) {
+            Ok(Some(t)) => t
+                .profiles
+                .iter()
+                .filter(|p| model.profile(p.profile).is_some_and(|c| (c.memory_gib - p.memory_gib()).abs() > 0.01))
+                .map(|p| (p.profile, p.memory_gib()))
+                .collect(),
+            Ok(None) => Default::default(),
+            Err(e) => {
+                tracing::warn!(gpu = g.index, "cannot read the driver's MIG table; registering the catalog's: {e}");
+                Default::default()
+            }
+        };
+        out.push(GpuDescriptor { index: g.index, model, mig_enabled, layout, memory_gib });
     }
     Ok(out)
 }

@@ -434,6 +434,8 @@ impl Planner {
                 layout: g.applied.clone(),
                 assignments: g.applied_assignments.clone(),
                 warm: None,
+                // The node's driver's memory figures, where it reported any at registration.
+                memory_gib: g.memory_gib.clone(),
             };
             (id.clone(), input)
         });

@@ -236,6 +236,7 @@ mod tests {
             applied_epoch: 1,
             target: Some(target),
             target_epoch: 2,
+            memory_gib: BTreeMap::new(),
         };
         let mut fleet = FleetState::default();
         let mut spec: tessera_core::tenant::TenantSpec = serde_json::from_value(serde_json::json!({

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::GpuModel;
+use crate::catalog::{GpuModel, Profile};
 use crate::config::{FieldError, validate_model_profile, validate_tenant};
 use crate::ids::{GpuId, NodeId, TenantId};
 use crate::invariants::{self, Violation};
@@ -77,6 +77,10 @@ pub struct GpuDescriptor {
     pub mig_enabled: bool,
     /// The layout the node observes now.
     pub layout: Layout,
+    /// Each profile's memory as the node's driver reports it, GiB (`agent mig probe`), where the node read it; the
+    /// planner plans the GPU with these rather than the catalog's. Empty: the catalog's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub memory_gib: BTreeMap<Profile, f64>,
 }
 
 /// What the fleet knows about a node.
@@ -118,6 +122,9 @@ pub struct GpuState {
     pub target: Option<GpuPlan>,
     /// The epoch of the target.
     pub target_epoch: u64,
+    /// Each profile's memory as the node's driver reported it at registration, GiB; empty: the catalog's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub memory_gib: BTreeMap<Profile, f64>,
 }
 
 /// The replicated fleet state.
@@ -443,6 +450,16 @@ pub enum Rejected {
     /// A plan's GPU (or its node) is failed.
     #[error("{0} (or its node) is failed: plans may only empty it")]
     GpuFailed(GpuId),
+    /// A node reported a memory figure for a profile its model lacks, or one that is not a size of its memory.
+    #[error("{gpu}: the driver's memory for {profile}, {value} GiB, is not a memory size of this GPU")]
+    BadDriverMemory {
+        /// The GPU.
+        gpu: GpuId,
+        /// The profile.
+        profile: Profile,
+        /// The value.
+        value: f64,
+    },
     /// A plan's expected goodput is not a finite non-negative number.
     #[error("{gpu}: expected goodput {value} is not a finite non-negative number")]
     BadGoodput {
@@ -665,6 +682,17 @@ impl FleetState {
             }
             indices.push(g.index);
             invariants::layout_valid_for_model(&GpuId::new(node.clone(), g.index), g.model, &g.layout)?;
+            // A driver's memory figure is believed for a profile the model has, within the whole GPU's memory.
+            for (profile, gib) in &g.memory_gib {
+                let whole = g.model.spec().memory_gib * 1.05;
+                if g.model.profile(*profile).is_none() || !gib.is_finite() || *gib <= 0.0 || *gib > whole {
+                    return Err(Rejected::BadDriverMemory {
+                        gpu: GpuId::new(node.clone(), g.index),
+                        profile: *profile,
+                        value: *gib,
+                    });
+                }
+            }
         }
         let known = self.nodes.contains_key(&node);
         if let Some(old) = self.nodes.get(&node) {
@@ -679,6 +707,7 @@ impl FleetState {
                 // Same hardware: keep health, target and epochs; take the observed layout.
                 Some(g) if g.model == d.model => {
                     g.mig_enabled = d.mig_enabled;
+                    g.memory_gib = d.memory_gib;
                     g.applied_assignments.retain(|a| d.layout.contains(a.placement));
                     g.applied = d.layout;
                 }
@@ -694,6 +723,7 @@ impl FleetState {
                             applied_epoch: 0,
                             target: None,
                             target_epoch: 0,
+                            memory_gib: d.memory_gib,
                         },
                     );
                 }

@@ -89,7 +89,13 @@ fn example_fleet_and_tenants_are_accepted_by_the_state_machine() {
             .gpus
             .iter()
             .enumerate()
-            .map(|(i, m)| GpuDescriptor { index: i as u32, model: *m, mig_enabled: true, layout: Layout::empty() })
+            .map(|(i, m)| GpuDescriptor {
+                index: i as u32,
+                model: *m,
+                mig_enabled: true,
+                layout: Layout::empty(),
+                memory_gib: Default::default(),
+            })
             .collect();
         let address = n.address.clone().unwrap_or_else(|| format!("{}:50051", n.id));
         state.apply(Command::RegisterNode { node: n.id.clone(), address, gpus, at: SimTime::ZERO }).unwrap();

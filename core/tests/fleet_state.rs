@@ -2,7 +2,6 @@
 //! relies on: a rejected command changes nothing, and the invariants hold after any sequence of commands.
 
 use proptest::prelude::*;
-use tessera_core::GpuModel;
 use tessera_core::accuracy::{Drift, OptimusCurve};
 use tessera_core::fleet::{Command, Event, FleetState, GpuDescriptor, GpuHealth, NodeHealth, Rejected, TenantStatus};
 use tessera_core::ids::{GpuId, NodeId, TenantId};
@@ -12,6 +11,7 @@ use tessera_core::model::{LatencyModel, ModelProfile, TrainingSpeed};
 use tessera_core::plan::{Assignment, GpuPlan, Plan, Role};
 use tessera_core::tenant::{DemandSource, RetrainingSpec, TenantSpec};
 use tessera_core::time::SimTime;
+use tessera_core::{GpuModel, Profile};
 
 fn model(name: &str, inference_gib: f64, training_gib: f64) -> ModelProfile {
     ModelProfile {
@@ -61,7 +61,13 @@ fn register(id: &str, models: &[GpuModel]) -> Command {
         gpus: models
             .iter()
             .enumerate()
-            .map(|(i, m)| GpuDescriptor { index: i as u32, model: *m, mig_enabled: true, layout: Layout::empty() })
+            .map(|(i, m)| GpuDescriptor {
+                index: i as u32,
+                model: *m,
+                mig_enabled: true,
+                layout: Layout::empty(),
+                memory_gib: Default::default(),
+            })
             .collect(),
         at: SimTime::ZERO,
     }
@@ -513,4 +519,25 @@ fn tenant_status_is_recorded_in_order() {
     assert!(matches!(rejected(&mut s, status(1.5, 3, 30)), Rejected::BadStatus { .. }));
     s.apply(Command::DeleteTenant { id: a.clone() }).unwrap();
     assert!(!s.tenant_status.contains_key(&a));
+}
+
+#[test]
+fn a_node_registers_its_drivers_memory_and_absurd_figures_are_refused() {
+    let mut s = fleet();
+    let with = |memory: &[(Profile, f64)]| {
+        let mut c = register("h200", &[GpuModel::H200_141GB]);
+        if let Command::RegisterNode { gpus, .. } = &mut c {
+            gpus[0].memory_gib = memory.iter().copied().collect();
+        }
+        c
+    };
+    s.apply(with(&[(Profile::G1, 16.0), (Profile::G7, 140.0)])).unwrap();
+    let gpu = &s.gpus[&"h200/0".parse::<GpuId>().unwrap()];
+    assert_eq!(gpu.memory_gib.get(&Profile::G1), Some(&16.0));
+    for bad in [(Profile::G1, 0.0), (Profile::G1, f64::NAN), (Profile::G3, 400.0)] {
+        assert!(matches!(rejected(&mut s, with(&[bad])), Rejected::BadDriverMemory { .. }), "{bad:?}");
+    }
+    // A registration without figures goes back to the catalog's.
+    s.apply(register("h200", &[GpuModel::H200_141GB])).unwrap();
+    assert!(s.gpus[&"h200/0".parse::<GpuId>().unwrap()].memory_gib.is_empty());
 }

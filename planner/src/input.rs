@@ -103,6 +103,10 @@ pub struct GpuInput {
     /// The previous round's level-2 result on this GPU, for policies that warm-start from it (tessera).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<WarmStart>,
+    /// Each profile's memory as this GPU's driver reports it, GiB, where it differs from the catalog (empty: the
+    /// catalog's): level 2 decides what fits an instance with it ([`GpuInput::profile_spec`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub memory_gib: std::collections::BTreeMap<tessera_core::Profile, f64>,
 }
 
 /// A GPU's level-2 result from a previous round, which the next round shifts onto its own slots: its plan is a
@@ -158,6 +162,15 @@ impl WarmStart {
 }
 
 impl GpuInput {
+    /// What this GPU says about `profile`: the catalog's entry, with the driver's memory where the node reported it.
+    pub fn profile_spec(&self, profile: tessera_core::Profile) -> Option<tessera_core::catalog::ProfileSpec> {
+        let mut spec = *self.model.profile(profile)?;
+        if let Some(gib) = self.memory_gib.get(&profile) {
+            spec.memory_gib = *gib;
+        }
+        Some(spec)
+    }
+
     /// The tenant's instance in `role` here, if any.
     pub fn instance_of(&self, tenant: &TenantId, role: Role) -> Option<&Assignment> {
         self.assignments.iter().find(|a| &a.tenant == tenant && a.role == role)

@@ -59,6 +59,7 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
                 layout: Layout::empty(),
                 assignments: vec![],
                 warm: None,
+                memory_gib: Default::default(),
             },
         );
     }

@@ -58,6 +58,7 @@ fn add_gpu(input: &mut PlannerInput, id: tessera_core::ids::GpuId, model: GpuMod
             layout: Layout::empty(),
             assignments: vec![],
             warm: None,
+            memory_gib: Default::default(),
         },
     );
 }
@@ -773,4 +774,26 @@ fn sharing_runs_retraining_beside_inference_only_where_it_gains() {
 
 fn pb_ids(pb: &GpuProblem) -> Vec<TenantId> {
     pb.tenants.iter().map(|t| t.id.clone()).collect()
+}
+
+/// Level 2 decides what fits an instance with the memory the GPU's driver reported (the H200's 1g profiles were once
+/// planned with 17.18 GiB where the driver gives 16): a model that fits the catalog's 1g but not the driver's gets
+/// no capacity there.
+#[test]
+fn level_2_plans_with_the_drivers_memory_where_the_node_reported_it() {
+    let spec = SyntheticSpec { gpus: 1, tenants: 1, slots: 4, gpu_model: GpuModel::H100_80GB, seed: 3 };
+    let mut input = synthetic(&spec, &models(), PlannerConfig { solver: exact(), ..PlannerConfig::default() });
+    let model_name = input.tenants.values().next().unwrap().spec.model.clone();
+    let catalog_1g = GpuModel::H100_80GB.profile(Profile::G1).unwrap().memory_gib;
+    input.models.get_mut(&model_name).unwrap().inference_memory_gib = catalog_1g - 0.25;
+    let at = |pb: &GpuProblem, p: Profile| pb.tenants[0].cap[pb.profiles.iter().position(|x| *x == p).unwrap()];
+    let pb = problem(&input, Arrivals::Point);
+    assert!(at(&pb, Profile::G1) > 0.0, "fits the catalog's 1g");
+    let gpu = input.gpus.values_mut().next().unwrap();
+    gpu.memory_gib.insert(Profile::G1, catalog_1g - 0.75);
+    assert_eq!(gpu.profile_spec(Profile::G1).unwrap().memory_gib, catalog_1g - 0.75);
+    assert_eq!(gpu.profile_spec(Profile::G2), GpuModel::H100_80GB.profile(Profile::G2).copied());
+    let pb = problem(&input, Arrivals::Point);
+    assert_eq!(at(&pb, Profile::G1), 0.0, "does not fit the driver's 1g");
+    assert!(at(&pb, Profile::G2) > 0.0);
 }

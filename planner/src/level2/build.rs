@@ -1,11 +1,11 @@
 //! From a [`PlannerInput`] and a level-1 assignment to the level-2 [`GpuProblem`] of one GPU.
 
+use tessera_core::Profile;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::Role;
 use tessera_core::sharing::ShareParams;
-use tessera_core::{GpuModel, Profile};
 
-use crate::input::PlannerInput;
+use crate::input::{GpuInput, PlannerInput};
 use crate::level2::problem::{GpuProblem, RetrainTask, Scenario, SharedTask, TenantTask};
 
 /// Which arrivals level 2 plans against.
@@ -32,10 +32,11 @@ fn fit(rates: &[f64], len: usize) -> Vec<f64> {
 fn shared_task(
     input: &PlannerInput,
     id: &TenantId,
-    gpu: GpuModel,
+    g: &GpuInput,
     profiles: &[Profile],
     slowdown: f64,
 ) -> Option<SharedTask> {
+    let gpu = g.model;
     let cfg = &input.config;
     let t = &input.tenants[id];
     if cfg.sharing.is_exclusive() || t.spec.retraining.is_none() {
@@ -45,7 +46,7 @@ fn shared_task(
     let params = ShareParams::default();
     let (mut cap, mut batch, mut batch_ms, mut batch_train_ms) = (vec![], vec![], vec![], vec![]);
     for p in profiles {
-        let spec = gpu.profile(*p).expect("candidate profiles exist on the model");
+        let spec = g.profile_spec(*p).expect("candidate profiles exist on the model");
         let both = model.inference_memory_gib + model.training_memory_gib <= spec.memory_gib;
         let c = both
             .then(|| {
@@ -83,8 +84,8 @@ pub fn gpu_problem(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId], arri
         let cap = profiles
             .iter()
             .map(|p| {
-                let spec = g.model.profile(*p).expect("candidate profiles exist on the model");
-                if !model.fits_inference(spec) {
+                let spec = g.profile_spec(*p).expect("candidate profiles exist on the model");
+                if !model.fits_inference(&spec) {
                     return 0.0;
                 }
                 model
@@ -102,8 +103,8 @@ pub fn gpu_problem(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId], arri
             speed: profiles
                 .iter()
                 .map(|p| {
-                    let spec = g.model.profile(*p).expect("candidate profiles exist on the model");
-                    if model.fits_training(spec) { model.training_speed_on(g.model, *p) } else { 0.0 }
+                    let spec = g.profile_spec(*p).expect("candidate profiles exist on the model");
+                    if model.fits_training(&spec) { model.training_speed_on(g.model, *p) } else { 0.0 }
                 })
                 .collect(),
             running_on: running,
@@ -128,7 +129,7 @@ pub fn gpu_problem(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId], arri
             retrain,
             tail_value: 0.0,
             current_inference,
-            shared: shared_task(input, id, g.model, &profiles, slowdown),
+            shared: shared_task(input, id, g, &profiles, slowdown),
         });
     }
     let mut pb = GpuProblem {

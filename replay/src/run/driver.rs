@@ -696,6 +696,7 @@ impl RoundContext<'_> {
                 layout: exec.gpu_layout(*i),
                 assignments: exec.gpu_assignments(*i),
                 warm: None,
+                memory_gib: Default::default(),
             };
             (id.clone(), g)
         });
