@@ -767,22 +767,16 @@ impl Workload for Supervisor {
                 }
             }
         }
-        if let Some(load) = &self.load {
-            for (tenant, n) in load.arrivals() {
-                tenants.entry(tenant).or_default().arrivals = n;
-            }
-        }
+        crate::workload::add_load_arrivals(self.load.as_deref(), &mut tenants);
         WorkloadMetrics { now_ms: self.now_ms(), tenants }
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+        crate::workload::wall_ms_since(self.origin)
     }
 
     fn report_load(&self, source: &str, tenant: &TenantId, requests_total: u64) -> Result<(), WorkloadError> {
-        let load = self.load.as_ref().ok_or(WorkloadError::LoadUnsupported)?;
-        load.observe(tenant, &format!("report:{source}"), requests_total as f64);
-        Ok(())
+        crate::workload::report_into(self.load.as_deref(), source, tenant, requests_total)
     }
 }
 

@@ -268,21 +268,40 @@ impl Workload for Bookkeeping {
                 }
             }
         }
-        if let Some(load) = &self.load {
-            for (tenant, n) in load.arrivals() {
-                tenants.entry(tenant).or_default().arrivals = n;
-            }
-        }
+        add_load_arrivals(self.load.as_deref(), &mut tenants);
         WorkloadMetrics { now_ms: self.now_ms(), tenants }
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+        wall_ms_since(self.origin)
     }
 
     fn report_load(&self, source: &str, tenant: &TenantId, requests_total: u64) -> Result<(), WorkloadError> {
-        let load = self.load.as_ref().ok_or(WorkloadError::LoadUnsupported)?;
-        load.observe(tenant, &format!("report:{source}"), requests_total as f64);
-        Ok(())
+        report_into(self.load.as_deref(), source, tenant, requests_total)
     }
+}
+
+/// Sets each tenant's `arrivals` to its serving stack's counter, where the workload has a load signal (the
+/// workloads of real nodes: [`Bookkeeping`] and the supervisor).
+pub(crate) fn add_load_arrivals(load: Option<&LoadSignal>, tenants: &mut BTreeMap<TenantId, TenantCounters>) {
+    for (tenant, n) in load.map(LoadSignal::arrivals).unwrap_or_default() {
+        tenants.entry(tenant).or_default().arrivals = n;
+    }
+}
+
+/// Takes a `ReportLoad` counter into `load`; [`WorkloadError::LoadUnsupported`] without one.
+pub(crate) fn report_into(
+    load: Option<&LoadSignal>,
+    source: &str,
+    tenant: &TenantId,
+    requests_total: u64,
+) -> Result<(), WorkloadError> {
+    let load = load.ok_or(WorkloadError::LoadUnsupported)?;
+    load.observe(tenant, &format!("report:{source}"), requests_total as f64);
+    Ok(())
+}
+
+/// Wall-clock workload time: ms since `origin`.
+pub(crate) fn wall_ms_since(origin: Instant) -> u64 {
+    u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
