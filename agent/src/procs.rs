@@ -26,6 +26,22 @@ pub fn environ_names(environ: &[u8], uuid: &str) -> bool {
     })
 }
 
+/// The PIDs of the live processes whose environment has `name=value`, ascending.
+pub fn processes_with_env(name: &str, value: &str) -> Vec<u32> {
+    let entry = format!("{name}={value}");
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut pids: Vec<u32> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == entry.as_bytes()))
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
 /// The PIDs of the live processes whose environment names `uuid`, ascending.
 pub fn processes_using(uuid: &MigUuid) -> Vec<u32> {
     processes_using_in(Path::new("/proc"), &uuid.to_string())

@@ -507,6 +507,8 @@ impl Reconciler {
         tessera_telemetry::record_status(&span, &result);
         if matches!(result, Ok(GpuOutcome::Converged)) {
             lock(&self.traces).remove(&gpu);
+            // A later wait for the same target starts its clock afresh.
+            lock(&self.mbb_waits).retain(|k, _| k.0 != gpu);
         }
         result
     }
@@ -732,14 +734,27 @@ impl Reconciler {
                         a.tenant == w.tenant
                             && a.role == Role::Inference
                             && !(*g == gpu && a.placement == placement)
-                            // On this GPU, an instance that needs the old one's slices cannot come first.
-                            && (*g != gpu || instances.contains_key(&a.placement))
+                            // Only an instance that exists, or can be made at once, is waited for: on this GPU one
+                            // that needs the old one's slices cannot come first, and on another GPU one whose slices
+                            // are taken waits on its own GPU's drains (no cycle of waits).
+                            && (if *g == gpu {
+                                instances.contains_key(&a.placement)
+                            } else {
+                                self.creatable_or_present(*g, a.placement)
+                            })
                             && !self.workload.ready(*g, a.placement)
                     })
                     .map(|a| a.placement)
             })
         })?;
         (!self.mbb_timed_out(gpu, plan)).then_some(waiting)
+    }
+
+    /// Whether `placement` is on GPU `gpu` now, or its slices are free there (its GPU's pass creates it without
+    /// draining anything first).
+    fn creatable_or_present(&self, gpu: u32, placement: Placement) -> bool {
+        let Ok(layout) = self.backend.layout(gpu) else { return false };
+        layout.contains(placement) || layout.memory_mask() & Layout::new([placement]).memory_mask() == 0
     }
 
     /// Whether make-before-break waits on `gpu` for this plan have lasted longer than [`MAKE_BEFORE_BREAK_LIMIT`]

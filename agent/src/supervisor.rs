@@ -96,6 +96,10 @@ impl JobPolicy {
         match run {
             JobRun::Command { argv } => {
                 let program = argv.first().map(String::as_str).unwrap_or("");
+                // `/opt/serving/../../bin/sh` would match `/opt/serving/*` as text.
+                if program.split('/').any(|c| c == "..") {
+                    return Err(format!("`{program}`: a program path may not climb with `..`"));
+                }
                 if matches(&self.commands, program) {
                     Ok(())
                 } else {
@@ -141,6 +145,10 @@ struct JobRecord {
     spec: JobSpec,
     restarts: u32,
     log: PathBuf,
+    /// A value unique to this job, in its environment (`TESSERA_JOB_ID`) and saved before it starts: a job whose
+    /// PID was not saved (the agent killed right after the start) is still found and adopted, not started twice.
+    #[serde(default)]
+    token: String,
 }
 
 /// One instance's work and jobs as the state file records them.
@@ -223,7 +231,15 @@ impl Supervisor {
         for mut slot in slots {
             for job in &mut slot.jobs {
                 let key = (slot.gpu, slot.placement, job.tenant.clone(), job.role);
-                let alive = job.pid != 0 && start_ticks(job.pid) == Some(job.start_ticks);
+                let mut alive = job.pid != 0 && start_ticks(job.pid) == Some(job.start_ticks);
+                if !alive && !job.token.is_empty() {
+                    // Started, but its PID was not saved: found by its token.
+                    if let Some(pid) = crate::procs::processes_with_env("TESSERA_JOB_ID", &job.token).first() {
+                        job.pid = *pid;
+                        job.start_ticks = start_ticks(*pid).unwrap_or(0);
+                        alive = job.start_ticks != 0;
+                    }
+                }
                 let mut live = Live::default();
                 if alive {
                     tracing::info!(node = %node, tenant = %job.tenant, role = ?job.role, pid = job.pid,
@@ -231,14 +247,17 @@ impl Supervisor {
                     if job.state == EndpointState::Ready {
                         live.ready_since = Some(Instant::now());
                     }
-                } else if job.state != EndpointState::Draining {
+                    // A drain the agent did not finish: the job serves again until the reconcile loop, which
+                    // recomputes what to drain, drains it again (drains are idempotent).
+                    if job.state == EndpointState::Draining {
+                        job.state = EndpointState::Starting;
+                    }
+                } else {
                     tracing::warn!(node = %node, tenant = %job.tenant, role = ?job.role, placement = %slot.placement,
                         "a job died while the agent was away; restarting it");
                     job.pid = 0;
                     job.state = EndpointState::Starting;
                     live.restart_at = Some(Instant::now());
-                } else {
-                    job.pid = 0;
                 }
                 inner.live.insert(key, live);
             }
@@ -356,6 +375,7 @@ impl Supervisor {
             .env("CUDA_VISIBLE_DEVICES", uuid.to_string())
             .env("TESSERA_TENANT", job.tenant.as_str())
             .env("TESSERA_PORT", job.port.to_string())
+            .env("TESSERA_JOB_ID", &job.token)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err);
@@ -370,6 +390,8 @@ impl Supervisor {
         let uuid = slot.uuid.ok_or("the instance has no MIG UUID the agent could read; no job can run on it")?;
         let job = &mut slot.jobs[index];
         let name = container_name(&self.node, slot_key.0, slot_key.1, &job.tenant, job.role);
+        // A container left by a crash would hold the name (and the instance).
+        remove_container(&job.spec.run, &name);
         let child = self.spawn(job, uuid, &name)?;
         job.pid = child.id();
         job.start_ticks = start_ticks(job.pid).unwrap_or(0);
@@ -399,12 +421,17 @@ impl Supervisor {
                     let job = inner.slots[&slot_key].jobs[i].clone();
                     let key = (slot_key.0, slot_key.1, job.tenant.clone(), job.role);
                     let live = inner.live.entry(key.clone()).or_default();
+                    if live.stopping {
+                        continue; // `stop_job` owns it now (and reaps it).
+                    }
                     let exited = match &mut live.child {
                         Some(c) => matches!(c.try_wait(), Ok(Some(_))),
                         None => job.pid != 0 && start_ticks(job.pid) != Some(job.start_ticks),
                     };
                     if exited && job.pid != 0 {
                         live.child = None;
+                        // What the leader left in its group (workers) goes with it before a restart.
+                        signal_group(job.pid, Signal::Kill);
                         let stopping = live.stopping;
                         let slot = inner.slots.get_mut(&slot_key).expect("slot");
                         slot.jobs[i].pid = 0;
@@ -513,6 +540,8 @@ impl Supervisor {
                 }
             }
         }
+        // A container runs under the runtime's shim, outside the CLI's process group: it is removed by name.
+        remove_container(&job.spec.run, &container_name(&self.node, slot_key.0, slot_key.1, tenant, role));
         let mut inner = lock(&self.inner);
         if let Some(slot) = inner.slots.get_mut(&slot_key) {
             slot.jobs.retain(|j| !(&j.tenant == tenant && j.role == role));
@@ -545,7 +574,8 @@ impl Supervisor {
             .slots
             .iter()
             .filter(|(k, s)| {
-                **k != except && s.jobs.iter().any(|j| &j.tenant == tenant && j.role == Role::Retraining && j.pid != 0)
+                // Also one in crash backoff (pid 0): it would be restarted beside the new one.
+                **k != except && s.jobs.iter().any(|j| &j.tenant == tenant && j.role == Role::Retraining)
             })
             .map(|(k, _)| *k)
             .collect()
@@ -570,19 +600,6 @@ impl Workload for Supervisor {
             self.drain(gpu, instance)?;
             return Ok(());
         }
-        // A job this node does not allow fails the load, before anything changes (the pass reports it).
-        {
-            let inner = lock(&self.inner);
-            for w in work {
-                let spec = inner.specs.get(&w.tenant).and_then(|j| match w.role {
-                    Role::Inference => j.serve.as_ref(),
-                    Role::Retraining => j.retrain.as_ref(),
-                });
-                if let Some(spec) = spec {
-                    self.policy.check(&spec.run).map_err(|e| err(format!("tenant {}: {e}", w.tenant)))?;
-                }
-            }
-        }
         // A tenant's retraining runs once on the node: the one elsewhere checkpoints and stops first.
         for w in work.iter().filter(|w| w.role == Role::Retraining) {
             for other in self.retraining_elsewhere(&w.tenant, slot_key) {
@@ -592,37 +609,44 @@ impl Workload for Supervisor {
             }
         }
         let mut inner = lock(&self.inner);
-        let specs = inner.specs.clone();
-        let slot = inner.slots.entry(slot_key).or_insert_with(|| SlotRecord {
-            gpu,
-            placement: instance.placement,
-            uuid: instance.uuid,
-            work: Vec::new(),
-            jobs: Vec::new(),
-        });
-        slot.uuid = instance.uuid.or(slot.uuid);
-        slot.work = work.to_vec();
-        let mut to_start = Vec::new();
+        let existing: Vec<(TenantId, Role)> = inner
+            .slots
+            .get(&slot_key)
+            .map(|s| s.jobs.iter().map(|j| (j.tenant.clone(), j.role)).collect())
+            .unwrap_or_default();
+        let probe = SlotRecord { gpu, placement: instance.placement, uuid: instance.uuid, work: vec![], jobs: vec![] };
+        // Every new job is prepared (allowed, expanded, given a port) before anything changes: a load that fails
+        // here leaves the instance as it was, and the next pass tries again.
+        let mut new_jobs = Vec::new();
         for w in work {
-            let spec = specs.get(&w.tenant).and_then(|j| match w.role {
+            let spec = inner.specs.get(&w.tenant).and_then(|j| match w.role {
                 Role::Inference => j.serve.as_ref(),
                 Role::Retraining => j.retrain.as_ref(),
             });
             let Some(spec) = spec else { continue };
-            if slot.jobs.iter().any(|j| j.tenant == w.tenant && j.role == w.role) {
+            if existing.iter().any(|(t, r)| *t == w.tenant && *r == w.role) {
                 continue; // Already running here (adopted after a restart, or loaded twice): not started again.
             }
             let port = free_port().map_err(|e| err(format!("cannot allocate a port: {e}")))?;
-            let slot_ro = slot.clone();
-            let mut vars = self.vars(gpu, &slot_ro, &w.tenant, w.role, port);
+            let mut vars = self.vars(gpu, &probe, &w.tenant, w.role, port);
             let expanded = self.expanded(spec, &mut vars).map_err(|e| err(format!("{}: {e}", w.tenant)))?;
+            // The policy judges what would run, after templates (a template cannot smuggle a path in).
+            self.policy.check(&expanded.run).map_err(|e| err(format!("tenant {}: {e}", w.tenant)))?;
             let log = self.dir.join("logs").join(format!(
                 "{}.{}.gpu{gpu}.{}.log",
                 w.tenant,
                 role_word(w.role),
                 instance.placement.to_string().replace('@', "-at-")
             ));
-            slot.jobs.push(JobRecord {
+            let token = format!(
+                "{}-{gpu}-{}-{}-{}-{}",
+                self.node,
+                instance.placement.to_string().replace('@', "-"),
+                w.tenant,
+                role_word(w.role),
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+            );
+            new_jobs.push(JobRecord {
                 tenant: w.tenant.clone(),
                 role: w.role,
                 port,
@@ -632,9 +656,15 @@ impl Workload for Supervisor {
                 spec: expanded,
                 restarts: 0,
                 log,
+                token,
             });
-            to_start.push(slot.jobs.len() - 1);
         }
+        let slot = inner.slots.entry(slot_key).or_insert(probe);
+        slot.uuid = instance.uuid.or(slot.uuid);
+        slot.work = work.to_vec();
+        let first = slot.jobs.len();
+        slot.jobs.extend(new_jobs);
+        let to_start: Vec<usize> = (first..slot.jobs.len()).collect();
         // Jobs of work no longer on this instance stop (a reassignment drains first, so this is a safety net).
         let stale: Vec<(TenantId, Role)> = slot
             .jobs
@@ -644,18 +674,21 @@ impl Workload for Supervisor {
             .collect();
         // Recorded before anything starts, so a restarted agent knows of every process it may find.
         self.save(&inner).map_err(&err)?;
+        let mut failed = None;
         for i in to_start {
             if let Err(e) = self.start_job(&mut inner, slot_key, i) {
-                // Keep the record: the monitor retries with backoff, and the instance is not reported serving.
+                // Kept: the monitor retries it with backoff, and the instance is not reported serving meanwhile.
                 let job = inner.slots[&slot_key].jobs[i].clone();
                 let live = inner.live.entry((gpu, instance.placement, job.tenant.clone(), job.role)).or_default();
                 live.backoff = Some(BACKOFF_INITIAL);
                 live.restart_at = Some(Instant::now() + BACKOFF_INITIAL);
-                self.save_or_log(&inner);
-                return Err(err(format!("{}: {e}", job.tenant)));
+                failed.get_or_insert(format!("{}: {e}", job.tenant));
             }
         }
         self.save(&inner).map_err(&err)?;
+        if let Some(e) = failed {
+            return Err(err(e));
+        }
         drop(inner);
         for (tenant, role) in stale {
             self.stop_job(slot_key, &tenant, role).map_err(&err)?;
@@ -821,6 +854,26 @@ pub fn command_line(spec: &JobSpec, uuid: MigUuid, container_name: &str) -> Vec<
     }
 }
 
+/// Removes a container job's container by name (`docker rm -f`, `podman rm -f`); nothing for a command job. A
+/// container that is not there is no error.
+fn remove_container(run: &JobRun, name: &str) {
+    let JobRun::Container { runtime, .. } = run else { return };
+    let cli = match runtime {
+        ContainerRuntime::Docker => "docker",
+        ContainerRuntime::Podman => "podman",
+    };
+    match Command::new(cli)
+        .args(["rm", "-f", name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(_) => {}
+        Err(e) => tracing::warn!(container = name, "cannot run `{cli} rm -f`: {e}"),
+    }
+}
+
 /// A free TCP port on the loopback interface, as the kernel hands it out.
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -948,6 +1001,8 @@ mod tests {
         let policy = JobPolicy { commands: vec!["tritonserver".into(), "/opt/serving/*".into()], images: vec![] };
         assert_eq!(policy.check(&JobRun::Command { argv: vec!["tritonserver".into()] }), Ok(()));
         assert_eq!(policy.check(&JobRun::Command { argv: vec!["/opt/serving/vllm".into()] }), Ok(()));
+        let climb = JobRun::Command { argv: vec!["/opt/serving/../../bin/sh".into()] };
+        assert!(policy.check(&climb).unwrap_err().contains("`..`"));
         let e = policy.check(&JobRun::Command { argv: vec!["/bin/sh".into(), "-c".into()] }).unwrap_err();
         assert!(e.contains("`/bin/sh`") && e.contains("allow_commands"), "{e}");
         let image = JobRun::Container { image: "evil:1".into(), args: vec![], runtime: ContainerRuntime::Docker };

@@ -202,8 +202,9 @@ pub struct Planner {
     agents: Mutex<HashMap<String, AgentClient<Channel>>>,
     /// Where tenants are served now (from the agents' heartbeats).
     routes: Arc<crate::routes::RouteTable>,
-    /// Per node and epoch: since when its push waits for a tenant's new home on another node to be ready.
-    handovers: Mutex<HashMap<(NodeId, u64), Instant>>,
+    /// Per node: since when its push waits for a tenant's new home on another node to be ready (whatever the
+    /// epoch: a newer plan does not restart the clock).
+    handovers: Mutex<HashMap<NodeId, Instant>>,
 }
 
 /// Longest a push waits for the new home of a tenant it moves away (then the move is break-before-make).
@@ -722,6 +723,8 @@ impl Planner {
         });
         {
             let mut handovers = self.handovers.lock().expect("handovers lock");
+            // A node with nothing to push waits for nothing: a later wait starts its clock afresh.
+            handovers.retain(|n, _| pending.iter().any(|(node, ..)| node == n));
             pending.retain(|(node, _, epoch, _, _)| {
                 let waiting: Vec<&TenantId> = leaving
                     .get(node)
@@ -730,10 +733,10 @@ impl Planner {
                     .filter(|t| !self.routes.ready_elsewhere(t, node))
                     .collect();
                 if waiting.is_empty() {
-                    handovers.remove(&(node.clone(), *epoch));
+                    handovers.remove(node);
                     return true;
                 }
-                let since = *handovers.entry((node.clone(), *epoch)).or_insert_with(|| {
+                let since = *handovers.entry(node.clone()).or_insert_with(|| {
                     tracing::info!(%node, epoch, ?waiting, "push waits for the tenants' new home to be ready");
                     Instant::now()
                 });
@@ -743,8 +746,6 @@ impl Planner {
                 }
                 false
             });
-            // Entries of epochs a newer plan replaced while they waited.
-            handovers.retain(|_, since| since.elapsed() < HANDOVER_LIMIT * 2);
         }
         let mut calls = Vec::new();
         for (node, address, epoch, targets, jobs) in pending {

@@ -324,8 +324,12 @@ impl JobSpec {
             {
                 return Err(JobError::new(field, "not an environment variable name (letters, digits, `_`)"));
             }
-            if name == "CUDA_VISIBLE_DEVICES" || name == "NVIDIA_VISIBLE_DEVICES" {
-                return Err(JobError::new(field, "is set by the agent to the instance's MIG UUID"));
+            if name == "CUDA_VISIBLE_DEVICES" || name == "NVIDIA_VISIBLE_DEVICES" || name.starts_with("TESSERA_") {
+                return Err(JobError::new(field, "is set by the agent (the instance's MIG UUID, the job's identity)"));
+            }
+            // They would choose which program runs, or what it loads, past the node's allow list.
+            if name == "PATH" || name.starts_with("LD_") {
+                return Err(JobError::new(field, "may not be set: it would change which program or library runs"));
             }
         }
         for (field, text) in self.templates() {
@@ -436,6 +440,11 @@ mod tests {
         assert_eq!(jobs.validate(), Ok(()));
         jobs.serve.as_mut().unwrap().env.insert("CUDA_VISIBLE_DEVICES".into(), "0".into());
         assert_eq!(jobs.validate().unwrap_err().field, "serve.env.CUDA_VISIBLE_DEVICES");
+        for name in ["PATH", "LD_PRELOAD", "TESSERA_JOB_ID"] {
+            let mut s = JobSpec::command(["s"]);
+            s.env.insert(name.into(), "x".into());
+            assert_eq!(s.validate().unwrap_err().field, format!("env.{name}"));
+        }
         let mut s = JobSpec::command(["s"]);
         s.ready = Some(ReadyCheck::Http { path: "ready".into() });
         assert_eq!(s.validate().unwrap_err().field, "ready.http");

@@ -21,6 +21,8 @@ use crate::Routes;
 
 /// Largest request body forwarded.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
+/// The stats entry of requests for tenants the routes do not know.
+pub const UNKNOWN_TENANT: &str = "(unknown)";
 /// Longest an instance may take to answer one request.
 pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -48,6 +50,32 @@ pub struct Router {
     hold: Duration,
     turn: AtomicUsize,
     stats: Mutex<BTreeMap<String, TenantStats>>,
+}
+
+/// Headers that belong to one connection, not to the request or answer (RFC 9110, section 7.6.1): never forwarded.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes the hop-by-hop headers, and those the `Connection` header names, from `headers`.
+fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
+    let named: Vec<String> = headers
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|n| n.trim().to_ascii_lowercase()))
+        .collect();
+    for h in HOP_BY_HOP.iter().map(|h| h.to_string()).chain(named) {
+        headers.remove(h.as_str());
+    }
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
@@ -128,18 +156,26 @@ impl Router {
             None => (rest.to_string(), "/".to_string()),
         };
         let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
             Ok(b) => b.to_bytes(),
             Err(e) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body: {e}\n")),
         };
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.remove(hyper::header::HOST);
+        // Counted per tenant the routes know; requests for any other name share one entry (bounded).
+        if !self.routes.borrow().contains_key(&tenant) {
+            self.count(UNKNOWN_TENANT, |s| s.requests += 1);
+            return self.forward(UNKNOWN_TENANT, &tenant, "", &parts, body).await;
+        }
         self.count(&tenant, |s| s.requests += 1);
-        self.forward(&tenant, &format!("{tail}{query}"), &parts, body).await
+        self.forward(&tenant, &tenant, &format!("{tail}{query}"), &parts, body).await
     }
 
     /// Sends the request to a ready instance of `tenant`, skipping those that refuse it, holding while there is none.
     async fn forward(
         &self,
+        counted: &str,
         tenant: &str,
         path: &str,
         parts: &hyper::http::request::Parts,
@@ -161,7 +197,7 @@ impl Router {
             if candidates.is_empty() {
                 let now = Instant::now();
                 if now >= deadline {
-                    self.count(tenant, |s| s.dropped += 1);
+                    self.count(counted, |s| s.dropped += 1);
                     return text(
                         StatusCode::SERVICE_UNAVAILABLE,
                         format!("no ready instance of tenant {tenant} within {:?}\n", self.hold),
@@ -169,19 +205,20 @@ impl Router {
                 }
                 if !held {
                     held = true;
-                    self.count(tenant, |s| s.held += 1);
+                    self.count(counted, |s| s.held += 1);
                 }
-                // Wait for new routes, or retry the refusing instances a little later (a drain ends, a warm-up too).
-                let _ = tokio::time::timeout((deadline - now).min(Duration::from_millis(50)), routes.changed()).await;
-                refused.clear();
+                // Wait for new routes; instances that refused are tried again only once the routes changed (a
+                // request is not sent to the same draining instance every few milliseconds).
+                if tokio::time::timeout((deadline - now).min(Duration::from_millis(50)), routes.changed()).await.is_ok()
+                {
+                    refused.clear();
+                }
                 continue;
             }
             let address = &candidates[self.turn.fetch_add(1, Ordering::Relaxed) % candidates.len()];
             let mut builder = Request::builder().method(parts.method.clone()).uri(format!("http://{address}{path}"));
             for (k, v) in &parts.headers {
-                if k != hyper::header::HOST && k != hyper::header::CONNECTION {
-                    builder = builder.header(k, v);
-                }
+                builder = builder.header(k, v);
             }
             let Ok(upstream) = builder.body(Full::new(body.clone())) else {
                 return text(StatusCode::BAD_REQUEST, "cannot forward this request\n");
@@ -190,22 +227,22 @@ impl Router {
             let retry = match answer {
                 Ok(Ok(resp)) if resp.status() != StatusCode::SERVICE_UNAVAILABLE => {
                     let (mut rparts, rbody) = resp.into_parts();
-                    let bytes = match rbody.collect().await {
-                        Ok(b) => b.to_bytes(),
-                        Err(_) => {
-                            // The instance went away mid-answer: the request may have run; not retried.
-                            return text(StatusCode::BAD_GATEWAY, format!("{address}: the answer was cut\n"));
-                        }
+                    let collected =
+                        tokio::time::timeout(UPSTREAM_TIMEOUT, Limited::new(rbody, MAX_BODY_BYTES).collect()).await;
+                    let bytes = match collected {
+                        Ok(Ok(b)) => b.to_bytes(),
+                        // The instance went away mid-answer, stalled or answered too much: the request may have
+                        // run; not retried.
+                        _ => return text(StatusCode::BAD_GATEWAY, format!("{address}: the answer was cut\n")),
                     };
+                    strip_hop_by_hop(&mut rparts.headers);
                     if let Ok(v) = hyper::header::HeaderValue::from_str(address) {
                         rparts.headers.insert("x-tessera-upstream", v);
                     }
                     // Answered as this server speaks (an HTTP/1.0 upstream's version is not the client's).
                     rparts.version = hyper::Version::HTTP_11;
-                    rparts.headers.remove(hyper::header::TRANSFER_ENCODING);
-                    rparts.headers.remove(hyper::header::CONNECTION);
                     let waited = started.elapsed().as_millis() as u64;
-                    self.count(tenant, |s| {
+                    self.count(counted, |s| {
                         s.forwarded += 1;
                         if held {
                             s.max_hold_ms = s.max_hold_ms.max(waited);
@@ -223,7 +260,7 @@ impl Router {
             };
             if retry {
                 refused.insert(address.clone());
-                self.count(tenant, |s| s.retries += 1);
+                self.count(counted, |s| s.retries += 1);
             }
         }
     }

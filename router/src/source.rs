@@ -106,6 +106,9 @@ pub async fn follow_coordinator(
         if next.is_none() {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(2));
+        } else {
+            // Members that name each other (an election) are not a reason to spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
