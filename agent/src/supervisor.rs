@@ -192,8 +192,16 @@ pub struct Supervisor {
     inner: Mutex<Inner>,
     origin: Instant,
     load: Option<Arc<LoadSignal>>,
+    /// Requests counted by the serve jobs themselves (their `metrics`), read every [`SCRAPE_INTERVAL`].
+    job_load: LoadSignal,
+    last_scrape: Mutex<Option<Instant>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// How often the serve jobs' request counters are read.
+pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
+/// Longest metrics answer read from a job.
+const MAX_METRICS_BYTES: usize = 1 << 20;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -271,6 +279,8 @@ impl Supervisor {
             inner: Mutex::new(inner),
             origin: Instant::now(),
             load,
+            job_load: LoadSignal::default(),
+            last_scrape: Mutex::new(None),
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         });
         sup.save(&lock(&sup.inner)).map_err(|message| SupervisorError::Io { path: file, message })?;
@@ -408,8 +418,38 @@ impl Supervisor {
         Ok(())
     }
 
+    /// Reads the request counters of the serve jobs that have `metrics`, at most every [`SCRAPE_INTERVAL`]; each
+    /// instance's job is a source of its own (a restarted job's counter starting again is seen as a restart).
+    fn scrape_jobs(&self) {
+        {
+            let mut last = lock(&self.last_scrape);
+            if last.is_some_and(|t| t.elapsed() < SCRAPE_INTERVAL) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let targets: Vec<(TenantId, String, u16, tessera_core::jobs::JobMetrics)> = lock(&self.inner)
+            .slots
+            .iter()
+            .flat_map(|((g, p), s)| {
+                s.jobs.iter().filter(|j| j.pid != 0 && j.state != EndpointState::Starting).filter_map(move |j| {
+                    j.spec.metrics.clone().map(|m| (j.tenant.clone(), format!("job:{g}/{p}"), j.port, m))
+                })
+            })
+            .collect();
+        for (tenant, source, port, m) in targets {
+            match http_get_body(port, &m.path, READY_TIMEOUT)
+                .and_then(|text| crate::load::counter_value(&text, &m.counter, &m.labels))
+            {
+                Ok(v) => self.job_load.observe(&tenant, &source, v),
+                Err(e) => tracing::debug!(node = %self.node, %tenant, %source, "cannot read the job's counter: {e}"),
+            }
+        }
+    }
+
     /// One look at every job: reap exits, restart crashed jobs when due, check readiness of starting ones.
     fn monitor_once(&self) {
+        self.scrape_jobs();
         let mut checks = Vec::new();
         {
             let mut inner = lock(&self.inner);
@@ -801,6 +841,10 @@ impl Workload for Supervisor {
             }
         }
         crate::workload::add_load_arrivals(self.load.as_deref(), &mut tenants);
+        // Requests the jobs counted themselves add to those of the serving stack's own signal.
+        for (tenant, n) in self.job_load.arrivals() {
+            tenants.entry(tenant).or_default().arrivals += n;
+        }
         WorkloadMetrics { now_ms: self.now_ms(), tenants }
     }
 
@@ -945,6 +989,24 @@ fn is_ready(port: u16, check: &ReadyCheck) -> bool {
         ReadyCheck::Tcp => TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), READY_TIMEOUT).is_ok(),
         ReadyCheck::Http { path } => http(port, "GET", path, READY_TIMEOUT).is_ok_and(|s| (200..300).contains(&s)),
     }
+}
+
+/// `GET http://127.0.0.1:{port}{path}` over HTTP/1.0 (so the answer is not chunked); the body of a 2xx answer, at
+/// most [`MAX_METRICS_BYTES`].
+fn http_get_body(port: u16, path: &str, timeout: Duration) -> Result<String, String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("{addr}: {e}"))?;
+    s.set_read_timeout(Some(timeout)).and_then(|()| s.set_write_timeout(Some(timeout))).map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").map_err(|e| format!("{addr}: {e}"))?;
+    let mut raw = Vec::new();
+    s.take(MAX_METRICS_BYTES as u64).read_to_end(&mut raw).map_err(|e| format!("{addr}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("{addr}: not an HTTP answer"))?;
+    let status: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    if !(200..300).contains(&status) {
+        return Err(format!("GET {path} answered {status}"));
+    }
+    Ok(body.to_string())
 }
 
 /// One HTTP/1.1 request without a body to `127.0.0.1:port`; returns the status code.

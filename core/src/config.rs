@@ -19,7 +19,7 @@ use serde::Deserialize;
 use crate::accuracy::{Drift, OptimusCurve};
 use crate::catalog::GpuModel;
 use crate::ids::{NodeId, TenantId};
-use crate::jobs::{ContainerRuntime, JobAction, JobRun, JobSpec, ReadyCheck, Signal, TenantJobs};
+use crate::jobs::{ContainerRuntime, JobAction, JobMetrics, JobRun, JobSpec, ReadyCheck, Signal, TenantJobs};
 use crate::model::{INSTANCE_SIZES, LatencyModel, ModelProfile, TrainingSpeed};
 use crate::tenant::{DemandSource, RetrainingSpec, TenantSpec};
 
@@ -405,6 +405,16 @@ struct RawJob {
     stop: Option<RawStop>,
     checkpoint: Option<RawAction>,
     resume_path: Option<String>,
+    metrics: Option<RawJobMetrics>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJobMetrics {
+    path: Option<String>,
+    counter: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -508,6 +518,11 @@ impl RawJob {
             grace_ms,
             checkpoint,
             resume_path: self.resume_path,
+            metrics: self.metrics.map(|m| JobMetrics {
+                path: m.path.unwrap_or_else(|| "/metrics".into()),
+                counter: m.counter,
+                labels: m.labels,
+            }),
         })
     }
 }
@@ -947,6 +962,7 @@ command = ["server", "--port", "{port}", "--device", "{mig_uuid}"]
 ready = { http = "/ready" }
 drain = { http = "/drain", deadline = "20s" }
 stop = { signal = "SIGINT", grace = "3s" }
+metrics = { counter = "nv_inference_request_success", labels = { model = "resnet50" } }
 [tenant.retrain]
 image = "registry.example/train:1"
 args = ["--resume", "{checkpoint}"]
@@ -960,6 +976,7 @@ resume_path = "/ckpt/{tenant}.pt"
         let serve = t[0].jobs.serve.as_ref().unwrap();
         assert_eq!(serve.ready, Some(ReadyCheck::Http { path: "/ready".into() }));
         assert_eq!((serve.drain_deadline_ms, serve.stop_signal, serve.grace_ms), (20_000, Signal::Int, 3_000));
+        assert_eq!(serve.metrics.as_ref().map(|m| (m.path.as_str(), m.labels.len())), Some(("/metrics", 1)));
         let retrain = t[0].jobs.retrain.as_ref().unwrap();
         assert!(matches!(&retrain.run, JobRun::Container { runtime: ContainerRuntime::Podman, .. }));
         assert_eq!(retrain.checkpoint, Some(JobAction::Signal { signal: Signal::Usr1 }));

@@ -62,6 +62,9 @@ impl TenantJobs {
         }
         if let Some(r) = &self.retrain {
             r.validate().map_err(|e| e.within("retrain"))?;
+            if r.metrics.is_some() {
+                return Err(JobError::new("retrain.metrics", "only a serve job counts requests"));
+            }
         }
         Ok(())
     }
@@ -224,6 +227,22 @@ pub struct JobSpec {
     /// Where a retraining job resumes from (a template; `{checkpoint}` in the job's strings expands to it).
     #[serde(default)]
     pub resume_path: Option<String>,
+    /// Where a serve job counts its requests (Prometheus text on its port): the agent reads the counter and
+    /// reports the tenant's arrivals from it, so that the coordinator forecasts from the real load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<JobMetrics>,
+}
+
+/// A serve job's request counter: `GET http://127.0.0.1:{port}{path}`, the samples of `counter` (with `labels`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobMetrics {
+    /// The path, starting with `/` (`/metrics`).
+    pub path: String,
+    /// The counter's sample name (Triton: `nv_inference_request_success`; vLLM: `vllm:request_success_total`).
+    pub counter: String,
+    /// Only samples with these labels count.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 fn default_drain_deadline() -> u64 {
@@ -270,6 +289,7 @@ impl JobSpec {
             grace_ms: DEFAULT_GRACE_MS,
             checkpoint: None,
             resume_path: None,
+            metrics: None,
         }
     }
 
@@ -353,6 +373,15 @@ impl JobSpec {
         }
         if let Some(JobAction::Http { path }) = &self.checkpoint {
             path_ok("checkpoint.http", path)?;
+        }
+        if let Some(m) = &self.metrics {
+            path_ok("metrics.path", &m.path)?;
+            if m.counter.is_empty() || m.counter.len() > 256 || m.counter.chars().any(char::is_whitespace) {
+                return Err(JobError::new("metrics.counter", "a counter's sample name, 1 to 256 bytes, no spaces"));
+            }
+            if m.labels.len() > 32 {
+                return Err(JobError::new("metrics.labels", "at most 32 labels"));
+            }
         }
         for (field, ms) in [("drain.deadline", self.drain_deadline_ms), ("stop.grace", self.grace_ms)] {
             if ms > MAX_JOB_WAIT_MS {

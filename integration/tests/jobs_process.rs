@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use tessera_core::ids::{MigUuid, TenantId};
-use tessera_core::jobs::{JobAction, JobSpec, ReadyCheck, Signal, TenantJobs};
+use tessera_core::jobs::{JobAction, JobMetrics, JobSpec, ReadyCheck, Signal, TenantJobs};
 use tessera_core::plan::{Assignment, GpuPlan, Role};
 use tessera_proto::v1;
 use tessera_proto::v1::agent_client::AgentClient;
@@ -111,6 +111,8 @@ fn jobs(ckpt: &Path) -> TenantJobs {
     serve.ready = Some(ReadyCheck::Http { path: "/ready".into() });
     serve.drain = Some(JobAction::Http { path: "/drain".into() });
     serve.drain_deadline_ms = 10_000;
+    serve.metrics =
+        Some(JobMetrics { path: "/metrics".into(), counter: "standin_requests_total".into(), labels: BTreeMap::new() });
     serve.grace_ms = 5_000;
     let mut retrain = JobSpec::command([
         standin,
@@ -453,6 +455,12 @@ async fn a_tenant_keeps_being_served_while_its_instances_are_reconfigured() -> R
     let (r, _, _) = step_report(&outcomes, &router, mark, &stats).await;
     eprintln!("server crashed and restarted by the supervisor: {r:?}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // The supervisor read the servers' own request counters: node-1 reports the tenant's arrivals from them (what a
+    // server served before its first reading is its baseline, so the count is below the requests sent).
+    let arrivals =
+        c.state(1).await?.metrics.unwrap_or_default().tenants.iter().find(|t| t.tenant == TENANT).map(|t| t.arrivals);
+    eprintln!("node-1 reports {arrivals:?} arrivals counted by the jobs");
+    assert!(arrivals.is_some_and(|n| n > 0), "{arrivals:?}");
     // A crash loses what the server had in flight (the router does not resend a request that may have run): at
     // 40 rps and 5 ms a request, one or two.
     assert!(r.failed <= 2, "after the crash: {r:?}");

@@ -1,7 +1,7 @@
 //! `JobSpec` and `TenantJobs`: how a tenant's jobs run on a real node, as the coordinator API and the agent's
 //! `ApplyLayout` carry them.
 
-use tessera_core::jobs::{ContainerRuntime, JobAction, JobRun, JobSpec, ReadyCheck, Signal, TenantJobs};
+use tessera_core::jobs::{ContainerRuntime, JobAction, JobMetrics, JobRun, JobSpec, ReadyCheck, Signal, TenantJobs};
 
 use super::ConvertError;
 use crate::v1;
@@ -16,6 +16,11 @@ impl From<&JobSpec> for v1::JobSpec {
             resume_path: j.resume_path.clone().unwrap_or_default(),
             ..v1::JobSpec::default()
         };
+        if let Some(m) = &j.metrics {
+            w.metrics_path = m.path.clone();
+            w.metrics_counter = m.counter.clone();
+            w.metrics_labels = m.labels.clone().into_iter().collect();
+        }
         match &j.run {
             JobRun::Command { argv } => w.argv = argv.clone(),
             JobRun::Container { image, args, runtime } => {
@@ -95,6 +100,11 @@ impl TryFrom<v1::JobSpec> for JobSpec {
             grace_ms: w.grace_ms,
             checkpoint: action("checkpoint", w.checkpoint_http, w.checkpoint_signal)?,
             resume_path: (!w.resume_path.is_empty()).then_some(w.resume_path),
+            metrics: (!w.metrics_path.is_empty()).then(|| JobMetrics {
+                path: w.metrics_path,
+                counter: w.metrics_counter,
+                labels: w.metrics_labels.into_iter().collect(),
+            }),
         })
     }
 }
@@ -130,6 +140,11 @@ mod tests {
         serve.ready = Some(ReadyCheck::Http { path: "/ready".into() });
         serve.drain = Some(JobAction::Http { path: "/drain".into() });
         serve.env.insert("MODEL".into(), "resnet50".into());
+        serve.metrics = Some(JobMetrics {
+            path: "/metrics".into(),
+            counter: "nv_inference_request_success".into(),
+            labels: [("model".to_string(), "resnet50".to_string())].into_iter().collect(),
+        });
         let mut retrain = JobSpec::command(["standin", "retrain"]);
         retrain.checkpoint = Some(JobAction::Signal { signal: Signal::Usr1 });
         retrain.resume_path = Some("/ckpt/{tenant}.json".into());

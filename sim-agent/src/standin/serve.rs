@@ -9,6 +9,8 @@
 //! - `POST /drain[?deadline_ms=N]`: stops admitting requests, then answers once none is in flight (or after N ms,
 //!   default 30 000): 200 `{"in_flight_left", "served"}`. Idempotent; a drain never ends.
 //! - `GET /stats`: 200 `{"served", "refused", "in_flight", "ready", "draining"}`.
+//! - `GET /metrics`: Prometheus text with the counters `standin_requests_total` (served) and
+//!   `standin_refused_total`, for the agent's load signal (a job's `metrics`).
 //!
 //! `instance` is the value of `CUDA_VISIBLE_DEVICES` at start (the MIG instance the supervisor gave the process).
 //! The latency is `--latency-ms`, or a model profile's batch-1 latency on the instance
@@ -260,12 +262,23 @@ impl Server {
                     draining: c.draining,
                 })
             }
+            (&Method::GET, "/metrics") => {
+                // Prometheus text, as a serving stack exposes it: the agent reads the load from the requests served.
+                let c = self.counters();
+                let body = format!(
+                    "# HELP standin_requests_total Inference requests served.\n# TYPE standin_requests_total counter\n\
+                     standin_requests_total {}\n# HELP standin_refused_total Inference requests refused (warming up or \
+                     draining).\n# TYPE standin_refused_total counter\nstandin_refused_total {}\n",
+                    c.served, c.refused
+                );
+                response(StatusCode::OK, "text/plain; version=0.0.4", Bytes::from(body))
+            }
             (&Method::POST, "/drain") => match drain_deadline(request.uri().query()) {
                 Ok(deadline) => self.drain(deadline).await,
                 Err(message) => text(StatusCode::BAD_REQUEST, &message),
             },
             (&Method::POST, "/infer") => self.infer(request.into_body()).await,
-            (_, "/ready" | "/stats" | "/drain" | "/infer") => {
+            (_, "/ready" | "/stats" | "/metrics" | "/drain" | "/infer") => {
                 text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
             }
             _ => text(StatusCode::NOT_FOUND, "not found"),
