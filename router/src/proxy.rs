@@ -164,12 +164,10 @@ impl Router {
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.remove(hyper::header::HOST);
         // Counted per tenant the routes know; requests for any other name share one entry (bounded).
-        if !self.routes.borrow().contains_key(&tenant) {
-            self.count(UNKNOWN_TENANT, |s| s.requests += 1);
-            return self.forward(UNKNOWN_TENANT, &tenant, "", &parts, body).await;
-        }
-        self.count(&tenant, |s| s.requests += 1);
-        self.forward(&tenant, &tenant, &format!("{tail}{query}"), &parts, body).await
+        let known = self.routes.borrow().contains_key(&tenant);
+        let counted = if known { tenant.as_str() } else { UNKNOWN_TENANT };
+        self.count(counted, |s| s.requests += 1);
+        self.forward(counted, &tenant, &format!("{tail}{query}"), &parts, body).await
     }
 
     /// Sends the request to a ready instance of `tenant`, skipping those that refuse it, holding while there is none.
