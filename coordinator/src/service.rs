@@ -684,16 +684,14 @@ impl v1::coordinator_server::Coordinator for Services {
         // The node's endpoints become its tenants' routes, for the tenants the committed targets place on it.
         let (address, placed) = self.node.read(|s| {
             let address = s.fleet.nodes.get(&node).map(|n| n.address.clone()).unwrap_or_default();
-            // Its target's tenants, and those its applied layout still runs (a tenant moving away drains there).
+            // The tenants of its committed targets only: what the agent reports as applied is its own claim. (A tenant
+            // moving to another node stays in this node's target until its new home is ready: `push_all`.)
             let placed: Vec<TenantId> = s
                 .fleet
                 .gpus
                 .iter()
                 .filter(|(id, _)| id.node == node)
-                .flat_map(|(_, g)| {
-                    let target = g.target.iter().flat_map(|t| t.assignments.iter());
-                    target.chain(g.applied_assignments.iter()).map(|a| a.tenant.clone())
-                })
+                .flat_map(|(_, g)| g.target.iter().flat_map(|t| t.assignments.iter().map(|a| a.tenant.clone())))
                 .collect();
             (address, placed)
         });
