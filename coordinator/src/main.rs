@@ -242,6 +242,23 @@ enum TenantCmd {
         #[command(flatten)]
         c: ClientArgs,
     },
+    /// Pin a tenant to GPUs and/or an inference profile, or clear its pin; the next planning round moves it
+    /// (make-before-break where the target GPU has room).
+    Pin {
+        /// Tenant id.
+        id: String,
+        /// A GPU it may run on (`node/index`); repeat for several. None: any GPU.
+        #[arg(long = "gpu", value_name = "NODE/INDEX")]
+        gpus: Vec<String>,
+        /// The one profile its inference instance may have (1g, 1g.2x, 2g, 3g, 4g, 7g).
+        #[arg(long)]
+        profile: Option<String>,
+        /// Remove the pin: the planner decides again.
+        #[arg(long, conflicts_with_all = ["gpus", "profile"])]
+        clear: bool,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
     /// Delete tenants.
     Rm {
         /// Tenant ids.
@@ -648,11 +665,13 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 .iter()
                 .filter_map(|t| {
                     let s = t.spec.as_ref()?;
+                    let pin = s.pin.clone().and_then(|p| tessera_core::tenant::TenantPin::try_from(p).ok());
                     Some(format!(
-                        "{:<20} {:<14} slo {:>6.1} ms{}",
+                        "{:<20} {:<14} slo {:>6.1} ms{}{}",
                         s.id,
                         s.model,
                         s.slo_ms,
+                        pin.map(|p| format!("  pinned to {p}")).unwrap_or_default(),
                         if t.retiring { "  (retiring)" } else { "" }
                     ))
                 })
@@ -673,6 +692,42 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 .await?;
             let j = tenant_json(&r);
             print(c.json(), j.clone(), serde_json::to_string_pretty(&j)?);
+            Ok(())
+        }
+        Cmd::Tenant(TenantCmd::Pin { id, gpus, profile, clear, c }) => {
+            if !clear && gpus.is_empty() && profile.is_none() {
+                return Err(Failure::usage("give --gpu, --profile or --clear"));
+            }
+            let pin = v1::TenantPin { gpus, profile: profile.unwrap_or_default() };
+            // Checked here for a clear message; the cluster checks again.
+            let parsed = tessera_core::tenant::TenantPin::try_from(pin.clone())
+                .map_err(|e| Failure::usage(format!("pin.{}: {}", e.field, e.message)))?;
+            let cl = client(&c)?;
+            let current = cl
+                .call(|mut x| {
+                    let id = id.clone();
+                    async move { x.get_tenant(v1::TenantIdRequest { id, ..Default::default() }).await }
+                })
+                .await
+                .map_err(|s| Failure::status(&format!("tenant {id}"), &s))?;
+            let mut spec = current.spec.ok_or_else(|| anyhow::anyhow!("tenant {id}: the answer has no spec"))?;
+            spec.pin = (!clear).then_some(pin);
+            // Only over the revision read: a concurrent update is not overwritten.
+            let req = v1::TenantRequest { spec: Some(spec), if_revision: current.revision };
+            let request = Client::new_request_id();
+            let r = cl
+                .call(|mut x| {
+                    let req = Client::request(req.clone(), &request);
+                    async move { x.update_tenant(req).await }
+                })
+                .await
+                .map_err(|s| Failure::status(&format!("tenant {id}"), &s))?;
+            let shown = if clear { "-".to_string() } else { parsed.to_string() };
+            print(
+                c.json(),
+                json!({"id": id, "pin": if clear { None } else { Some(&parsed) }, "index": r.index}),
+                format!("tenant {id} pinned to {shown} (index {})", r.index),
+            );
             Ok(())
         }
         Cmd::Tenant(TenantCmd::Rm { ids, if_revision, c }) => {

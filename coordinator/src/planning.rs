@@ -197,6 +197,9 @@ pub struct Planner {
     decisions: Mutex<BTreeMap<GpuId, GpuDecision>>,
     /// Per node: the epoch it acknowledged from this leader.
     acked: Mutex<HashMap<NodeId, u64>>,
+    /// Per node: the tenants of the targets it acknowledged from this leader, which it runs until its next push is
+    /// acknowledged (a push that moves a tenant to another node waits for the new home: see `push_all`).
+    pushed: Mutex<HashMap<NodeId, Vec<TenantId>>>,
     /// Per node: heartbeats and pushes this leader saw.
     liveness: Mutex<HashMap<NodeId, Liveness>>,
     agents: Mutex<HashMap<String, AgentClient<Channel>>>,
@@ -231,6 +234,7 @@ impl Planner {
             last_input: Mutex::new(None),
             decisions: Mutex::new(BTreeMap::new()),
             acked: Mutex::new(HashMap::new()),
+            pushed: Mutex::new(HashMap::new()),
             liveness: Mutex::new(HashMap::new()),
             agents: Mutex::new(HashMap::new()),
             routes: Arc::default(),
@@ -368,6 +372,7 @@ impl Planner {
     /// Forgets which nodes acknowledged what, and the warm starts (on losing or gaining leadership).
     pub fn reset_pushes(&self) {
         self.acked.lock().expect("acked lock").clear();
+        self.pushed.lock().expect("pushed lock").clear();
         // Heartbeats are not replicated: a new leader gives every node a fresh grace period.
         self.liveness.lock().expect("liveness lock").clear();
         self.observations.lock().expect("observations lock").rounds.forget_warm_starts();
@@ -674,6 +679,12 @@ impl Planner {
         Ok(client)
     }
 
+    /// The tenants whose targets `node` acknowledged last from this leader (empty when it has none): the work it
+    /// still runs while a push that moves it elsewhere waits for the new home.
+    pub fn pushed_tenants(&self, node: &NodeId) -> Vec<TenantId> {
+        self.pushed.lock().expect("pushed lock").get(node).cloned().unwrap_or_default()
+    }
+
     /// Pushes every node whose committed targets it has not acknowledged; returns (pushed, failed).
     /// `changed` lists the GPUs whose layout this round changes (`from` and `to` layouts). Within a `round`, each
     /// push is a client span `tessera.v1.Agent/ApplyLayout` whose trace context travels in the call's metadata.
@@ -787,6 +798,10 @@ impl Planner {
                 None => tracing::Span::none(),
             };
             let client = self.agent(&node, &address);
+            let mut tenants: Vec<TenantId> =
+                targets.iter().flat_map(|(_, t)| t.assignments.iter().map(|a| a.tenant.clone())).collect();
+            tenants.sort();
+            tenants.dedup();
             let timeout = self.settings.push_timeout;
             let term = self.node.status().term;
             calls.push(async move {
@@ -808,12 +823,12 @@ impl Planner {
                         Err(_) => Err(format!("no answer within {timeout:?}")),
                     },
                 };
-                (node, epoch, result, span)
+                (node, epoch, result, span, tenants)
             });
         }
         let results = futures::future::join_all(calls).await;
         let (mut ok, mut failed) = (0, 0);
-        for (node, epoch, result, span) in results {
+        for (node, epoch, result, span, tenants) in results {
             let label = match &result {
                 Ok(r) if r.status == v1::ApplyStatus::Stale as i32 => "stale",
                 Ok(_) => "ok",
@@ -839,7 +854,11 @@ impl Planner {
                 Ok(r) => {
                     ok += 1;
                     // A stale answer means the agent already holds a newer epoch (from a newer plan): done.
-                    let acked = if r.status == v1::ApplyStatus::Stale as i32 { r.epoch.max(epoch) } else { epoch };
+                    let stale = r.status == v1::ApplyStatus::Stale as i32;
+                    let acked = if stale { r.epoch.max(epoch) } else { epoch };
+                    if !stale {
+                        self.pushed.lock().expect("pushed lock").insert(node.clone(), tenants);
+                    }
                     self.acked.lock().expect("acked lock").insert(node, acked);
                 }
                 Err(e) => {

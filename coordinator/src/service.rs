@@ -682,16 +682,19 @@ impl v1::coordinator_server::Coordinator for Services {
         }
         self.planner.saw(&node);
         // The node's endpoints become its tenants' routes, for the tenants the committed targets place on it.
+        let pushed = self.planner.pushed_tenants(&node);
         let (address, placed) = self.node.read(|s| {
             let address = s.fleet.nodes.get(&node).map(|n| n.address.clone()).unwrap_or_default();
-            // The tenants of its committed targets only: what the agent reports as applied is its own claim. (A tenant
-            // moving to another node stays in this node's target until its new home is ready: `push_all`.)
+            // The tenants of its committed targets, and of the targets it acknowledged last (a tenant moving to
+            // another node is served here until its new home is ready: `push_all`). Not what the agent reports as
+            // applied: that is its own claim.
             let placed: Vec<TenantId> = s
                 .fleet
                 .gpus
                 .iter()
                 .filter(|(id, _)| id.node == node)
                 .flat_map(|(_, g)| g.target.iter().flat_map(|t| t.assignments.iter().map(|a| a.tenant.clone())))
+                .chain(pushed)
                 .collect();
             (address, placed)
         });

@@ -301,6 +301,7 @@ mod tests {
     fn spec(slo_ms: f64) -> tessera_core::tenant::TenantSpec {
         tessera_core::tenant::TenantSpec {
             jobs: Default::default(),
+            pin: Default::default(),
             id: TenantId::new("t").unwrap(),
             name: "t".into(),
             model: "m".into(),

@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::accuracy::{Drift, OptimusCurve};
-use crate::catalog::GpuModel;
-use crate::ids::{NodeId, TenantId};
+use crate::catalog::{GpuModel, Profile};
+use crate::ids::{GpuId, NodeId, TenantId};
 use crate::jobs::{ContainerRuntime, JobAction, JobMetrics, JobRun, JobSpec, ReadyCheck, Signal, TenantJobs};
 use crate::model::{INSTANCE_SIZES, LatencyModel, ModelProfile, TrainingSpeed};
-use crate::tenant::{DemandSource, RetrainingSpec, TenantSpec};
+use crate::tenant::{DemandSource, RetrainingSpec, TenantPin, TenantSpec};
 
 /// Default percentile of a tenant's latency SLO.
 pub const DEFAULT_SLO_PERCENTILE: f64 = 99.0;
@@ -388,6 +388,31 @@ struct RawTenant {
     retraining: Option<RawRetraining>,
     serve: Option<RawJob>,
     retrain: Option<RawJob>,
+    pin: Option<RawPin>,
+}
+
+/// `[tenant.pin]`: see [`TenantPin`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPin {
+    #[serde(default)]
+    gpus: Vec<String>,
+    profile: Option<String>,
+}
+
+impl RawPin {
+    fn validate(self) -> Result<TenantPin, FieldError> {
+        let mut gpus = Vec::with_capacity(self.gpus.len());
+        for (i, g) in self.gpus.iter().enumerate() {
+            let id = g.parse::<GpuId>().map_err(|e| FieldError::new(format!("pin.gpus[{i}]"), e.to_string()))?;
+            gpus.push(id);
+        }
+        let profile = self
+            .profile
+            .map(|p| p.parse::<Profile>().map_err(|e| FieldError::new("pin.profile", e.to_string())))
+            .transpose()?;
+        Ok(TenantPin { gpus, profile })
+    }
 }
 
 /// `[tenant.serve]` / `[tenant.retrain]`: see `crate::jobs`.
@@ -584,8 +609,10 @@ impl RawTenant {
             serve: self.serve.map(|j| j.validate("serve")).transpose()?,
             retrain: self.retrain.map(|j| j.validate("retrain")).transpose()?,
         };
+        let pin = self.pin.map(RawPin::validate).transpose()?.unwrap_or_default();
         let spec = TenantSpec {
             jobs,
+            pin,
             name: self.name.unwrap_or_else(|| self.id.clone()),
             id,
             model: self.model,
@@ -640,6 +667,24 @@ pub fn validate_tenant(t: &TenantSpec) -> Result<(), FieldError> {
         })?;
     }
     t.jobs.validate().map_err(|e| FieldError::new(e.field, e.message))?;
+    validate_pin(&t.pin)
+}
+
+/// Checks a tenant's pin: at most [`TenantPin::MAX_GPUS`] GPUs, none twice, and a profile the planner places
+/// (`1g+me` is not one: level 2 plans the classic profiles and `1g.2x`).
+fn validate_pin(pin: &TenantPin) -> Result<(), FieldError> {
+    check("pin.gpus", pin.gpus.len() <= TenantPin::MAX_GPUS, || {
+        format!("names {} GPUs; at most {} may be given", pin.gpus.len(), TenantPin::MAX_GPUS)
+    })?;
+    let mut seen = BTreeSet::new();
+    for g in &pin.gpus {
+        check("pin.gpus", seen.insert(g), || format!("names {g} twice"))?;
+    }
+    if let Some(p) = pin.profile {
+        check("pin.profile", p != Profile::G1Me, || {
+            "1g+me is not planned (level 2 places 1g, 1g.2x, 2g, 3g, 4g and 7g instances)".into()
+        })?;
+    }
     Ok(())
 }
 
@@ -999,6 +1044,29 @@ resume_path = "/ckpt/{tenant}.pt"
         assert_eq!(e.field.as_deref(), Some("tenant[0].serve.env.CUDA_VISIBLE_DEVICES"), "{e}");
         let e = bad("[tenant.serve]", "[tenant.serve]\nchecpoint = 1");
         assert!(e.message.contains("unknown field `checpoint`"), "{e}");
+    }
+
+    #[test]
+    fn pins_parse_and_their_errors_name_the_field() {
+        let with = |pin: &str| TENANTS.replace("floor = 0.5\n", &format!("floor = 0.5\n[tenant.pin]\n{pin}\n"));
+        let t =
+            parse_tenants(&with("gpus = [\"node-1/0\", \"node-2/3\"]\nprofile = \"3g\""), Path::new("t.toml")).unwrap();
+        assert_eq!(t[0].pin.gpus.len(), 2);
+        assert_eq!(t[0].pin.profile, Some(crate::Profile::G3));
+        assert_eq!(t[0].pin.to_string(), "node-1/0,node-2/3 as 3g");
+        assert!(t[1].pin.is_empty());
+        let bad = |pin: &str| parse_tenants(&with(pin), Path::new("t.toml")).unwrap_err();
+        let e = bad("gpus = [\"node-1/0\", \"node-1\"]");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].pin.gpus[1]"), "{e}");
+        let e = bad("gpus = [\"node-1/0\", \"node-1/0\"]");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].pin.gpus"), "{e}");
+        assert!(e.message.contains("twice"), "{e}");
+        let e = bad("profile = \"5g\"");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].pin.profile"), "{e}");
+        let e = bad("profile = \"1g+me\"");
+        assert_eq!(e.field.as_deref(), Some("tenant[0].pin.profile"), "{e}");
+        let e = bad("gpu = [\"node-1/0\"]");
+        assert!(e.message.contains("unknown field `gpu`"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::accuracy::{Drift, OptimusCurve};
-use crate::ids::TenantId;
+use crate::catalog::Profile;
+use crate::ids::{GpuId, TenantId};
 use crate::jobs::TenantJobs;
 
 /// Where a tenant's inference demand comes from.
@@ -77,6 +78,63 @@ pub struct TenantSpec {
     /// How its work runs on a real node (`serve` and `retrain` jobs); empty: bookkeeping only.
     #[serde(default, skip_serializing_if = "TenantJobs::is_empty")]
     pub jobs: TenantJobs,
+    /// An operator's placement constraint (the GPUs it may run on, its inference profile); empty: the planner
+    /// decides.
+    #[serde(default, skip_serializing_if = "TenantPin::is_empty")]
+    pub pin: TenantPin,
+}
+
+/// An operator's constraint on where a tenant runs, honoured by every planning round: a customer contracted for one
+/// instance size, a tenant kept on (or moved to) given GPUs for maintenance, a model that must stay near its data.
+/// The planner still decides everything the pin leaves open, and moves a tenant whose pin changes the way it moves
+/// any tenant (make-before-break where the target has room).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantPin {
+    /// The GPUs it may be placed on; empty: any. A GPU that is not (yet) in the fleet is allowed and takes the
+    /// tenant once it joins; a tenant whose GPUs are all absent, failed or too small is left unplaced, with the
+    /// reason in the plan.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuId>,
+    /// The one profile its inference instance may have; `None`: the planner sizes it. Its retraining is not pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+}
+
+impl TenantPin {
+    /// Most GPUs one pin may name.
+    pub const MAX_GPUS: usize = 256;
+
+    /// Whether it constrains nothing.
+    pub fn is_empty(&self) -> bool {
+        self.gpus.is_empty() && self.profile.is_none()
+    }
+
+    /// Whether the tenant may be placed on `gpu`.
+    pub fn allows(&self, gpu: &GpuId) -> bool {
+        self.gpus.is_empty() || self.gpus.contains(gpu)
+    }
+
+    /// Whether its inference may use an instance of `profile`.
+    pub fn allows_profile(&self, profile: Profile) -> bool {
+        self.profile.is_none_or(|p| p == profile)
+    }
+}
+
+impl std::fmt::Display for TenantPin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_empty() {
+            return f.write_str("-");
+        }
+        let gpus = if self.gpus.is_empty() {
+            "any GPU".to_string()
+        } else {
+            self.gpus.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+        };
+        match self.profile {
+            Some(p) => write!(f, "{gpus} as {p}"),
+            None => f.write_str(&gpus),
+        }
+    }
 }
 
 impl TenantSpec {

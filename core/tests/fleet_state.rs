@@ -28,6 +28,7 @@ fn model(name: &str, inference_gib: f64, training_gib: f64) -> ModelProfile {
 fn tenant(id: &str, model: &str) -> TenantSpec {
     TenantSpec {
         jobs: Default::default(),
+        pin: Default::default(),
         id: TenantId::new(id).unwrap(),
         name: id.into(),
         model: model.into(),

@@ -92,6 +92,60 @@ pub fn place(input: &PlannerInput) -> L1 {
     }
 }
 
+/// Puts every tenant pinned to GPUs ([`tessera_core::tenant::TenantPin::gpus`]) on one of them, after a rule has
+/// placed the fleet (every policy's level 1 passes through it in [`crate::policy::plan_fleet`]): one the rule chose stays; otherwise the tenant's current GPU when it is pinned there and keeps
+/// its work, else the pinned GPU that takes new work, fits its model and has the least need placed on it (fewer than
+/// 7 tenants), the first of equals by id. A tenant none of whose GPUs qualifies is left unplaced, with the reason.
+/// A pin overrides the balance: the GPU it lands on may be over-committed, and level 2 then serves what fits.
+pub fn honour_pins(input: &PlannerInput, mut l1: L1) -> L1 {
+    let current = input.current_gpus();
+    for (id, t) in &input.tenants {
+        let pin = &t.spec.pin;
+        if pin.gpus.is_empty() {
+            continue;
+        }
+        let placed = l1.per_gpu.iter().find(|(_, ts)| ts.contains(id)).map(|(g, _)| g.clone());
+        if placed.as_ref().is_some_and(|g| pin.allows(g)) {
+            continue;
+        }
+        if let Some(g) = &placed {
+            l1.per_gpu.get_mut(g).expect("found").retain(|x| x != id);
+        }
+        l1.unplaced.retain(|(x, _)| x != id);
+        let here = current.get(id).copied();
+        let load =
+            |g: &GpuId| -> f64 { l1.per_gpu[g].iter().filter_map(|o| need(input, o, input.gpus[g].model)).sum() };
+        let fits = |g: &GpuId| need(input, id, input.gpus[g].model).is_some() && l1.per_gpu[g].len() < 7;
+        let target = here.filter(|g| pin.allows(g) && l1.per_gpu.contains_key(*g) && fits(g)).cloned().or_else(|| {
+            pin.gpus
+                .iter()
+                .filter(|g| l1.per_gpu.contains_key(*g) && takes_new_work(input.gpus[*g].health) && fits(g))
+                .map(|g| (load(g), g))
+                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)))
+                .map(|(_, g)| g.clone())
+        });
+        match target {
+            Some(g) => {
+                // `moved` counts tenants taken off the GPU that served them.
+                let was_home = placed.is_some() && placed.as_ref() == here;
+                if was_home && here != Some(&g) {
+                    l1.moved += 1;
+                } else if !was_home && here == Some(&g) && here.is_some() && placed.is_some() {
+                    l1.moved = l1.moved.saturating_sub(1);
+                }
+                let ts = l1.per_gpu.get_mut(&g).expect("tracked");
+                ts.push(id.clone());
+                ts.sort();
+            }
+            None => l1.unplaced.push((
+                id.clone(),
+                format!("pinned to {pin}: none of its GPUs is in the fleet, healthy, with room and fits its model"),
+            )),
+        }
+    }
+    l1
+}
+
 /// The outcome of level 1.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct L1 {
@@ -107,6 +161,10 @@ pub struct L1 {
 pub fn need(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) -> Option<f64> {
     let t = &input.tenants[tenant];
     let model = &input.models[&t.spec.model];
+    if let Some(p) = t.spec.pin.profile {
+        let slices = f64::from(pinned_slices(input, tenant, gpu, p)?);
+        return Some((slices + retraining_slices(input, tenant, gpu)?).min(7.0));
+    }
     let smallest = model.smallest_inference_profile(gpu)?;
     let per_slice = model.best_rps_per_slice_on(gpu, t.spec.slo_ms);
     if per_slice <= 0.0 {
@@ -186,6 +244,9 @@ pub fn retraining_budget(input: &PlannerInput) -> BTreeSet<TenantId> {
 /// when its model fits no instance there or no instance meets its SLO.
 pub fn inference_slices(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) -> Option<f64> {
     let t = &input.tenants[tenant];
+    if let Some(p) = t.spec.pin.profile {
+        return pinned_slices(input, tenant, gpu, p).map(f64::from);
+    }
     let model = &input.models[&t.spec.model];
     let peak = t.forecast.high.iter().copied().fold(0.0, f64::max);
     let mut any = false;
@@ -199,6 +260,17 @@ pub fn inference_slices(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel) 
         }
     }
     any.then(|| f64::from(serving.unwrap_or(7)))
+}
+
+/// Compute slices of the profile a tenant's inference is pinned to, on a `gpu`: `None` where the GPU has no such
+/// profile or its model does not fit it.
+fn pinned_slices(input: &PlannerInput, tenant: &TenantId, gpu: GpuModel, profile: Profile) -> Option<u8> {
+    let model = &input.models[&input.tenants[tenant].spec.model];
+    gpu.spec()
+        .profiles
+        .iter()
+        .find(|p| p.profile == profile && model.fits_inference(p))
+        .map(|p| p.profile.compute_slices())
 }
 
 /// The distinct GPU models of `models`, in order.

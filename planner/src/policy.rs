@@ -223,6 +223,8 @@ pub fn plan_fleet(
     level2: impl Fn(&GpuId, &[TenantId]) -> Result<Option<GpuOutcome>, SolveError> + Sync,
 ) -> Result<PlanOutcome, PlanError> {
     input.validate().map_err(PlanError::BadInput)?;
+    // Whatever the policy's level 1, the operators' pins hold.
+    let l1 = crate::assign::honour_pins(input, l1);
     if !input.tenants.is_empty() && l1.unplaced.len() == input.tenants.len() {
         let reasons: Vec<String> = l1.unplaced.iter().take(5).map(|(t, r)| format!("{t}: {r}")).collect();
         return Ok(PlanOutcome::Infeasible {

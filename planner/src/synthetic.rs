@@ -100,6 +100,7 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
         };
         let spec_t = TenantSpec {
             jobs: Default::default(),
+            pin: Default::default(),
             id: id.clone(),
             name: format!("synthetic {i}"),
             model: model.name.clone(),

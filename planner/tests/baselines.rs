@@ -68,7 +68,7 @@ fn paris_gives_a_heavy_model_larger_partitions_than_a_light_one() {
     let (heavy, light) = (with_alpha(1.0), with_alpha(0.3));
     // Same SLO, same load: the heavy model slows sharply on small partitions.
     let mean_size = |m: &ModelProfile| {
-        let plan = partition_plan(m, GpuModel::A100_40GB, 30.0, 1.0, 2000.0);
+        let plan = partition_plan(m, GpuModel::A100_40GB, 30.0, 1.0, 2000.0, None);
         assert!(!plan.is_empty());
         let total: f64 = plan.iter().map(|s| s.demand_slices).sum();
         plan.iter().map(|s| s.demand_slices * f64::from(s.profile.compute_slices())).sum::<f64>() / total
@@ -76,7 +76,7 @@ fn paris_gives_a_heavy_model_larger_partitions_than_a_light_one() {
     let (h, l) = (mean_size(&heavy), mean_size(&light));
     assert!(h > l + 0.5, "heavy {h:.2} vs light {l:.2}");
     // Batch ranges tile 1..=max without overlap, smallest partitions taking the smallest batches.
-    let plan = partition_plan(&light, GpuModel::A100_40GB, 30.0, 1.0, 2000.0);
+    let plan = partition_plan(&light, GpuModel::A100_40GB, 30.0, 1.0, 2000.0, None);
     assert_eq!(plan[0].batch_lo, 1);
     for w in plan.windows(2) {
         assert_eq!(w[1].batch_lo, w[0].batch_hi + 1);

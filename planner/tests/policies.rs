@@ -797,3 +797,61 @@ fn level_2_plans_with_the_drivers_memory_where_the_node_reported_it() {
     assert_eq!(at(&pb, Profile::G1), 0.0, "does not fit the driver's 1g");
     assert!(at(&pb, Profile::G2) > 0.0);
 }
+
+/// An operator's pin holds under every policy and level-1 rule: a tenant pinned to a GPU and a profile is served
+/// only there and only so (and tessera does serve it), one pinned to a GPU moves there from wherever it was, and one
+/// pinned to a GPU that is not in the fleet gets no instance and is reported unplaced with its pin named.
+#[test]
+fn operators_pins_hold_under_every_policy() {
+    let spec = SyntheticSpec { gpus: 3, tenants: 6, slots: 6, gpu_model: GpuModel::A100_40GB, seed: 7 };
+    let mut input = synthetic(&spec, &models(), PlannerConfig::default());
+    let gpus: Vec<_> = input.gpus.keys().cloned().collect();
+    // Start from tessera's plan, so that the pins move tenants away from where they are.
+    let first = planned("tessera", &input);
+    for (gpu, plan) in &first.plan.gpus {
+        let g = input.gpus.get_mut(gpu).unwrap();
+        g.layout = plan.layout.clone();
+        g.assignments = plan.assignments.clone();
+    }
+    let ids: Vec<TenantId> = input.tenants.keys().cloned().collect();
+    let served_on = |input: &PlannerInput, t: &TenantId| input.current_gpu(t).cloned();
+    let moved_gpu = gpus.iter().find(|g| Some(*g) != served_on(&input, &ids[1]).as_ref()).unwrap().clone();
+    let sized_gpu = gpus[2].clone();
+    let absent: tessera_core::ids::GpuId = "elsewhere/0".parse().unwrap();
+    {
+        let pin = &mut input.tenants.get_mut(&ids[0]).unwrap().spec.pin;
+        pin.gpus = vec![sized_gpu.clone()];
+        pin.profile = Some(Profile::G3);
+    }
+    input.tenants.get_mut(&ids[1]).unwrap().spec.pin.gpus = vec![moved_gpu.clone()];
+    input.tenants.get_mut(&ids[2]).unwrap().spec.pin.gpus = vec![absent];
+    let runs = assign::Placement::ALL.into_iter().flat_map(|(_, p)| all_names().into_iter().map(move |n| (p, n)));
+    for (placement, policy) in runs {
+        input.config.placement = placement;
+        let report = planned(policy, &input);
+        let inference = |t: &TenantId| -> Vec<(tessera_core::ids::GpuId, Profile)> {
+            report
+                .plan
+                .gpus
+                .iter()
+                .flat_map(|(g, p)| p.assignments.iter().map(move |a| (g, a)))
+                .filter(|(_, a)| a.tenant == *t && a.role == Role::Inference)
+                .map(|(g, a)| (g.clone(), a.placement.profile))
+                .collect()
+        };
+        let what = format!("{policy} under {placement}");
+        for (g, p) in inference(&ids[0]) {
+            assert_eq!((&g, p), (&sized_gpu, Profile::G3), "{what}: pinned to {sized_gpu} as 3g");
+        }
+        for (g, _) in inference(&ids[1]) {
+            assert_eq!(g, moved_gpu, "{what}: pinned to {moved_gpu}");
+        }
+        assert!(inference(&ids[2]).is_empty(), "{what}: pinned to a GPU not in the fleet");
+        let reason = report.stats.unplaced.iter().find(|(t, _)| *t == ids[2]).map(|(_, r)| r.as_str());
+        assert!(reason.is_some_and(|r| r.contains("elsewhere/0")), "{what}: {:?}", report.stats.unplaced);
+        if policy == "tessera" {
+            assert_eq!(inference(&ids[0]), vec![(sized_gpu.clone(), Profile::G3)], "{what}");
+            assert_eq!(inference(&ids[1]).len(), 1, "{what}");
+        }
+    }
+}

@@ -163,8 +163,11 @@ impl Router {
         };
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.remove(hyper::header::HOST);
-        // Counted per tenant the routes know; requests for any other name share one entry (bounded).
-        let known = self.routes.borrow().contains_key(&tenant);
+        // Counted per tenant the routes know or knew (one whose instances are all gone for a moment, in a
+        // reconfiguration without free slices, is still that tenant); requests for any other name share one entry
+        // (bounded).
+        let known =
+            self.routes.borrow().contains_key(&tenant) || self.stats.lock().expect("stats lock").contains_key(&tenant);
         let counted = if known { tenant.as_str() } else { UNKNOWN_TENANT };
         self.count(counted, |s| s.requests += 1);
         self.forward(counted, &tenant, &format!("{tail}{query}"), &parts, body).await

@@ -45,6 +45,7 @@ fn fleet() -> FleetSpec {
     let tenants = (0..4)
         .map(|i| TenantSpec {
             jobs: Default::default(),
+            pin: Default::default(),
             id: TenantId::new(format!("t{i}")).unwrap(),
             name: format!("t{i}"),
             model: if i % 2 == 0 { "resnet" } else { "bert" }.into(),

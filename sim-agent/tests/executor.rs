@@ -40,6 +40,7 @@ fn model(name: &str, base_ms: f64, alpha: f64, beta: f64, max_batch: u32) -> Mod
 fn tenant(id: &str, model: &str, slo_ms: f64) -> TenantSpec {
     TenantSpec {
         jobs: Default::default(),
+        pin: Default::default(),
         id: TenantId::new(id).unwrap(),
         name: id.into(),
         model: model.into(),

@@ -18,6 +18,7 @@ use tessera_sim::shared_node::{ExecutorNode, NodeGpu, SharedFleet, lock};
 fn tenant(id: &str) -> TenantSpec {
     TenantSpec {
         jobs: Default::default(),
+        pin: Default::default(),
         id: TenantId::new(id).unwrap(),
         name: id.into(),
         model: "m".into(),

@@ -337,6 +337,7 @@ pub fn tenant(id: &str, model: &str, rate_rps: f64) -> v1::TenantSpec {
         demand: Some(v1::tenant_spec::Demand::Poisson(v1::PoissonDemand { rate_rps })),
         retraining: None,
         jobs: None,
+        pin: None,
     }
 }
 
@@ -372,7 +373,7 @@ pub struct SimNodes {
     pub lines: Vec<String>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Result<(), String>>>,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl SimNodes {
@@ -385,6 +386,14 @@ impl SimNodes {
     pub async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         self.task.take().unwrap().await.unwrap().unwrap();
+    }
+
+    /// Ends the nodes at once, wherever they are (a reconcile half done, a push unanswered), as a crash would:
+    /// nothing of theirs runs after this returns. Processes they started live on (their own process groups).
+    pub async fn crash(mut self) {
+        let task = self.task.take().unwrap();
+        task.abort();
+        let _ = task.await;
     }
 }
 
@@ -416,6 +425,13 @@ pub async fn start_sim_jobs(coordinator: &str, nodes: u32, gpus: u32, prefix: &s
     start_sim_with(coordinator, nodes, gpus, tessera_sim::node::ClockKind::Wall, prefix, None, true).await
 }
 
+/// [`start_sim_jobs`] keeping the nodes' state (MIG layouts, jobs) in `state_dir`, so that nodes started again
+/// there find what the last ones left.
+pub async fn start_sim_jobs_in(coordinator: &str, nodes: u32, gpus: u32, prefix: &str, state_dir: &Path) -> SimNodes {
+    let wall = tessera_sim::node::ClockKind::Wall;
+    start_sim_at(coordinator, nodes, gpus, wall, prefix, None, true, state_dir.to_path_buf(), None).await
+}
+
 async fn start_sim_with(
     coordinator: &str,
     nodes: u32,
@@ -426,6 +442,22 @@ async fn start_sim_with(
     jobs: bool,
 ) -> SimNodes {
     let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_path_buf();
+    start_sim_at(coordinator, nodes, gpus, clock, prefix, tls_dir, jobs, state, Some(dir)).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn start_sim_at(
+    coordinator: &str,
+    nodes: u32,
+    gpus: u32,
+    clock: tessera_sim::node::ClockKind,
+    prefix: &str,
+    tls_dir: Option<&Path>,
+    jobs: bool,
+    state_dir: PathBuf,
+    dir: Option<tempfile::TempDir>,
+) -> SimNodes {
     let args = tessera_sim::node::RunArgs {
         nodes,
         gpus_per_node: gpus,
@@ -434,7 +466,7 @@ async fn start_sim_with(
         advertise_host: None,
         clock,
         coordinator: Some(coordinator.to_string()),
-        state_dir: Some(dir.path().to_path_buf()),
+        state_dir: Some(state_dir),
         node_prefix: prefix.into(),
         tls_dir: tls_dir.map(Path::to_path_buf),
         insecure: false,

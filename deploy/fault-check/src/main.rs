@@ -175,6 +175,7 @@ fn spec(id: &str, slo_ms: f64) -> v1::TenantSpec {
         demand: Some(v1::tenant_spec::Demand::Poisson(v1::PoissonDemand { rate_rps: 1.0 })),
         retraining: None,
         jobs: None,
+        pin: None,
     }
 }
 

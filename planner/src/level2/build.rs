@@ -47,7 +47,9 @@ fn shared_task(
     let (mut cap, mut batch, mut batch_ms, mut batch_train_ms) = (vec![], vec![], vec![], vec![]);
     for p in profiles {
         let spec = g.profile_spec(*p).expect("candidate profiles exist on the model");
-        let both = model.inference_memory_gib + model.training_memory_gib <= spec.memory_gib;
+        // An operator's pin leaves one profile to its inference, shared or not.
+        let both =
+            t.spec.pin.allows_profile(*p) && model.inference_memory_gib + model.training_memory_gib <= spec.memory_gib;
         let c = both
             .then(|| {
                 model.slo_capacity_served_on(gpu, *p, t.spec.slo_ms, slowdown, |l| {
@@ -85,7 +87,8 @@ pub fn gpu_problem(input: &PlannerInput, gpu: &GpuId, tenants: &[TenantId], arri
             .iter()
             .map(|p| {
                 let spec = g.profile_spec(*p).expect("candidate profiles exist on the model");
-                if !model.fits_inference(&spec) {
+                // An operator's pin leaves one profile to its inference.
+                if !model.fits_inference(&spec) || !t.spec.pin.allows_profile(*p) {
                     return 0.0;
                 }
                 model

@@ -83,15 +83,26 @@ pub fn batch_distribution(rate_rps: f64, window_s: f64, max_batch: u32) -> Vec<f
 }
 
 /// PARIS for one model on `gpu`: the sizes it uses, their batch ranges and their GPC-time demand at `rate_rps`.
-/// Empty when the model meets its SLO on no size.
-pub fn partition_plan(model: &ModelProfile, gpu: GpuModel, slo_ms: f64, slowdown: f64, rate_rps: f64) -> Vec<SizePlan> {
+/// Empty when the model meets its SLO on no size. A tenant pinned to a profile (`pin`) gets that size alone.
+pub fn partition_plan(
+    model: &ModelProfile,
+    gpu: GpuModel,
+    slo_ms: f64,
+    slowdown: f64,
+    rate_rps: f64,
+    pin: Option<Profile>,
+) -> Vec<SizePlan> {
     let latency = |p: Profile, b: u32| model.latency_on(gpu, p, b) * slowdown;
     // Per compute size, the profile a model fits (a double-memory 1g where the plain one is too small).
     let mut sizes: Vec<(Profile, u32)> = Vec::new();
     for p in Profile::CLASSIC {
         let candidates: &[Profile] = if p == Profile::G1 { &[Profile::G1, Profile::G1Double] } else { &[p] };
-        let Some(p) =
-            candidates.iter().copied().find(|c| gpu.profile(*c).is_some_and(|spec| model.fits_inference(spec)))
+        // An operator's pin leaves one size.
+        let Some(p) = candidates
+            .iter()
+            .copied()
+            .filter(|c| pin.is_none_or(|p| p == *c))
+            .find(|c| gpu.profile(*c).is_some_and(|spec| model.fits_inference(spec)))
         else {
             continue;
         };
@@ -190,7 +201,7 @@ pub fn partition(input: &PlannerInput, pb: &GpuProblem) -> Fixed {
             let model = &input.models[&ti.spec.model];
             let slowdown = slowdown_of(input, pb, &t.id);
             let i = pb.tenants.iter().position(|x| x.id == t.id).expect("own tenant");
-            partition_plan(model, gpu, ti.spec.slo_ms, slowdown, mean_demand(pb, i))
+            partition_plan(model, gpu, ti.spec.slo_ms, slowdown, mean_demand(pb, i), ti.spec.pin.profile)
         })
         .collect();
     let demand: Vec<f64> = plans.iter().map(|p| p.iter().map(|s| s.demand_slices).sum()).collect();

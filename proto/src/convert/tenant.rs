@@ -1,8 +1,9 @@
 //! `TenantSpec`: a tenant as operators create it through the coordinator's API.
 
+use tessera_core::Profile;
 use tessera_core::accuracy::{Drift, OptimusCurve};
-use tessera_core::ids::TenantId;
-use tessera_core::tenant::{DemandSource, RetrainingSpec, TenantSpec};
+use tessera_core::ids::{GpuId, TenantId};
+use tessera_core::tenant::{DemandSource, RetrainingSpec, TenantPin, TenantSpec};
 
 use super::{ConvertError, required};
 use crate::v1;
@@ -34,6 +35,10 @@ impl From<&TenantSpec> for v1::TenantSpec {
                 drift: Some(v1::Drift { per_window: r.drift.per_window, floor: r.drift.floor }),
             }),
             jobs: (!t.jobs.is_empty()).then(|| v1::TenantJobs { tenant: t.id.to_string(), ..(&t.jobs).into() }),
+            pin: (!t.pin.is_empty()).then(|| v1::TenantPin {
+                gpus: t.pin.gpus.iter().map(ToString::to_string).collect(),
+                profile: t.pin.profile.map(|p| p.to_string()).unwrap_or_default(),
+            }),
         }
     }
 }
@@ -66,6 +71,27 @@ impl TryFrom<v1::RetrainingSpec> for RetrainingSpec {
     }
 }
 
+impl TryFrom<v1::TenantPin> for TenantPin {
+    type Error = ConvertError;
+    fn try_from(p: v1::TenantPin) -> Result<Self, ConvertError> {
+        // Bounded before parsing: the state machine's check of the count comes after conversion.
+        if p.gpus.len() > TenantPin::MAX_GPUS {
+            return Err(ConvertError::new("gpus", format!("at most {} GPUs may be given", TenantPin::MAX_GPUS)));
+        }
+        let gpus = p
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| g.parse::<GpuId>().map_err(|e| ConvertError::new(format!("gpus[{i}]"), e.to_string())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let profile = match p.profile.as_str() {
+            "" => None,
+            name => Some(name.parse::<Profile>().map_err(|e| ConvertError::new("profile", e.to_string()))?),
+        };
+        Ok(TenantPin { gpus, profile })
+    }
+}
+
 /// Converts the wire spec; the values themselves are validated by the coordinator's state machine
 /// (`tessera_core::config::validate_tenant`), which names the field it refuses.
 impl TryFrom<v1::TenantSpec> for TenantSpec {
@@ -84,8 +110,13 @@ impl TryFrom<v1::TenantSpec> for TenantSpec {
             Some(j) => tessera_core::jobs::TenantJobs::try_from(j).map_err(|e| e.within("jobs"))?,
             None => tessera_core::jobs::TenantJobs::default(),
         };
+        let pin = match t.pin {
+            Some(p) => TenantPin::try_from(p).map_err(|e| e.within("pin"))?,
+            None => TenantPin::default(),
+        };
         Ok(TenantSpec {
             jobs,
+            pin,
             id,
             name: t.name,
             model: t.model,
@@ -105,6 +136,7 @@ mod tests {
     fn spec() -> TenantSpec {
         TenantSpec {
             jobs: Default::default(),
+            pin: Default::default(),
             id: TenantId::new("vision-a").unwrap(),
             name: "vision A".into(),
             model: "resnet50".into(),
@@ -131,6 +163,12 @@ mod tests {
         trace.demand = DemandSource::Trace { selector: "rank:3".into(), scale: 2.0 };
         trace.retraining = None;
         assert_eq!(TenantSpec::try_from(v1::TenantSpec::from(&trace)).unwrap(), trace);
+        let mut pinned = spec();
+        pinned.pin = TenantPin { gpus: vec!["node-1/0".parse().unwrap()], profile: Some(Profile::G1Double) };
+        let wire = v1::TenantSpec::from(&pinned);
+        assert_eq!(wire.pin.as_ref().map(|p| p.profile.as_str()), Some("1g.2x"));
+        assert_eq!(TenantSpec::try_from(wire).unwrap(), pinned);
+        assert_eq!(v1::TenantSpec::from(&spec()).pin, None, "no pin: nothing on the wire");
     }
 
     #[test]
@@ -144,5 +182,14 @@ mod tests {
         let mut wire = v1::TenantSpec::from(&spec());
         wire.id = "bad id!".into();
         assert_eq!(TenantSpec::try_from(wire).unwrap_err().field, "id");
+        let mut wire = v1::TenantSpec::from(&spec());
+        wire.pin = Some(v1::TenantPin { gpus: vec!["node-1/0".into(), "node-1".into()], profile: String::new() });
+        assert_eq!(TenantSpec::try_from(wire).unwrap_err().field, "pin.gpus[1]");
+        let mut wire = v1::TenantSpec::from(&spec());
+        wire.pin = Some(v1::TenantPin { gpus: vec![], profile: "5g".into() });
+        assert_eq!(TenantSpec::try_from(wire).unwrap_err().field, "pin.profile");
+        let mut wire = v1::TenantSpec::from(&spec());
+        wire.pin = Some(v1::TenantPin { gpus: vec!["n/0".into(); TenantPin::MAX_GPUS + 1], profile: String::new() });
+        assert_eq!(TenantSpec::try_from(wire).unwrap_err().field, "pin.gpus");
     }
 }

@@ -77,6 +77,7 @@ pub fn derived_tenant(i: usize, stream_key: &str, model: &ModelProfile, gpu: Gpu
     });
     TenantSpec {
         jobs: Default::default(),
+        pin: Default::default(),
         id: TenantId::new(format!("t{i:04}")).expect("valid tenant id"),
         name: format!("{} on stream {stream_key}", model.name),
         model: model.name.clone(),
