@@ -16,7 +16,9 @@
 //!   coordinator serves the tenant's routes.
 //! - **Crashed**: a job that exits while it should run is restarted on the same instance and port after a backoff
 //!   that doubles from 1 s up to 30 s and resets once it has been ready for a minute.
-//! - **Draining** ([`Workload::drain`]): reported as draining (routes drop it), then its drain action (an HTTP
+//! - **Draining** ([`Workload::drain`]): reported as draining (routes drop it; where another instance on the node
+//!   already serves the tenant, the drain waits the settle time so that front ends have stopped sending it requests),
+//!   then its drain action (an HTTP
 //!   `POST` that answers once in-flight requests have finished, or a signal) with the job's deadline; a retraining
 //!   job's checkpoint action; then the stop signal to its process group and, after the grace period, `SIGKILL`.
 //!   Only once no process of the group is left does `drain` return, and the reconcile loop still checks the MIG
@@ -741,16 +743,43 @@ impl Workload for Supervisor {
         let err = |message: String| WorkloadError::Instance { gpu, placement: instance.placement, message };
         // Routes first: every job of the instance is marked draining (and saved) before any drain action, so the
         // next report unroutes the whole instance at once.
-        let jobs: Vec<(TenantId, Role)> = {
+        let (jobs, handed_over): (Vec<(TenantId, Role)>, bool) = {
             let mut inner = lock(&self.inner);
+            // A ready server whose tenant has another ready, settled one on this node (make-before-break): its
+            // requests have somewhere to go.
+            let handed_over = inner.slots.get(&slot_key).is_some_and(|slot| {
+                slot.jobs.iter().any(|j| {
+                    j.role == Role::Inference
+                        && j.state == EndpointState::Ready
+                        && inner.slots.iter().any(|(k, other)| {
+                            *k != slot_key
+                                && other.jobs.iter().any(|o| {
+                                    o.tenant == j.tenant
+                                        && o.role == Role::Inference
+                                        && o.state == EndpointState::Ready
+                                        && inner
+                                            .live
+                                            .get(&(k.0, k.1, o.tenant.clone(), o.role))
+                                            .and_then(|l| l.ready_since)
+                                            .is_some_and(|t| t.elapsed() >= self.settle)
+                                })
+                        })
+                })
+            });
             let Some(slot) = inner.slots.get_mut(&slot_key) else { return Ok(()) };
             for j in &mut slot.jobs {
                 j.state = EndpointState::Draining;
             }
             let jobs = slot.jobs.iter().map(|j| (j.tenant.clone(), j.role)).collect();
             self.save(&inner).map_err(&err)?;
-            jobs
+            (jobs, handed_over)
         };
+        if handed_over {
+            // Out of the routes before the drain: front ends learn that the instance is draining (a heartbeat) and
+            // stop sending it requests, so none finds it refusing or its connections closing. Where no other
+            // instance serves the tenant (the new one needs these slices), waiting would only lengthen the gap.
+            std::thread::sleep(self.settle);
+        }
         for (tenant, role) in jobs {
             self.stop_job(slot_key, &tenant, role).map_err(&err)?;
         }

@@ -197,8 +197,8 @@ pub struct Planner {
     decisions: Mutex<BTreeMap<GpuId, GpuDecision>>,
     /// Per node: the epoch it acknowledged from this leader.
     acked: Mutex<HashMap<NodeId, u64>>,
-    /// Per node: the tenants of the targets it acknowledged from this leader, which it runs until its next push is
-    /// acknowledged (a push that moves a tenant to another node waits for the new home: see `push_all`).
+    /// Per node: the tenants of the targets this leader last pushed it, which it runs until its next push (a push
+    /// that moves a tenant to another node waits for the new home: see `push_all`).
     pushed: Mutex<HashMap<NodeId, Vec<TenantId>>>,
     /// Per node: heartbeats and pushes this leader saw.
     liveness: Mutex<HashMap<NodeId, Liveness>>,
@@ -679,8 +679,8 @@ impl Planner {
         Ok(client)
     }
 
-    /// The tenants whose targets `node` acknowledged last from this leader (empty when it has none): the work it
-    /// still runs while a push that moves it elsewhere waits for the new home.
+    /// The tenants of the targets this leader last pushed `node` (empty when none): the work it still runs while a
+    /// push that moves it elsewhere waits for the new home.
     pub fn pushed_tenants(&self, node: &NodeId) -> Vec<TenantId> {
         self.pushed.lock().expect("pushed lock").get(node).cloned().unwrap_or_default()
     }
@@ -802,6 +802,12 @@ impl Planner {
                 targets.iter().flat_map(|(_, t)| t.assignments.iter().map(|a| a.tenant.clone())).collect();
             tenants.sort();
             tenants.dedup();
+            // From now on the node speaks only for the tenants of this push; those it is losing leave the routes
+            // before the node drains them (their new home is ready), not a heartbeat after.
+            self.pushed.lock().expect("pushed lock").insert(node.clone(), tenants);
+            if let Some(gone) = leaving.get(&node).filter(|g| !g.is_empty()) {
+                self.routes.withdraw(&node, gone);
+            }
             let timeout = self.settings.push_timeout;
             let term = self.node.status().term;
             calls.push(async move {
@@ -823,12 +829,12 @@ impl Planner {
                         Err(_) => Err(format!("no answer within {timeout:?}")),
                     },
                 };
-                (node, epoch, result, span, tenants)
+                (node, epoch, result, span)
             });
         }
         let results = futures::future::join_all(calls).await;
         let (mut ok, mut failed) = (0, 0);
-        for (node, epoch, result, span, tenants) in results {
+        for (node, epoch, result, span) in results {
             let label = match &result {
                 Ok(r) if r.status == v1::ApplyStatus::Stale as i32 => "stale",
                 Ok(_) => "ok",
@@ -854,11 +860,7 @@ impl Planner {
                 Ok(r) => {
                     ok += 1;
                     // A stale answer means the agent already holds a newer epoch (from a newer plan): done.
-                    let stale = r.status == v1::ApplyStatus::Stale as i32;
-                    let acked = if stale { r.epoch.max(epoch) } else { epoch };
-                    if !stale {
-                        self.pushed.lock().expect("pushed lock").insert(node.clone(), tenants);
-                    }
+                    let acked = if r.status == v1::ApplyStatus::Stale as i32 { r.epoch.max(epoch) } else { epoch };
                     self.acked.lock().expect("acked lock").insert(node, acked);
                 }
                 Err(e) => {

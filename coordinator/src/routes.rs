@@ -97,6 +97,20 @@ impl RouteTable {
         }
     }
 
+    /// Drops `node`'s endpoints of `tenants` at once (the leader is about to push the node a layout without them):
+    /// front ends stop sending them requests before the node drains them, rather than a heartbeat later.
+    pub fn withdraw(&self, node: &NodeId, tenants: &[TenantId]) {
+        let mut nodes = self.nodes.lock().expect("routes lock");
+        let Some(n) = nodes.get_mut(node) else { return };
+        let before = n.endpoints.len();
+        n.endpoints.retain(|(t, _)| !tenants.contains(t));
+        let changed = n.endpoints.len() != before;
+        drop(nodes);
+        if changed {
+            self.version.send_modify(|v| *v += 1);
+        }
+    }
+
     /// Drops routes of nodes not heard from for [`ROUTE_TTL`]; true when some were dropped.
     fn expire(&self) -> bool {
         let mut nodes = self.nodes.lock().expect("routes lock");
@@ -285,5 +299,20 @@ mod tests {
         assert!(t.snapshot(None, 1).tenants.is_empty());
         t.heard(&node, "10.0.0.5:7000", &state("a", 9001, "weird"), std::slice::from_ref(&a));
         assert!(t.snapshot(Some(&a), 1).tenants.is_empty());
+    }
+
+    #[test]
+    fn withdrawn_endpoints_leave_the_routes_at_once() {
+        let t = RouteTable::default();
+        let node = NodeId::new("n").unwrap();
+        let a = TenantId::new("a").unwrap();
+        t.heard(&node, "10.0.0.5:7000", &state("a", 9001, "ready"), std::slice::from_ref(&a));
+        let before = t.snapshot(None, 1).version;
+        t.withdraw(&node, &[TenantId::new("other").unwrap()]);
+        assert_eq!(t.snapshot(None, 1).version, before, "nothing of that tenant: nothing changes");
+        t.withdraw(&node, std::slice::from_ref(&a));
+        let r = t.snapshot(None, 1);
+        assert!(r.tenants.is_empty(), "{r:?}");
+        assert_eq!(r.version, before + 1, "watchers hear of it");
     }
 }

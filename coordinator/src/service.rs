@@ -685,7 +685,7 @@ impl v1::coordinator_server::Coordinator for Services {
         let pushed = self.planner.pushed_tenants(&node);
         let (address, placed) = self.node.read(|s| {
             let address = s.fleet.nodes.get(&node).map(|n| n.address.clone()).unwrap_or_default();
-            // The tenants of its committed targets, and of the targets it acknowledged last (a tenant moving to
+            // The tenants of its committed targets, and of the targets the leader pushed it last (a tenant moving to
             // another node is served here until its new home is ready: `push_all`). Not what the agent reports as
             // applied: that is its own claim.
             let placed: Vec<TenantId> = s

@@ -2,14 +2,15 @@
 //! simulated nodes of two A100s whose agents run the tenant's `standin` server as a real process, and the router
 //! following the cluster's routes. A steady 40 requests/s go through the router while the operator's pin
 //! (`TenantPin`) makes the planner grow the tenant, shrink it, move it to another GPU, to another node, grow it
-//! where the new instance needs the old one's slices, and move it back while the nodes crash and start again.
+//! where the new instance needs the old one's slices, and move it back while the nodes stop and start again (the
+//! agents are in this process: `integration/tests/jobs_process.rs` kills a `sim-agent` process with SIGKILL).
 //!
 //! What it checks after every step:
 //! - where the new instance had free slices (make-before-break), no request failed, was held or was dropped;
 //! - where it did not, the requests that found no instance are the router's counted drops and every other one
 //!   succeeded;
 //! - no process is left on an instance that no longer serves, and the tenant runs exactly one server, on the
-//!   instance its route names (nothing started twice), also after the crash.
+//!   instance its route names (nothing started twice), also after the restart.
 //!
 //! Needs the `standin` binary next to `coordinator` (built by `cargo test --workspace`, or
 //! `cargo build -p tessera-sim --bin standin`). Waits are on state with deadlines, never fixed sleeps.
@@ -250,26 +251,26 @@ async fn the_coordinator_reconfigures_a_served_tenant_without_losing_requests() 
     }
     assert!(make_before_break >= 4, "{make_before_break} of 5 steps had free slices");
 
-    // Back to mv-0/0 as 1g; the nodes crash once the new server is starting, and start again over their state.
+    // Back to mv-0/0 as 1g; the nodes stop once the new server is starting, and start again over their state.
     revision_spec.pin = Some(pin("mv-0/0", "1g"));
     c.client(leader).update_tenant(v1::TenantRequest { spec: Some(revision_spec), if_revision: 0 }).await.unwrap();
     eventually(T, "a server starting on mv-0/0", || async {
         servers().iter().any(|(_, d)| !seen_devices.contains(d)).then_some(())
     })
     .await;
-    sim.crash().await;
+    sim.stop().await;
     sim = start_sim_jobs_in(&c.addr(leader), 2, 2, "mv", state.path()).await;
-    let next = eventually(T, "the tenant served on mv-0/0 as 1g after the crash", || async {
+    let next = eventually(T, "the tenant served on mv-0/0 as 1g after the restart", || async {
         settled(&c, leader)
             .await
             .filter(|e| e.node == "mv-0" && e.gpu == 0 && placement(e).profile.short_name() == "1g")
     })
     .await;
     let (r, _, _) = step(&outcomes, &router, mark, &stats).await;
-    eprintln!("nodes crashed and restarted mid-reconfiguration: {} -> {}: {r:?}", at.address, next.address);
-    assert_eq!(r.failed, 0, "after the crash: {r:?}");
+    eprintln!("nodes stopped and restarted mid-reconfiguration: {} -> {}: {r:?}", at.address, next.address);
+    assert_eq!(r.failed, 0, "after the restart: {r:?}");
     seen_devices.insert(next.mig_uuid.clone());
-    one_server_on(&next, &seen_devices, "after the crash").await;
+    one_server_on(&next, &seen_devices, "after the restart").await;
 
     stop.store(true, Ordering::Relaxed);
     let all = outcomes.lock().unwrap().clone();

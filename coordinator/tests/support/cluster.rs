@@ -387,14 +387,6 @@ impl SimNodes {
         let _ = self.stop.take().unwrap().send(());
         self.task.take().unwrap().await.unwrap().unwrap();
     }
-
-    /// Ends the nodes at once, wherever they are (a reconcile half done, a push unanswered), as a crash would:
-    /// nothing of theirs runs after this returns. Processes they started live on (their own process groups).
-    pub async fn crash(mut self) {
-        let task = self.task.take().unwrap();
-        task.abort();
-        let _ = task.await;
-    }
 }
 
 /// Starts `nodes` simulated nodes of `gpus` A100-40GB each, heartbeating to `coordinator`.
@@ -483,7 +475,10 @@ async fn start_sim_at(
         })
         .await
     });
-    let lines = lines_rx.await.unwrap();
+    let lines = match lines_rx.await {
+        Ok(lines) => lines,
+        Err(_) => panic!("the simulated nodes did not start: {:?}", task.await),
+    };
     SimNodes { lines, stop: Some(stop_tx), task: Some(task), _dir: dir }
 }
 
