@@ -534,6 +534,16 @@ fn tenant_json(t: &v1::TenantResponse) -> serde_json::Value {
     json!({ "spec": spec, "retiring": t.retiring, "revision": t.revision })
 }
 
+/// What the planner makes of a GPU: a GPU on a failed node is failed, and a healthy one on a suspect node keeps its
+/// work and gets none new, as a draining one does. The GPU's own health is `gpu_health` in `node list --json`.
+fn effective_gpu_health(node: &str, gpu: &str) -> String {
+    match (node, gpu) {
+        ("failed", _) => "failed (node)".into(),
+        ("suspect", "healthy") => "suspect (node)".into(),
+        _ => gpu.into(),
+    }
+}
+
 fn members_json(m: &[v1::Member]) -> serde_json::Value {
     m.iter().map(|m| json!({ "id": m.id, "address": m.address })).collect()
 }
@@ -774,18 +784,19 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 lines.push(format!("{} at {}  {}{why}", n.id, n.address, n.health));
                 let mut gj = Vec::new();
                 for g in &n.gpus {
+                    let health = effective_gpu_health(&n.health, &g.health);
                     lines.push(format!(
                         "  {} {} {}  applied [{}] epoch {}  target [{}] epoch {}",
                         g.id,
                         g.model,
-                        g.health,
+                        health,
                         layout_text(&g.applied),
                         g.applied_epoch,
                         layout_text(&g.target.as_ref().and_then(|t| t.layout.clone())),
                         g.target_epoch
                     ));
                     gj.push(json!({
-                        "id": g.id, "model": g.model, "health": g.health, "applied": layout_text(&g.applied),
+                        "id": g.id, "model": g.model, "health": health, "gpu_health": g.health, "applied": layout_text(&g.applied),
                         "applied_epoch": g.applied_epoch, "applied_assignments": assignments_text(&g.applied_assignments),
                         "target": layout_text(&g.target.as_ref().and_then(|t| t.layout.clone())), "target_epoch": g.target_epoch,
                     }));

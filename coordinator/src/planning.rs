@@ -770,7 +770,8 @@ impl Planner {
                         rpc.system = "grpc",
                         rpc.service = "tessera.v1.Agent",
                         rpc.method = "ApplyLayout",
-                        server.address = %address,
+                        server.address = %server_host(&address),
+                        server.port = server_port(&address),
                         tessera.node = %node,
                         tessera.plan.epoch = as_i64(epoch),
                         tessera.reconfiguration.steps =
@@ -946,6 +947,19 @@ impl Planner {
 /// One node's push: its id, agent address, the newest epoch among its GPUs' targets, and every target by index.
 /// One node's push: its id, address, newest target epoch, targets, and the jobs of the tenants they assign.
 type NodePush = (NodeId, String, u64, Vec<(u32, GpuPlan)>, Vec<v1::TenantJobs>);
+
+/// The host of an agent's address (`host:port`, `http://host:port` or `[v6]:port`), as OpenTelemetry's
+/// `server.address` wants it (the port goes to `server.port`).
+fn server_host(address: &str) -> &str {
+    let a = address.split_once("://").map_or(address, |(_, rest)| rest);
+    let host = a.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok()).map_or(a, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// The port of an agent's address (0 when it names none).
+fn server_port(address: &str) -> i64 {
+    address.rsplit_once(':').and_then(|(_, p)| p.trim_end_matches('/').parse::<u16>().ok()).map_or(0, i64::from)
+}
 
 /// `v` as an OpenTelemetry integer attribute (`tracing` sends `u64` fields as strings); saturates.
 fn as_i64(v: u64) -> i64 {

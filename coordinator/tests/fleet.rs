@@ -114,6 +114,9 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     assert_eq!((client.kind, client.status.0), (SpanKind::Client, StatusCode::Ok), "{}", client.summary());
     assert_eq!(client.string("rpc.system"), Some("grpc"));
     assert_eq!(client.string("tessera.push.result"), Some("ok"), "{}", client.summary());
+    // OpenTelemetry's split: the host in `server.address`, the port an integer in `server.port`.
+    assert!(client.string("server.address").is_some_and(|h| !h.contains(':')), "{}", client.summary());
+    assert!(client.int("server.port").is_some_and(|p| p > 0), "{}", client.summary());
     assert!(client.int("tessera.plan.epoch").is_some_and(|e| e > 0), "{}", client.summary());
     assert!(matches!(client.array("tessera.gpus").as_deref(), Some([Value::IntValue(_), ..])), "{}", client.summary());
     let server = children_of(&spans, &client).into_iter().find(|s| s.kind == SpanKind::Server).unwrap();
@@ -290,6 +293,25 @@ async fn a_dead_node_is_failed_and_its_tenants_are_served_elsewhere_and_it_rejoi
     })
     .await;
     assert!(reason.contains("no heartbeat"), "{reason}");
+    // `node list` shows the dead node's GPU as the planner sees it (failed), in the table and in --json; the GPU's
+    // own health stays apart.
+    let list = |json: bool| {
+        let mut cmd = std::process::Command::new(support::cluster::binary());
+        cmd.args(["node", "list", "--endpoints", &c.endpoints()]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = list(false);
+    let gpu_line = table.lines().find(|l| l.trim_start().starts_with(&format!("{first}/"))).unwrap_or_default();
+    assert!(gpu_line.contains("failed (node)"), "{table}");
+    let js: serde_json::Value = serde_json::from_str(&list(true)).unwrap();
+    let dead = js.as_array().unwrap().iter().find(|n| n["id"] == first.as_str()).unwrap();
+    assert_eq!(dead["gpus"][0]["health"], "failed (node)", "{dead}");
+    assert_eq!(dead["gpus"][0]["gpu_health"], "healthy", "{dead}");
     let moved = eventually(T, "the tenant to be served on the surviving node", || async {
         (serving(&nodes().await?)? == survivor_id).then(|| died.elapsed())
     })

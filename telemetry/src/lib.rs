@@ -1,9 +1,10 @@
 //! Tessera's tracing: logs on stderr, OpenTelemetry spans over OTLP/gRPC, and W3C trace context carried in gRPC
 //! metadata, shared by the coordinator, the agent and `sim-agent`.
 //!
-//! [`init`] installs the process-wide `tracing` subscriber: an [`EnvFilter`] (from `RUST_LOG`, default `info`), a
-//! compact fmt layer on stderr and, when an OTLP endpoint is configured, the layer built by [`otel_layer`], which turns
-//! every `tracing` span into an OpenTelemetry span exported over OTLP/gRPC (tonic) in batches.
+//! [`init`] installs the process-wide `tracing` subscriber: a compact fmt layer on stderr, filtered by an
+//! [`EnvFilter`] (from `RUST_LOG`), and, when an OTLP endpoint is configured, the layer built by [`otel_layer`], which
+//! turns every `tracing` span into an OpenTelemetry span exported over OTLP/gRPC (tonic) in batches, with a filter of
+//! its own ([`SPAN_FILTER_ENV`], default `info`), so that a quiet log does not silence the traces.
 //!
 //! The exporter runs on its own small tokio runtime owned by [`Telemetry`] (one worker thread, `otlp-export`), and the
 //! SDK's batch span processor runs on its own thread. So neither [`otel_layer`] nor [`Telemetry::flush`] depends on
@@ -219,9 +220,19 @@ fn is_transport_target(target: &str) -> bool {
         .any(|t| target.strip_prefix(t).is_some_and(|rest| rest.is_empty() || rest.starts_with("::")))
 }
 
-/// Installs the global `tracing` subscriber: an [`EnvFilter`] from `RUST_LOG` (default `default_level`; invalid
-/// directives are skipped), a compact fmt layer on stderr (ANSI colours only when stderr is a terminal) and, when `otlp_endpoint` is
-/// given, the OTLP layer from [`otel_layer`] with `service`'s resource attributes. The pipeline's tracer provider
+/// The environment variable that filters which spans are exported over OTLP ([`EnvFilter`] directives); `info` when
+/// unset, whatever `RUST_LOG` says of the log lines.
+pub const SPAN_FILTER_ENV: &str = "TESSERA_OTLP_FILTER";
+
+/// The OTLP layer's own filter: [`SPAN_FILTER_ENV`], default `info` (every span Tessera opens).
+fn span_filter() -> EnvFilter {
+    EnvFilter::builder().with_default_directive(LevelFilter::INFO.into()).with_env_var(SPAN_FILTER_ENV).from_env_lossy()
+}
+
+/// Installs the global `tracing` subscriber: a compact fmt layer on stderr (ANSI colours only when stderr is a
+/// terminal) filtered by an [`EnvFilter`] from `RUST_LOG` (default `default_level`; invalid directives are skipped)
+/// and, when `otlp_endpoint` is given, the OTLP layer from [`otel_layer`] with `service`'s resource attributes,
+/// filtered apart ([`SPAN_FILTER_ENV`], default `info`): the log level never decides which spans are exported. The pipeline's tracer provider
 /// also becomes OpenTelemetry's global one, which [`completed_span`] reports through.
 ///
 /// Returns the [`Telemetry`] to shut down at exit (`None` without an endpoint). Fails, without panicking, when a
@@ -232,16 +243,19 @@ pub fn init(
     service: &Service,
     default_level: LevelFilter,
 ) -> anyhow::Result<Option<Telemetry>> {
+    // Each layer has its own filter: the log level decides which lines reach stderr, never which spans are
+    // exported (agents log at `warn` by default, and every span of theirs is an `info` span).
     let filter = EnvFilter::builder().with_default_directive(default_level.into()).from_env_lossy();
     let fmt = tracing_subscriber::fmt::layer()
         .compact()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    let subscriber = tracing_subscriber::registry().with(filter).with(fmt);
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(filter);
+    let subscriber = tracing_subscriber::registry().with(fmt);
     let (otel, telemetry) = match otlp_endpoint {
         Some(endpoint) => {
             let (layer, telemetry) = otel_layer(endpoint, service)?;
-            (Some(layer), Some(telemetry))
+            (Some(layer.with_filter(span_filter())), Some(telemetry))
         }
         None => (None, None),
     };
