@@ -210,6 +210,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Supervisor {
+    /// Whether job `j` of the instance at `slot` serves: started, ready, and ready for the settle time (front ends
+    /// have learnt its endpoint).
+    fn serving(&self, inner: &Inner, slot: (u32, Placement), j: &JobRecord) -> bool {
+        let key = (slot.0, slot.1, j.tenant.clone(), j.role);
+        let settled = inner.live.get(&key).and_then(|l| l.ready_since).is_some_and(|t| t.elapsed() >= self.settle);
+        j.state == EndpointState::Ready && j.pid != 0 && settled
+    }
+
     /// Opens the supervisor of node `node` with its state and logs in `dir` (created if needed), adopting the jobs a
     /// previous agent left running, and starts its monitor thread. `load` supplies request counters, as for
     /// [`crate::workload::Bookkeeping`].
@@ -745,24 +753,16 @@ impl Workload for Supervisor {
         // next report unroutes the whole instance at once.
         let (jobs, handed_over): (Vec<(TenantId, Role)>, bool) = {
             let mut inner = lock(&self.inner);
-            // A ready server whose tenant has another ready, settled one on this node (make-before-break): its
-            // requests have somewhere to go.
+            // A ready server whose tenant another settled server on this node already serves (make-before-break):
+            // its requests have somewhere to go.
             let handed_over = inner.slots.get(&slot_key).is_some_and(|slot| {
                 slot.jobs.iter().any(|j| {
                     j.role == Role::Inference
                         && j.state == EndpointState::Ready
-                        && inner.slots.iter().any(|(k, other)| {
-                            *k != slot_key
-                                && other.jobs.iter().any(|o| {
-                                    o.tenant == j.tenant
-                                        && o.role == Role::Inference
-                                        && o.state == EndpointState::Ready
-                                        && inner
-                                            .live
-                                            .get(&(k.0, k.1, o.tenant.clone(), o.role))
-                                            .and_then(|l| l.ready_since)
-                                            .is_some_and(|t| t.elapsed() >= self.settle)
-                                })
+                        && inner.slots.iter().filter(|(k, _)| **k != slot_key).any(|(k, other)| {
+                            other.jobs.iter().any(|o| {
+                                o.tenant == j.tenant && o.role == Role::Inference && self.serving(&inner, *k, o)
+                            })
                         })
                 })
             });
@@ -790,14 +790,10 @@ impl Workload for Supervisor {
 
     fn ready(&self, gpu: u32, placement: Placement) -> bool {
         let inner = lock(&self.inner);
-        inner.slots.get(&(gpu, placement)).is_some_and(|s| {
-            s.jobs.iter().all(|j| {
-                let key = (gpu, placement, j.tenant.clone(), j.role);
-                let settled =
-                    inner.live.get(&key).and_then(|l| l.ready_since).is_some_and(|t| t.elapsed() >= self.settle);
-                j.state == EndpointState::Ready && j.pid != 0 && settled
-            })
-        })
+        inner
+            .slots
+            .get(&(gpu, placement))
+            .is_some_and(|s| s.jobs.iter().all(|j| self.serving(&inner, (gpu, placement), j)))
     }
 
     fn make_before_break(&self) -> bool {

@@ -158,28 +158,7 @@ async fn the_coordinator_reconfigures_a_served_tenant_without_losing_requests() 
     // The tenant serves with the stand-in: ready after a warm-up, 5 ms a request, drains what it has in flight, and
     // counts its requests (the agent reports them as the tenant's arrivals). Pinned to a 1g on mv-0's GPU 0.
     let mut spec = tenant(TENANT, "resnet50", 20.0);
-    let argv = [
-        standin.to_str().unwrap(),
-        "serve",
-        "--listen",
-        "127.0.0.1:{port}",
-        "--warmup-ms",
-        "700",
-        "--latency-ms",
-        "5",
-        "--name",
-        "{node}/{gpu}/{placement}",
-    ];
-    let serve = v1::JobSpec {
-        argv: argv.map(String::from).to_vec(),
-        ready_http: "/ready".into(),
-        drain_http: "/drain".into(),
-        drain_deadline_ms: 10_000,
-        grace_ms: 5_000,
-        metrics_path: "/metrics".into(),
-        metrics_counter: "standin_requests_total".into(),
-        ..Default::default()
-    };
+    let serve = v1::JobSpec::from(&tessera_sim::standin::serve_job(&standin));
     spec.jobs = Some(v1::TenantJobs { tenant: TENANT.into(), serve: Some(serve), retrain: None });
     let pin = |gpu: &str, profile: &str| v1::TenantPin { gpus: vec![gpu.into()], profile: profile.into() };
     spec.pin = Some(pin("mv-0/0", "1g"));
@@ -218,14 +197,9 @@ async fn the_coordinator_reconfigures_a_served_tenant_without_losing_requests() 
         ("move to another node, mv-1/0", "mv-1", 0, "2g"),
         ("grow 2g -> 7g on mv-1/0", "mv-1", 0, "7g"),
     ];
-    let mut revision_spec = spec.clone();
     let mut make_before_break = 0;
     for (name, node, gpu, profile) in steps {
-        revision_spec.pin = Some(pin(&format!("{node}/{gpu}"), profile));
-        c.client(leader)
-            .update_tenant(v1::TenantRequest { spec: Some(revision_spec.clone()), if_revision: 0 })
-            .await
-            .unwrap_or_else(|e| panic!("{name}: pinning: {e:?}"));
+        pin_with_cli(&c, &format!("{node}/{gpu}"), profile);
         let next = eventually(T, name, || async {
             settled(&c, leader)
                 .await
@@ -252,8 +226,7 @@ async fn the_coordinator_reconfigures_a_served_tenant_without_losing_requests() 
     assert!(make_before_break >= 4, "{make_before_break} of 5 steps had free slices");
 
     // Back to mv-0/0 as 1g; the nodes stop once the new server is starting, and start again over their state.
-    revision_spec.pin = Some(pin("mv-0/0", "1g"));
-    c.client(leader).update_tenant(v1::TenantRequest { spec: Some(revision_spec), if_revision: 0 }).await.unwrap();
+    pin_with_cli(&c, "mv-0/0", "1g");
     eventually(T, "a server starting on mv-0/0", || async {
         servers().iter().any(|(_, d)| !seen_devices.contains(d)).then_some(())
     })
@@ -319,14 +292,38 @@ async fn step(
     (report, all.len(), now)
 }
 
-/// Exactly one server runs for the tenant, on the instance its route names, and none on an instance it left.
+/// Pins the tenant with the operator's command, `coordinator tenant pin`, as the cluster's admin would, and checks
+/// that `tenant list` shows the pin.
+fn pin_with_cli(c: &Cluster, gpu: &str, profile: &str) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(support::cluster::binary())
+            .args(args)
+            .args(["--endpoints", &c.endpoints()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "coordinator {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let said = run(&["tenant", "pin", TENANT, "--gpu", gpu, "--profile", profile]);
+    assert!(said.contains(&format!("pinned to {gpu} as {profile}")), "{said}");
+    let list = run(&["tenant", "list"]);
+    assert!(
+        list.lines().any(|l| l.starts_with(TENANT) && l.contains(&format!("pinned to {gpu} as {profile}"))),
+        "{list}"
+    );
+}
+
+/// Exactly one server runs for the tenant, on the instance its route names, and no process at all (the tenant's or
+/// any other, such as a child the server left behind) names an instance it left.
 async fn one_server_on(e: &v1::RouteEndpoint, seen: &BTreeSet<String>, name: &str) {
-    let running = eventually(T, &format!("{name}: one server, on {}", e.mig_uuid), || async {
+    eventually(T, &format!("{name}: one server, on {}", e.mig_uuid), || async {
         let s = servers();
-        (s.len() == 1 && s[0].1 == e.mig_uuid).then_some(s)
+        (s.len() == 1 && s[0].1 == e.mig_uuid).then_some(())
     })
     .await;
     for device in seen.iter().filter(|d| **d != e.mig_uuid) {
-        assert!(running.iter().all(|(_, d)| d != device), "{name}: a process is left on {device}");
+        let uuid: tessera_core::ids::MigUuid = device.parse().expect("a MIG UUID");
+        let left = tessera_agent::procs::processes_using(&uuid);
+        assert!(left.is_empty(), "{name}: processes {left:?} are left on {device}");
     }
 }

@@ -83,6 +83,13 @@ pub struct GpuDescriptor {
     pub memory_gib: BTreeMap<Profile, f64>,
 }
 
+impl GpuDescriptor {
+    /// A GPU of `model` at `index` as a new node reports it: MIG on, no instances, the catalog's memory.
+    pub fn fresh(index: u32, model: GpuModel) -> GpuDescriptor {
+        GpuDescriptor { index, model, mig_enabled: true, layout: Layout::empty(), memory_gib: BTreeMap::new() }
+    }
+}
+
 /// What the fleet knows about a node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeState {

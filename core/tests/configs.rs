@@ -8,7 +8,6 @@ use tessera_core::GpuModel;
 use tessera_core::config::{load_fleet, load_model_dir, load_tenants};
 use tessera_core::fleet::{Command, FleetState, GpuDescriptor};
 use tessera_core::ids::GpuId;
-use tessera_core::layout::Layout;
 use tessera_core::migparted;
 use tessera_core::time::SimTime;
 
@@ -85,18 +84,7 @@ fn example_fleet_and_tenants_are_accepted_by_the_state_machine() {
     }
     let fleet = load_fleet(&root.join("fleets/mixed.toml")).unwrap();
     for n in &fleet.nodes {
-        let gpus = n
-            .gpus
-            .iter()
-            .enumerate()
-            .map(|(i, m)| GpuDescriptor {
-                index: i as u32,
-                model: *m,
-                mig_enabled: true,
-                layout: Layout::empty(),
-                memory_gib: Default::default(),
-            })
-            .collect();
+        let gpus = n.gpus.iter().enumerate().map(|(i, m)| GpuDescriptor::fresh(i as u32, *m)).collect();
         let address = n.address.clone().unwrap_or_else(|| format!("{}:50051", n.id));
         state.apply(Command::RegisterNode { node: n.id.clone(), address, gpus, at: SimTime::ZERO }).unwrap();
     }

@@ -59,17 +59,7 @@ fn register(id: &str, models: &[GpuModel]) -> Command {
     Command::RegisterNode {
         node: node(id),
         address: format!("{id}:50051"),
-        gpus: models
-            .iter()
-            .enumerate()
-            .map(|(i, m)| GpuDescriptor {
-                index: i as u32,
-                model: *m,
-                mig_enabled: true,
-                layout: Layout::empty(),
-                memory_gib: Default::default(),
-            })
-            .collect(),
+        gpus: models.iter().enumerate().map(|(i, m)| GpuDescriptor::fresh(i as u32, *m)).collect(),
         at: SimTime::ZERO,
     }
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use tessera_core::ids::{MigUuid, TenantId};
-use tessera_core::jobs::{JobAction, JobMetrics, JobSpec, ReadyCheck, Signal, TenantJobs};
+use tessera_core::jobs::{JobAction, JobSpec, Signal, TenantJobs};
 use tessera_core::plan::{Assignment, GpuPlan, Role};
 use tessera_proto::v1;
 use tessera_proto::v1::agent_client::AgentClient;
@@ -96,24 +96,7 @@ fn free_base_port() -> u16 {
 
 fn jobs(ckpt: &Path) -> TenantJobs {
     let standin = env!("CARGO_BIN_EXE_standin");
-    let mut serve = JobSpec::command([
-        standin,
-        "serve",
-        "--listen",
-        "127.0.0.1:{port}",
-        "--warmup-ms",
-        "700",
-        "--latency-ms",
-        "5",
-        "--name",
-        "{node}/{gpu}/{placement}",
-    ]);
-    serve.ready = Some(ReadyCheck::Http { path: "/ready".into() });
-    serve.drain = Some(JobAction::Http { path: "/drain".into() });
-    serve.drain_deadline_ms = 10_000;
-    serve.metrics =
-        Some(JobMetrics { path: "/metrics".into(), counter: "standin_requests_total".into(), labels: BTreeMap::new() });
-    serve.grace_ms = 5_000;
+    let serve = tessera_sim::standin::serve_job(Path::new(standin));
     let mut retrain = JobSpec::command([
         standin,
         "retrain",

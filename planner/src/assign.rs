@@ -126,12 +126,9 @@ pub fn honour_pins(input: &PlannerInput, mut l1: L1) -> L1 {
         });
         match target {
             Some(g) => {
-                // `moved` counts tenants taken off the GPU that served them.
-                let was_home = placed.is_some() && placed.as_ref() == here;
-                if was_home && here != Some(&g) {
+                // `moved` counts tenants taken off the GPU that served them (where the rule kept them there).
+                if placed.is_some() && placed.as_ref() == here && here != Some(&g) {
                     l1.moved += 1;
-                } else if !was_home && here == Some(&g) && here.is_some() && placed.is_some() {
-                    l1.moved = l1.moved.saturating_sub(1);
                 }
                 let ts = l1.per_gpu.get_mut(&g).expect("tracked");
                 ts.push(id.clone());

@@ -409,63 +409,52 @@ pub async fn start_sim_tls(
     prefix: &str,
     tls_dir: Option<&Path>,
 ) -> SimNodes {
-    start_sim_with(coordinator, nodes, gpus, clock, prefix, tls_dir, false).await
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = sim_args(coordinator, nodes, gpus, prefix, dir.path());
+    args.clock = clock;
+    args.tls_dir = tls_dir.map(Path::to_path_buf);
+    launch(args, Some(dir)).await
 }
 
 /// [`start_sim`] whose nodes run their tenants' jobs as real processes (`sim-agent run --jobs`).
 pub async fn start_sim_jobs(coordinator: &str, nodes: u32, gpus: u32, prefix: &str) -> SimNodes {
-    start_sim_with(coordinator, nodes, gpus, tessera_sim::node::ClockKind::Wall, prefix, None, true).await
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = sim_args(coordinator, nodes, gpus, prefix, dir.path());
+    args.jobs = true;
+    launch(args, Some(dir)).await
 }
 
 /// [`start_sim_jobs`] keeping the nodes' state (MIG layouts, jobs) in `state_dir`, so that nodes started again
 /// there find what the last ones left.
 pub async fn start_sim_jobs_in(coordinator: &str, nodes: u32, gpus: u32, prefix: &str, state_dir: &Path) -> SimNodes {
-    let wall = tessera_sim::node::ClockKind::Wall;
-    start_sim_at(coordinator, nodes, gpus, wall, prefix, None, true, state_dir.to_path_buf(), None).await
+    let mut args = sim_args(coordinator, nodes, gpus, prefix, state_dir);
+    args.jobs = true;
+    launch(args, None).await
 }
 
-async fn start_sim_with(
-    coordinator: &str,
-    nodes: u32,
-    gpus: u32,
-    clock: tessera_sim::node::ClockKind,
-    prefix: &str,
-    tls_dir: Option<&Path>,
-    jobs: bool,
-) -> SimNodes {
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().to_path_buf();
-    start_sim_at(coordinator, nodes, gpus, clock, prefix, tls_dir, jobs, state, Some(dir)).await
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn start_sim_at(
-    coordinator: &str,
-    nodes: u32,
-    gpus: u32,
-    clock: tessera_sim::node::ClockKind,
-    prefix: &str,
-    tls_dir: Option<&Path>,
-    jobs: bool,
-    state_dir: PathBuf,
-    dir: Option<tempfile::TempDir>,
-) -> SimNodes {
-    let args = tessera_sim::node::RunArgs {
+/// `sim-agent run`'s arguments for `nodes` nodes of `gpus` A100-40GB on loopback, on the wall clock, without TLS or
+/// jobs, keeping their state in `state_dir`.
+fn sim_args(coordinator: &str, nodes: u32, gpus: u32, prefix: &str, state_dir: &Path) -> tessera_sim::node::RunArgs {
+    tessera_sim::node::RunArgs {
         nodes,
         gpus_per_node: gpus,
         gpu_model: "A100-40GB".into(),
         listen_base: "127.0.0.1:0".parse().unwrap(),
         advertise_host: None,
-        clock,
+        clock: tessera_sim::node::ClockKind::Wall,
         coordinator: Some(coordinator.to_string()),
-        state_dir: Some(state_dir),
+        state_dir: Some(state_dir.to_path_buf()),
         node_prefix: prefix.into(),
-        tls_dir: tls_dir.map(Path::to_path_buf),
+        tls_dir: None,
         insecure: false,
         metrics_listen: None,
         otlp_endpoint: None,
-        jobs,
-    };
+        jobs: false,
+    }
+}
+
+/// Runs the nodes in this process until [`SimNodes::stop`]; `dir`, where given, lives as long as they do.
+async fn launch(args: tessera_sim::node::RunArgs, dir: Option<tempfile::TempDir>) -> SimNodes {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (lines_tx, lines_rx) = tokio::sync::oneshot::channel::<Vec<String>>();
     let task = tokio::spawn(async move {

@@ -19,9 +19,36 @@
 pub mod retrain;
 pub mod serve;
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use tessera_core::config::ConfigError;
+use tessera_core::jobs::{JobAction, JobMetrics, JobSpec, ReadyCheck};
+
+/// `standin serve` at `binary` as a tenant's serve job, as the tests run it: warm after 700 ms, 5 ms a request,
+/// ready on `GET /ready`, drained by `POST /drain` (10 s deadline), its requests counted by
+/// `standin_requests_total` on `/metrics`, 5 s of grace after SIGTERM, and named after its instance.
+pub fn serve_job(binary: &Path) -> JobSpec {
+    let mut serve = JobSpec::command([
+        &*binary.to_string_lossy(),
+        "serve",
+        "--listen",
+        "127.0.0.1:{port}",
+        "--warmup-ms",
+        "700",
+        "--latency-ms",
+        "5",
+        "--name",
+        "{node}/{gpu}/{placement}",
+    ]);
+    serve.ready = Some(ReadyCheck::Http { path: "/ready".into() });
+    serve.drain = Some(JobAction::Http { path: "/drain".into() });
+    serve.drain_deadline_ms = 10_000;
+    serve.metrics =
+        Some(JobMetrics { path: "/metrics".into(), counter: "standin_requests_total".into(), labels: BTreeMap::new() });
+    serve.grace_ms = 5_000;
+    serve
+}
 
 /// A stand-in that cannot start or cannot go on.
 #[derive(Debug, thiserror::Error)]
