@@ -496,7 +496,10 @@ impl Reconciler {
             Some(cx) => self.reconcile_span(gpu, target.epoch, Some(cx)),
             None => tracing::Span::none(),
         };
+        let steps_before = self.steps.load(Ordering::SeqCst);
         let result = self.reconcile_target(info, target, &mut span);
+        // What this pass did: a pass that waits, or fails, part-way leaves the rest to the next.
+        span.record("tessera.reconfiguration.steps", (self.steps.load(Ordering::SeqCst) - steps_before) as i64);
         let label = match &result {
             Ok(GpuOutcome::Untargeted) => "untargeted",
             Ok(GpuOutcome::Converged) => "converged",
@@ -523,6 +526,7 @@ impl Reconciler {
             tessera.plan.epoch = i64::try_from(epoch).unwrap_or(i64::MAX),
             tessera.layout.from = Empty,
             tessera.layout.to = Empty,
+            tessera.reconfiguration.planned = Empty,
             tessera.reconfiguration.steps = Empty,
             tessera.reconcile.outcome = Empty,
             otel.status_code = Empty,
@@ -552,6 +556,7 @@ impl Reconciler {
             parent: &*pass,
             "mig_step",
             otel.name = name,
+            tessera.node = %self.node,
             tessera.gpu = %self.gpu_id(gpu),
             tessera.mig.profile = placement.map(|p| p.profile.to_string()).unwrap_or_default(),
             tessera.mig.placement.start = placement.map_or(-1, |p| i64::from(p.start)),
@@ -607,7 +612,7 @@ impl Reconciler {
             }
             pass.record("tessera.layout.from", layout.to_string())
                 .record("tessera.layout.to", plan.layout.to_string())
-                .record("tessera.reconfiguration.steps", steps.len() as i64);
+                .record("tessera.reconfiguration.planned", steps.len() as i64);
         }
         let mut instances: BTreeMap<Placement, GpuInstance> = observed.iter().map(|i| (i.placement, *i)).collect();
         for step in &steps {

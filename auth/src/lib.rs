@@ -79,6 +79,8 @@ pub struct Identity {
     pub role: Role,
     /// Its name (the subject's CN): a node id for an agent, `node-<id>` for a coordinator.
     pub name: String,
+    /// The certificate's serial number, lowercase hex (empty where no certificate was read).
+    pub serial: String,
 }
 
 impl Identity {
@@ -98,7 +100,8 @@ impl Identity {
             .and_then(|a| a.as_str().ok())
             .ok_or("the certificate's subject has no CN (name)")?
             .to_string();
-        Ok(Identity { role, name })
+        let serial = cert.raw_serial().iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Identity { role, name, serial })
     }
 
     /// The coordinator member id of a coordinator identity (`node-<id>`).
@@ -251,11 +254,16 @@ fn pem_to_der(pem: &[u8]) -> Option<Vec<u8>> {
 /// A refusal counter: called with the refusal's kind (`unauthenticated` or `permission_denied`) and what was needed.
 pub type OnRefusal = Arc<dyn Fn(&'static str, &str) + Send + Sync>;
 
+/// A check of the caller beyond its role, made on every call its role allows (`Err` says why it is refused): a
+/// coordinator identity must name a current member, a revoked certificate is refused.
+pub type Gate = Arc<dyn Fn(&Identity) -> Result<(), String> + Send + Sync>;
+
 /// How a server checks its callers.
 #[derive(Clone)]
 pub struct Auth {
     secure: bool,
     on_refusal: Option<OnRefusal>,
+    gate: Option<Gate>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -267,17 +275,23 @@ impl std::fmt::Debug for Auth {
 impl Auth {
     /// No TLS: every caller may do everything (`--insecure`: local development and the in-process replay).
     pub fn insecure() -> Auth {
-        Auth { secure: false, on_refusal: None }
+        Auth { secure: false, on_refusal: None, gate: None }
     }
 
     /// Mutual TLS: callers are who their certificates say, and may do what their roles allow.
     pub fn mutual_tls() -> Auth {
-        Auth { secure: true, on_refusal: None }
+        Auth { secure: true, on_refusal: None, gate: None }
     }
 
     /// Calls `f` on every refusal (to count them).
     pub fn on_refusal(mut self, f: OnRefusal) -> Auth {
         self.on_refusal = Some(f);
+        self
+    }
+
+    /// Checks every caller its role allows with `gate` too (membership, revocation).
+    pub fn gate(mut self, gate: Gate) -> Auth {
+        self.gate = Some(gate);
         self
     }
 
@@ -308,7 +322,17 @@ impl Auth {
             Err(e) => return refuse("unauthenticated", Status::unauthenticated(e)),
         };
         if need.allows(&who) {
-            Ok(Some(who))
+            match self.gate.as_ref().map_or(Ok(()), |g| g(&who)) {
+                Ok(()) => Ok(Some(who)),
+                Err(why) => refuse(
+                    "permission_denied",
+                    Status::permission_denied(format!(
+                        "{} `{}` may not make this call: {why}",
+                        who.role.name(),
+                        who.name
+                    )),
+                ),
+            }
         } else {
             refuse(
                 "permission_denied",
@@ -505,7 +529,8 @@ mod tests {
         let operator = who("operator");
         let admin = who("admin");
         let agent = who("agent-1");
-        assert_eq!(agent, Identity { role: Role::Agent, name: "agent-1".into() });
+        assert_eq!((agent.role, agent.name.as_str()), (Role::Agent, "agent-1"));
+        assert!(!agent.serial.is_empty() && agent.serial.chars().all(|c| c.is_ascii_hexdigit()), "{agent:?}");
         assert!(Need::Reader.allows(&reader) && !Need::Operator.allows(&reader));
         assert!(Need::Operator.allows(&operator) && !Need::Admin.allows(&operator));
         assert!(Need::Admin.allows(&admin) && Need::Reader.allows(&admin));

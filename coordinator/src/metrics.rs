@@ -41,6 +41,8 @@ pub const OUTCOME_ERROR: &str = "error";
 pub const PUSH_OK: &str = "ok";
 /// `result` label of `pushes_total` for a push the agent rejected as older than its current epoch.
 pub const PUSH_STALE: &str = "stale";
+/// The `auth_refusals` kind of a heartbeat's counters for a tenant not placed on the agent's node.
+pub const FOREIGN_TENANT: &str = "foreign_tenant";
 
 /// Upper bounds (seconds) of the duration histograms' buckets: a 1-2-5 series from 1 ms to 60 s (roughly
 /// exponential, about 2.2x per step), plus the implicit `+Inf`.
@@ -217,10 +219,10 @@ impl Metrics {
         registry.register(
             "auth_refusals",
             "Calls refused by mutual TLS checks or bounds, by kind (unauthenticated, permission_denied, \
-             term_out_of_bounds)",
+             term_out_of_bounds, foreign_tenant: a heartbeat's counters for a tenant not placed on its node)",
             metrics.auth_refusals.clone(),
         );
-        for kind in ["unauthenticated", "permission_denied", "term_out_of_bounds"] {
+        for kind in ["unauthenticated", "permission_denied", "term_out_of_bounds", FOREIGN_TENANT] {
             drop(metrics.auth_refusals.get_or_create(&[("kind", kind.to_owned())]));
         }
         registry.register(
@@ -370,6 +372,11 @@ impl Metrics {
     /// Counts one call refused by the TLS checks (`unauthenticated` or `permission_denied`).
     pub fn auth_refusal(&self, kind: &str) {
         self.auth_refusals.get_or_create(&[("kind", kind.to_owned())]).inc();
+    }
+
+    /// Counts `n` refusals of kind `kind` (see `auth_refusals`).
+    pub fn auth_refusals(&self, kind: &str, n: u64) {
+        self.auth_refusals.get_or_create(&[("kind", kind.to_owned())]).inc_by(n);
     }
 
     /// Counts forwarded proposals dropped because they arrived after their deadline.

@@ -164,6 +164,11 @@ pub struct GpuDecision {
     pub forecasts: BTreeMap<String, f64>,
 }
 
+/// The highest request rate an agent's report is believed to show for one tenant (requests/s): a rate, measured or
+/// derived from counters, beyond it counts as this much. A coarse sanity bound (a forged counter once made a tenant's
+/// forecast 657,000 rps); the agent's certificate, and the placement check of heartbeats, are the finer defence.
+pub const MAX_REPORTED_RPS: f64 = 100_000.0;
+
 /// What the agents reported about arrivals: cumulative counters per (node, tenant), and per-slot rates.
 struct Observations {
     /// (workload time ms, cumulative arrivals) per (node, tenant).
@@ -260,6 +265,11 @@ impl Planner {
         &self.settings
     }
 
+    /// Counts `n` refused reports of kind `kind` (`auth_refusals`).
+    pub fn refused(&self, kind: &str, n: u64) {
+        self.metrics.auth_refusals(kind, n);
+    }
+
     /// Records an agent's arrival counters and measured slot rates (from a heartbeat).
     pub fn observe(&self, node: &NodeId, now_ms: u64, metrics: &[v1::TenantMetrics]) {
         let mut obs = self.observations.lock().expect("observations lock");
@@ -267,8 +277,8 @@ impl Planner {
             let Ok(t) = TenantId::new(m.tenant.clone()) else { continue };
             obs.counters.insert((node.clone(), t.clone()), (now_ms, m.arrivals));
             if !m.slot_rates.is_empty() {
-                for r in &m.slot_rates {
-                    obs.rounds.observe(&t, *r);
+                for r in m.slot_rates.iter().filter(|r| r.is_finite()) {
+                    obs.rounds.observe(&t, r.clamp(0.0, MAX_REPORTED_RPS));
                 }
                 let o = obs.tenants.entry(t).or_insert_with(|| Self::fresh_obs(now_ms));
                 o.by_slot = true;
@@ -401,7 +411,8 @@ impl Planner {
                 match seen {
                     // The first counters only set the baseline.
                     Some((at, total)) if observed > 0 && at > o.last_at && total >= o.last_total => {
-                        rate = Some((total - o.last_total) as f64 / ((at - o.last_at) as f64 / 1000.0));
+                        let measured = (total - o.last_total) as f64 / ((at - o.last_at) as f64 / 1000.0);
+                        rate = Some(measured.min(MAX_REPORTED_RPS));
                         (o.last_total, o.last_at) = (total, at);
                     }
                     Some((at, total)) => (o.last_total, o.last_at) = (total, at),
@@ -619,22 +630,40 @@ impl Planner {
             });
         }
         let epoch = plan.epoch;
-        let changed: Vec<(GpuId, String, String)> = plan
+        let changed: Vec<Change> = plan
             .gpus
             .iter()
             .filter_map(|(id, t)| {
                 let before = old_targets.get(id).cloned().flatten();
-                let from = before.as_ref().map_or_else(
-                    || input.gpus.get(id).map(|g| g.layout.to_string()).unwrap_or_default(),
-                    |b| b.layout.to_string(),
+                if before.as_ref().is_some_and(|b| b.layout == t.layout && b.assignments == t.assignments) {
+                    return None;
+                }
+                // Without an earlier target, the agent starts from the layout it reported, running nothing of ours.
+                let (from, work) = match before {
+                    Some(b) => (b.layout, b.assignments),
+                    None => (input.gpus.get(id).map(|g| g.layout.clone()).unwrap_or_default(), Vec::new()),
+                };
+                let steps = input.gpus.get(id).map_or_else(
+                    || layout_steps(&from, &t.layout),
+                    |g| {
+                        let latency = tessera_core::reconfig::ReconfigLatency::default();
+                        tessera_core::reconfig::diff_assigned(
+                            g.model,
+                            &from,
+                            &work,
+                            &t.layout,
+                            &t.assignments,
+                            &latency,
+                        )
+                        .map_or_else(|_| layout_steps(&from, &t.layout), |p| p.steps.len())
+                    },
                 );
-                (before.as_ref().is_none_or(|b| b.layout != t.layout || b.assignments != t.assignments))
-                    .then(|| (id.clone(), from, t.layout.to_string()))
+                Some(Change { gpu: id.clone(), from: from.to_string(), to: t.layout.to_string(), steps })
             })
             .collect();
         self.node.propose(Op::Fleet { command: Command::CommitPlan { plan } }).await?;
         self.observations.lock().expect("observations lock").rounds.planned(Some(&report));
-        for (gpu, _, _) in &changed {
+        for Change { gpu, .. } in &changed {
             self.metrics.target_pushed(&gpu.to_string(), epoch);
         }
         let (pushed, push_failures) = self.push_all(Some(span), &changed).await;
@@ -686,9 +715,9 @@ impl Planner {
     }
 
     /// Pushes every node whose committed targets it has not acknowledged; returns (pushed, failed).
-    /// `changed` lists the GPUs whose layout this round changes (`from` and `to` layouts). Within a `round`, each
-    /// push is a client span `tessera.v1.Agent/ApplyLayout` whose trace context travels in the call's metadata.
-    pub async fn push_all(&self, round: Option<&tracing::Span>, changed: &[(GpuId, String, String)]) -> (u32, u32) {
+    /// `changed` lists the GPUs whose layout this round changes. Within a `round`, each push is a client span
+    /// `tessera.v1.Agent/ApplyLayout` whose trace context travels in the call's metadata.
+    pub async fn push_all(&self, round: Option<&tracing::Span>, changed: &[Change]) -> (u32, u32) {
         if self.node.not_leader().is_some() {
             return (0, 0);
         }
@@ -762,8 +791,7 @@ impl Planner {
         for (node, address, epoch, targets, jobs) in pending {
             let span = match round {
                 Some(parent) => {
-                    let here: Vec<&(GpuId, String, String)> =
-                        changed.iter().filter(|(g, _, _)| g.node == node).collect();
+                    let here: Vec<&Change> = changed.iter().filter(|c| c.gpu.node == node).collect();
                     let span = tracing::info_span!(
                         parent: parent, "tessera.v1.Agent/ApplyLayout",
                         otel.kind = "client",
@@ -774,14 +802,13 @@ impl Planner {
                         server.port = server_port(&address),
                         tessera.node = %node,
                         tessera.plan.epoch = as_i64(epoch),
-                        tessera.reconfiguration.steps =
-                            here.iter().map(|(_, from, to)| layout_steps(from, to) as i64).sum::<i64>(),
+                        tessera.reconfiguration.steps = here.iter().map(|c| c.steps as i64).sum::<i64>(),
                         tessera.push.result = Empty,
                         otel.status_code = Empty,
                         otel.status_description = Empty,
                     );
                     use crate::telemetry::OpenTelemetrySpanExt as _;
-                    let strings = |f: &dyn Fn(&(GpuId, String, String)) -> String| {
+                    let strings = |f: &dyn Fn(&Change) -> String| {
                         opentelemetry::Value::Array(opentelemetry::Array::String(
                             here.iter().map(|c| f(c).into()).collect(),
                         ))
@@ -789,11 +816,11 @@ impl Planner {
                     span.set_attribute(
                         "tessera.gpus",
                         opentelemetry::Value::Array(opentelemetry::Array::I64(
-                            here.iter().map(|(g, _, _)| i64::from(g.index)).collect(),
+                            here.iter().map(|c| i64::from(c.gpu.index)).collect(),
                         )),
                     );
-                    span.set_attribute("tessera.layouts.from", strings(&|(_, from, _)| from.clone()));
-                    span.set_attribute("tessera.layouts.to", strings(&|(_, _, to)| to.clone()));
+                    span.set_attribute("tessera.layouts.from", strings(&|c| c.from.clone()));
+                    span.set_attribute("tessera.layouts.to", strings(&|c| c.to.clone()));
                     span
                 }
                 None => tracing::Span::none(),
@@ -1010,9 +1037,23 @@ fn trace_gpu_solve(
     );
 }
 
-/// Placements that differ between two layouts written as text (`3g@0 4g@4`).
-fn layout_steps(from: &str, to: &str) -> usize {
-    let a: std::collections::BTreeSet<&str> = from.split_whitespace().collect();
-    let b: std::collections::BTreeSet<&str> = to.split_whitespace().collect();
+/// One GPU whose target a round changes: its layout before and after, and the MIG steps between them.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The GPU.
+    pub gpu: GpuId,
+    /// Its previous target's layout (what it reported, when it had no target).
+    pub from: String,
+    /// The new target's layout.
+    pub to: String,
+    /// The steps the agent's reconciler takes from the previous target to the new one: the same diff
+    /// (`tessera_core::reconfig::diff_assigned`), reassignments included.
+    pub steps: usize,
+}
+
+/// Placements that differ between two layouts (the step count when a layout does not fit its GPU's model).
+fn layout_steps(from: &tessera_core::Layout, to: &tessera_core::Layout) -> usize {
+    let a: std::collections::BTreeSet<_> = from.placements().iter().collect();
+    let b: std::collections::BTreeSet<_> = to.placements().iter().collect();
     a.symmetric_difference(&b).count()
 }

@@ -418,6 +418,21 @@ impl Replica {
         m
     }
 
+    /// Whether `id` is this member or a peer of the current configuration (the configured peers, then every
+    /// committed membership change): the members whose certificates may speak Raft and act as coordinators.
+    pub fn is_member(&self, id: u64) -> bool {
+        id == self.id || self.shared.members.read().expect("members lock").contains_key(&id)
+    }
+
+    /// The ids [`Replica::is_member`] accepts, in order.
+    pub fn members_known(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.shared.members.read().expect("members lock").keys().copied().collect();
+        ids.push(self.id);
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
     /// The leader's address, if a leader is known.
     pub fn leader(&self) -> Option<(u64, String)> {
         let id = self.status().leader_id;

@@ -96,7 +96,20 @@ pub async fn serve_on(
     let auth = match &config.tls {
         Some(_) => {
             let m = Arc::clone(&metrics);
-            tessera_auth::Auth::mutual_tls().on_refusal(Arc::new(move |kind, _| m.auth_refusal(kind)))
+            // A coordinator certificate is a member's only while its CN names a current member: one the CA issued
+            // to `node-9`, or to a member since removed, speaks for nobody.
+            let members = node.clone();
+            let gate: tessera_auth::Gate = Arc::new(move |who| match who.role {
+                tessera_auth::Role::Coordinator => match who.member_id() {
+                    Some(id) if members.is_member(id) => Ok(()),
+                    _ => Err(format!(
+                        "it is not a member of this cluster (members: {})",
+                        members.members_known().iter().map(|id| format!("node-{id}")).collect::<Vec<_>>().join(", ")
+                    )),
+                },
+                _ => Ok(()),
+            });
+            tessera_auth::Auth::mutual_tls().on_refusal(Arc::new(move |kind, _| m.auth_refusal(kind))).gate(gate)
         }
         None => {
             tracing::warn!(

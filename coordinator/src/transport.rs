@@ -7,9 +7,9 @@
 //! `--allow-fault-injection`) drops every message to and from the listed peers, which is how the partition tests cut a
 //! node off without touching the network.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
@@ -26,11 +26,59 @@ const BATCH: usize = 512;
 const STREAM_QUEUE: usize = 64;
 /// Largest message a peer may send (snapshots travel as one message).
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
-/// How far beyond a member's own term a Raft message's term may be. Terms grow by one per election, and pre-vote
-/// keeps a cut-off member from raising its own, so a real peer is never this far ahead unless the receiver missed
-/// thousands of elections (hours of continuous leader changes); a forged term of 10^12 would otherwise move the whole
-/// cluster to it at once.
+/// How far beyond a member's own term a Raft message's term may be at first sight. Terms grow by one per election,
+/// and pre-vote keeps a cut-off member from raising its own, so a real peer is rarely this far ahead; a forged term
+/// of 10^12 would otherwise move the whole cluster to it at once, and one near 2^64 would leave no terms to elect in.
 pub const MAX_TERM_STEP: u64 = 10_000;
+/// How much further, per second, a peer that keeps sending a term beyond [`MAX_TERM_STEP`] is believed
+/// ([`TermGuard`]): a member left far behind (a forged message pushed some members' terms ahead) catches up by
+/// itself, 40,000 terms in 4 s, while exhausting the 2^64 terms would take some 58 million years.
+pub const TERM_STEP_PER_SECOND: u64 = 10_000;
+/// A peer insists on a term when its refused messages come less than this apart; a longer silence starts afresh.
+pub const INSIST_GAP: Duration = Duration::from_secs(10);
+/// Peers whose insistence a [`TermGuard`] tracks at most (members are few; the oldest is forgotten beyond this).
+const INSISTING_PEERS: usize = 64;
+
+/// Which terms beyond its own a member believes, per peer: up to [`MAX_TERM_STEP`] ahead at once, and
+/// [`TERM_STEP_PER_SECOND`] more for each second a peer has kept sending a term beyond that. Nothing of it is
+/// persisted, so no message can leave a member refusing its peers for good: a legitimate leader, or a quorum that
+/// moved on, is always believed within (gap - [`MAX_TERM_STEP`]) / [`TERM_STEP_PER_SECOND`] seconds.
+#[derive(Debug, Default)]
+pub struct TermGuard {
+    /// Per peer: when it started insisting, and its last refused message.
+    insisting: Mutex<HashMap<u64, (Instant, Instant)>>,
+}
+
+impl TermGuard {
+    /// Whether a batch from `peer` carrying `term` (its highest) may be stepped by a member at `own_term`, at `now`;
+    /// `Err` carries how far ahead the peer is believed at the moment.
+    pub fn admit(&self, peer: u64, term: u64, own_term: u64, now: Instant) -> Result<(), u64> {
+        let mut insisting = self.insisting.lock().expect("term guard lock");
+        if term <= own_term.saturating_add(MAX_TERM_STEP) {
+            insisting.remove(&peer);
+            return Ok(());
+        }
+        if !insisting.contains_key(&peer)
+            && insisting.len() >= INSISTING_PEERS
+            && let Some(oldest) = insisting.iter().min_by_key(|(_, (_, last))| *last).map(|(p, _)| *p)
+        {
+            insisting.remove(&oldest);
+        }
+        let (since, last) = insisting.entry(peer).or_insert((now, now));
+        if now.saturating_duration_since(*last) > INSIST_GAP {
+            *since = now;
+        }
+        *last = now;
+        let seconds = now.saturating_duration_since(*since).as_secs();
+        let allowance = MAX_TERM_STEP.saturating_add(TERM_STEP_PER_SECOND.saturating_mul(seconds));
+        if term <= own_term.saturating_add(allowance) {
+            insisting.remove(&peer);
+            Ok(())
+        } else {
+            Err(allowance)
+        }
+    }
+}
 
 struct Peer {
     address: String,
@@ -148,9 +196,9 @@ impl Transport {
         self.inner.blocked.read().expect("blocked lock").contains(&peer)
     }
 
-    /// The first message whose term lies more than [`MAX_TERM_STEP`] beyond `own_term`, if any.
-    pub fn term_out_of_bounds(messages: &[Message], own_term: u64) -> Option<&Message> {
-        messages.iter().find(|m| m.term > own_term.saturating_add(MAX_TERM_STEP))
+    /// The highest term among `messages` (0 for none).
+    pub fn highest_term(messages: &[Message]) -> u64 {
+        messages.iter().map(|m| m.term).max().unwrap_or(0)
     }
 
     /// Removes forwarded proposals (the entries of `MsgPropose` messages) whose proposer's deadline has passed by
@@ -298,11 +346,27 @@ mod tests {
     }
 
     #[test]
-    fn terms_far_beyond_the_receivers_are_out_of_bounds() {
+    fn terms_far_ahead_are_refused_until_their_peer_has_insisted_long_enough() {
         let at = |term: u64| Message { term, ..Default::default() };
-        assert!(Transport::term_out_of_bounds(&[at(7), at(7 + MAX_TERM_STEP)], 7).is_none());
-        let messages = [at(8), at(1_000_000_000_000)];
-        assert_eq!(Transport::term_out_of_bounds(&messages, 7).map(|m| m.term), Some(1_000_000_000_000));
-        assert!(Transport::term_out_of_bounds(&[at(u64::MAX)], u64::MAX - 1).is_none(), "no overflow");
+        assert_eq!(Transport::highest_term(&[at(8), at(1_000_000_000_000), at(9)]), 1_000_000_000_000);
+        let guard = TermGuard::default();
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        assert_eq!(guard.admit(2, 7 + MAX_TERM_STEP, 7, t0), Ok(()));
+        assert_eq!(guard.admit(2, 1_000_000_000_000, 7, t0), Err(MAX_TERM_STEP), "a forged term, at once");
+        // A member 45,000 terms behind its peers believes them once they have insisted for 4 s...
+        let ahead = 7 + 45_000;
+        assert!(guard.admit(3, ahead, 7, t0).is_err());
+        assert!(guard.admit(3, ahead, 7, s(2)).is_err());
+        assert_eq!(guard.admit(3, ahead, 7, s(4)), Ok(()));
+        // ... counted from when they started, unless they fell silent in between.
+        assert!(guard.admit(3, ahead + 40_000, ahead, s(5)).is_err());
+        assert!(guard.admit(3, ahead + 40_000, ahead, s(5) + INSIST_GAP + Duration::from_secs(1)).is_err());
+        // A term in bounds clears a peer's insistence; the other peer's runs on.
+        assert_eq!(guard.admit(2, 8, 7, s(6)), Ok(()));
+        assert_eq!(guard.admit(2, 1_000_000_000_000, 7, s(7)), Err(MAX_TERM_STEP));
+        // No overflow at the top of the range.
+        assert_eq!(guard.admit(4, u64::MAX, u64::MAX - 1, t0), Ok(()));
+        assert!(guard.admit(5, u64::MAX, 0, s(1_000_000)).is_err());
     }
 }

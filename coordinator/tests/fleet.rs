@@ -20,7 +20,7 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     let endpoint = otlp.endpoint();
     // The simulated agents run in this process: its global subscriber exports their spans (the only test of this
     // binary that installs one).
-    let service = tessera_coordinator::telemetry::Service::new("tessera-sim-agent", "test");
+    let service = tessera_coordinator::telemetry::Service::new("tessera-sim-agent", "test").hosting("tessera.node");
     let telemetry = tessera_coordinator::telemetry::init(Some(&endpoint), &service, LevelFilter::INFO).unwrap();
     let c = Cluster::start(3, &["--otlp-endpoint", &endpoint, "--plan-every", "1s", "--metrics-listen", "127.0.0.1:0"]);
     let leader = c.wait_leader(&[1, 2, 3], T).await;
@@ -73,7 +73,12 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
             }
             let client = children.iter().find(|c| c.name == "tessera.v1.Agent/ApplyLayout")?;
             let server = children_of(spans, client).into_iter().find(|s| s.kind == SpanKind::Server)?;
-            let pass = children_of(spans, server).into_iter().find(|p| {
+            // Every pass of the push has ended once one converged (a pass that waited comes before it).
+            let passes = children_of(spans, server);
+            passes
+                .iter()
+                .find(|p| p.name == "reconcile" && p.string("tessera.reconcile.outcome") == Some("converged"))?;
+            let pass = passes.into_iter().find(|p| {
                 p.name == "reconcile" && children_of(spans, p).iter().any(|s| s.name == "mig.create_instance")
             })?;
             Some((r.clone(), (*client).clone(), pass.clone()))
@@ -122,11 +127,29 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     let server = children_of(&spans, &client).into_iter().find(|s| s.kind == SpanKind::Server).unwrap();
     assert_eq!(server.name, "tessera.v1.Agent/ApplyLayout");
     assert_eq!(server.service_name, "tessera-sim-agent", "{}", server.summary());
+    // Each simulated node reports as its own instance, though both live in this process.
+    let node = gpu.split_once('/').unwrap().0;
+    assert_eq!(server.service_instance, node, "{}", server.summary());
     assert_eq!(server.string("tessera.apply.result"), Some("accepted"), "{}", server.summary());
     assert_eq!(server.int("tessera.plan.epoch"), client.int("tessera.plan.epoch"));
     assert_eq!(pass.int("tessera.plan.epoch"), client.int("tessera.plan.epoch"), "{}", pass.summary());
-    assert_eq!(pass.string("tessera.reconcile.outcome"), Some("converged"), "{}", pass.summary());
     assert!(pass.int("tessera.reconfiguration.steps").is_some_and(|n| n > 0), "{}", pass.summary());
+    // The push's step count is what the agent did for it: over the push's passes, the steps each pass says it
+    // completed, and the MIG step spans that arrived.
+    let mut passes: Vec<&ReceivedSpan> =
+        children_of(&spans, server).into_iter().filter(|p| p.name == "reconcile").collect();
+    passes.sort_by_key(|p| p.start_ns);
+    let done: i64 = passes.iter().map(|p| p.int("tessera.reconfiguration.steps").unwrap_or(0)).sum();
+    let step_spans = passes
+        .iter()
+        .flat_map(|p| children_of(&spans, p))
+        .filter(|s| s.name.starts_with("mig.") && s.status.0 == StatusCode::Ok)
+        .inspect(|s| assert_eq!(s.service_instance, node, "{}", s.summary()))
+        .count();
+    let described: Vec<String> = passes.iter().map(|p| p.summary()).collect();
+    assert_eq!(client.int("tessera.reconfiguration.steps"), Some(done), "{}\n{described:#?}", client.summary());
+    assert_eq!(done, step_spans as i64, "{described:#?}");
+    assert_eq!(passes.last().and_then(|p| p.string("tessera.reconcile.outcome")), Some("converged"), "{described:#?}");
     let step = children_of(&spans, &pass).into_iter().find(|s| s.name == "mig.create_instance").unwrap();
     assert!(step.string("tessera.mig.profile").is_some_and(|p| !p.is_empty()), "{}", step.summary());
     assert!(step.int("tessera.mig.placement.start").is_some_and(|s| s >= 0), "{}", step.summary());

@@ -107,6 +107,22 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("agent of node node-1"), "{e:?}");
     agent.register(register("node-0")).await.unwrap();
+    // An agent speaks only for the tenants placed on its node (none: it has no GPUs yet). Counters for another
+    // tenant are dropped and counted, not believed (one such heartbeat once made t1's forecast 657,000 rps).
+    let forged = v1::TenantMetrics {
+        tenant: "t1".into(),
+        arrivals: 1_000_000_000,
+        accuracy: 0.01,
+        slot_rates: vec![657_000.0],
+        ..Default::default()
+    };
+    let state = v1::NodeState {
+        node_id: "node-0".into(),
+        metrics: Some(v1::WorkloadMetrics { now_ms: 1_000, tenants: vec![forged] }),
+        ..Default::default()
+    };
+    let r = agent.heartbeat(v1::HeartbeatRequest { state: Some(state) }).await.unwrap().into_inner();
+    assert!(r.registered, "{r:?}");
     // A client certificate cannot speak Raft for a member.
     let mut raft = v1::raft_client::RaftClient::new(c.channel_as(via, Some(&tls_files(pki.path(), "admin"))));
     let e = raft.step(v1::RaftBatch { from: leader, from_address: "127.0.0.1:1".into(), messages: vec![] }).await;
@@ -114,6 +130,22 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     let batch = v1::RaftBatch { from: leader, from_address: String::new(), messages: vec![] };
     let e = raft.step_stream(tokio_stream::iter(vec![batch])).await;
     assert_eq!(e.unwrap_err().code(), Code::PermissionDenied);
+
+    // A member's certificate used for a write directly is audited as the member (checked with the log below), and
+    // a coordinator certificate from the same CA whose CN names no member is refused everywhere.
+    add(&format!("node-{bystander}"), "by-a-member").await.unwrap();
+    let (ok, _, err) = cli(&["certs", "issue", "--dir", &dir, "--name", "node-9", "--role", "coordinator"]);
+    assert!(ok, "{err}");
+    let e = add("node-9", "by-a-stranger").await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("not a member of this cluster"), "{e:?}");
+    let e = as_("node-9").list_tenants(v1::ListRequest { stale: false }).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let mut stranger = v1::raft_client::RaftClient::new(c.channel_as(via, Some(&tls_files(pki.path(), "node-9"))));
+    let e = stranger.step(heartbeat(9, 5)).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "a certificate of no member speaks no Raft: {e:?}");
+    let status = as_("reader").cluster_status(v1::ClusterStatusRequest {}).await.unwrap().into_inner();
+    assert_ne!(status.leader_id, 9, "{status:?}");
 
     // No certificate at all: the TLS handshake itself fails (the server requires one), and plaintext is refused.
     let mut plain = CoordinatorApiClient::new(c.channel_as(via, None));
@@ -270,18 +302,24 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
             let mut client = client.clone();
             async move {
                 let r = client.list_audit(v1::ListRequest { stale: true }).await.ok()?.into_inner();
+                // A call a follower forwarded is recorded by the leader, naming the follower.
+                let by = |e: &v1::AuditEntry, who: &str| {
+                    e.who == who || e.who.strip_prefix(who).is_some_and(|via| via.starts_with(" via coordinator:node-"))
+                };
                 let has =
-                    |who: &str, action: &str| r.entries.iter().any(|e| e.who == who && e.action.starts_with(action));
-                (has("operator:operator", "create_tenant t1") && has("admin:admin", "remove_member 9")).then_some(r)
+                    |who: &str, action: &str| r.entries.iter().any(|e| by(e, who) && e.action.starts_with(action));
+                let member = format!("coordinator:node-{bystander}");
+                (has("operator:operator", "create_tenant t1")
+                    && has("admin:admin", "remove_member 9")
+                    && has(&member, "create_tenant by-a-member"))
+                .then_some(r)
             }
         })
         .await;
         let rm = log.entries.iter().find(|e| e.action.starts_with("remove_member")).unwrap();
         assert!(rm.result.contains("not a member") && rm.at_ms > 0, "{rm:?}");
-        assert!(
-            !log.entries.iter().any(|e| e.who.starts_with("coordinator:")),
-            "forwarded calls are not audited twice"
-        );
+        let removals = log.entries.iter().filter(|e| e.action.starts_with("remove_member 9")).count();
+        assert_eq!(removals, 1, "a forwarded call is audited once: {log:?}");
         let _ = client.list_audit(v1::ListRequest { stale: false }).await.unwrap();
     }
 
@@ -293,6 +331,17 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .unwrap_or(0.0);
     assert!(denied >= 5.0, "{body}");
+    // The forged counters were refused where heartbeats are handled: on the leader of the time.
+    let mut foreign = 0.0;
+    for id in [1, 2, 3] {
+        let body = http_get(&c.metrics_addr(id).unwrap()).await;
+        foreign += body
+            .lines()
+            .find(|l| l.starts_with("tessera_coordinator_auth_refusals_total{kind=\"foreign_tenant\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    }
+    assert!(foreign >= 1.0, "a heartbeat's counters for a tenant not on its node were refused");
 }
 
 /// Rotating a member's certificate: `certs issue` writes a new key and certificate, the member serves the new one
@@ -376,4 +425,77 @@ async fn http_get(addr: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
+}
+
+/// A member certificate splits the cluster's terms: forged heartbeats, each within the bound a member believes at
+/// first sight, push one member 50,000 terms ahead of the others. The bound used to be final, so the others refused
+/// that member for good (and, across restarts, for ever). Now a peer that insists is believed a little further each
+/// second: all three follow one leader at one term within seconds, writes go through, and a restart changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_splits_the_terms_does_not_wedge_the_cluster() {
+    let pki = tempfile::tempdir().unwrap();
+    let dir = pki.path().to_string_lossy().into_owned();
+    let (ok, _, err) = cli(&["certs", "init", "--out", &dir, "--nodes", "3"]);
+    assert!(ok, "{err}");
+    let mut c = Cluster::start_tls(3, &[], pki.path());
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    let victim = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
+    let forger = [1, 2, 3].into_iter().find(|i| *i != leader && *i != victim).unwrap();
+    let mut member =
+        v1::raft_client::RaftClient::new(c.channel_as(victim, Some(&tls_files(pki.path(), &format!("node-{forger}")))));
+    let mut term = c.status(victim).await.unwrap().term;
+    for _ in 0..5 {
+        term += tessera_coordinator::transport::MAX_TERM_STEP - 1;
+        let mut m = raft::prelude::Message::default();
+        m.set_msg_type(raft::prelude::MessageType::MsgHeartbeat);
+        (m.from, m.to, m.term) = (forger, victim, term);
+        let batch = v1::RaftBatch {
+            from: forger,
+            from_address: String::new(),
+            messages: vec![protobuf::Message::write_to_bytes(&m).unwrap()],
+        };
+        member.step(batch).await.unwrap();
+        // The next forged term is measured from the one the victim took.
+        eventually(T, "the victim to take the forged term", || async {
+            (c.status(victim).await?.term >= term).then_some(())
+        })
+        .await;
+    }
+    let pushed = c.status(victim).await.unwrap().term;
+    assert!(pushed >= term, "the victim took each forged term: {pushed} < {term}");
+
+    // One leader, one term, on all three, and a write: within seconds, not never.
+    let started = std::time::Instant::now();
+    let healed =
+        eventually(T, "all three members to follow one leader at the pushed term", || one_leader(&c, pushed)).await;
+    let mut operator = CoordinatorApiClient::new(c.channel_as(leader, Some(&tls_files(pki.path(), "operator"))));
+    eventually(T, "a write after the term split", || {
+        let spec = tenant("after-split", "resnet50", 1.0);
+        let mut client = operator.clone();
+        async move { client.create_tenant(v1::TenantRequest { spec: Some(spec), ..Default::default() }).await.ok() }
+    })
+    .await;
+    println!("term split by {} terms healed in {:.1} s, at term {healed}", pushed - 1, started.elapsed().as_secs_f64());
+
+    // Restarting every member keeps it healed: nothing of the refusal was persisted.
+    for id in [1, 2, 3] {
+        c.kill(id);
+    }
+    for id in [1, 2, 3] {
+        c.spawn(id);
+    }
+    eventually(T, "one leader at one term after restarting all three", || one_leader(&c, pushed)).await;
+    operator = CoordinatorApiClient::new(c.channel_as(leader, Some(&tls_files(pki.path(), "reader"))));
+    let list = operator.list_tenants(v1::ListRequest { stale: false }).await.unwrap().into_inner();
+    assert!(list.tenants.iter().any(|t| t.spec.as_ref().is_some_and(|s| s.id == "after-split")), "{list:?}");
+}
+
+/// The term, when all three members follow the same leader at the same term, at least `at_least`.
+async fn one_leader(c: &Cluster, at_least: u64) -> Option<u64> {
+    let mut seen = Vec::new();
+    for id in [1, 2, 3] {
+        seen.push(c.status(id).await?);
+    }
+    let one = seen.iter().all(|s| s.leader_id != 0 && (s.leader_id, s.term) == (seen[0].leader_id, seen[0].term));
+    (one && seen[0].term >= at_least).then_some(seen[0].term)
 }

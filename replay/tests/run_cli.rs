@@ -122,6 +122,19 @@ fn default_trace_every_output_and_the_upper_bound() {
         .map(|r| r.split(',').nth(2).unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(summed, req("tessera"), "windows add up to the total");
+    // Each change is in the window in which it happened: the windows' changes add up to the run's, and no window
+    // reconfigures more GPUs than the fleet has (2) or than it made changes.
+    let header: Vec<&str> = rows[0].split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (changes, gpus) = (col("reconfigurations"), col("reconfigured_gpus"));
+    for p in ["tessera", "static", "perfect-forecast"] {
+        let windows: Vec<Vec<&str>> =
+            rows[1..].iter().filter(|r| r.starts_with(&format!("{p},"))).map(|r| r.split(',').collect()).collect();
+        let n = |w: &Vec<&str>, c: usize| w[c].parse::<u64>().unwrap();
+        let total: u64 = windows.iter().map(|w| n(w, changes)).sum();
+        assert_eq!(total, summary["policies"][p]["reconfigurations"].as_u64().unwrap(), "{p}");
+        assert!(windows.iter().all(|w| n(w, gpus) <= 2 && n(w, gpus) <= n(w, changes)), "{p}: {windows:?}");
+    }
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     for section in
         ["Results", "Goodput over the upper bound", "Latency", "Over time", "Layouts over time", "Per tenant"]
@@ -141,11 +154,27 @@ fn default_trace_every_output_and_the_upper_bound() {
     // The policy of interest (the first run) is the highlighted row, and every tenant has a row per policy.
     assert!(html.contains("<tr class=\"focus\"><td>tessera</td>"));
     assert_eq!(html.matches("<td>t0000</td>").count(), 3);
-    // Legible at the figure's own size: no text below 12 px.
-    let sizes: Vec<f64> =
-        html.split("font-size=\"").skip(1).map(|rest| rest.split('"').next().unwrap().parse().unwrap()).collect();
-    assert!(!sizes.is_empty());
-    assert!(sizes.iter().all(|&px| px >= 12.0), "text below 12 px: {sizes:?}");
+    // Legible at the narrowest the page draws a figure (the `min-width` of its style; figures otherwise fill the
+    // column): no text below 12 px there.
+    let min_width: f64 = html
+        .split("figure svg{")
+        .nth(1)
+        .and_then(|rule| rule.split('}').next())
+        .and_then(|rule| rule.split("min-width:").nth(1))
+        .and_then(|v| v.split("px").next())
+        .and_then(|v| v.parse().ok())
+        .expect("the page gives figures a minimum width in px");
+    let mut smallest = f64::INFINITY;
+    for svg in html.split("<svg").skip(1) {
+        let svg = svg.split("</svg>").next().unwrap();
+        let width: f64 = svg.split("width=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+        let scale = (min_width / width).min(1.0);
+        for rest in svg.split("font-size=\"").skip(1) {
+            let size: f64 = rest.split('"').next().unwrap().parse().unwrap();
+            smallest = smallest.min(size * scale);
+        }
+    }
+    assert!(smallest.is_finite() && smallest >= 12.0, "text drawn at {smallest:.1} px at {min_width} px wide");
 }
 
 #[test]

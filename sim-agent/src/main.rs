@@ -69,7 +69,8 @@ fn print_with(run: impl FnOnce(&mut dyn Write) -> Result<(), tlb_cli::TlbCliErro
 }
 
 fn run_nodes(args: RunArgs) -> ExitCode {
-    let service = tessera_telemetry::Service::new("tessera-sim-agent", &args.node_prefix);
+    // One process, many nodes: each node's spans go out under its own `service.instance.id`.
+    let service = tessera_telemetry::Service::new("tessera-sim-agent", &args.node_prefix).hosting("tessera.node");
     let warn = tessera_telemetry::LevelFilter::WARN;
     let telemetry = match tessera_telemetry::init(args.otlp_endpoint.as_deref(), &service, warn) {
         Ok(t) => t,

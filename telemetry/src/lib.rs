@@ -19,7 +19,9 @@
 //!
 //! - **Resource**: `service.name` (`tessera-coordinator`, `tessera-agent`, `tessera-sim-agent`), `service.version`
 //!   (the crate version) and `service.instance.id` (the Raft id of a coordinator, the node id of an agent), from
-//!   [`Service`].
+//!   [`Service`]. A process that hosts several instances (`sim-agent`'s simulated nodes) names the span attribute
+//!   that says whose a span is ([`Service::hosting`]): each span carrying it is exported under its own
+//!   `service.instance.id`, the node's id.
 //! - **Attributes** are namespaced `tessera.*` and typed: counts and epochs are integers, figures doubles, lists
 //!   arrays. `tracing` sends `u64` and `usize` fields as strings, so spans record integers as `i64`; arrays go through
 //!   [`completed_span`] or `OpenTelemetrySpanExt::set_attribute`.
@@ -37,9 +39,9 @@
 //! |---|---|---|---|
 //! | `planning_round` | internal | coordinator leader | `round.trigger`, `policy`, `plan.epoch`, `gpu.count`, `tenant.count`, `round.outcome`, `plan.objective`, `plan.bound`, `plan.gap`, `plan.solve_ms`, `push.ok`, `push.failed` |
 //! | `gpu_solve` | internal | coordinator (measured in the planner) | `gpu`, `gpu.model`, `tenants` (array), `forecast.mean_rps` (array), `tenant.count`, `candidate_profiles`, `layout.current`, `layout.chosen`, `plan.objective`, `plan.bound`, `solver.status`, `explanation` |
-//! | `tessera.v1.Agent/ApplyLayout` | client | coordinator, one per node pushed | `node`, `plan.epoch`, `gpus` (array), `layouts.from` / `layouts.to` (arrays), `reconfiguration.steps`, `push.result` |
+//! | `tessera.v1.Agent/ApplyLayout` | client | coordinator, one per node pushed | `node`, `plan.epoch`, `gpus` (array), `layouts.from` / `layouts.to` (arrays), `reconfiguration.steps` (the steps from the GPUs' previous targets, by the agent's diff), `push.result` |
 //! | `tessera.v1.Agent/ApplyLayout` | server | agent | `node`, `plan.epoch`, `apply.result` |
-//! | `reconcile` | internal | agent, per GPU and pass | `gpu`, `plan.epoch`, `layout.from`, `layout.to`, `reconfiguration.steps`, `reconcile.outcome` |
+//! | `reconcile` | internal | agent, per GPU and pass | `gpu`, `plan.epoch`, `layout.from`, `layout.to`, `reconfiguration.planned` (the pass's diff), `reconfiguration.steps` (the MIG steps it completed: a pass that waits leaves the rest to the next), `reconcile.outcome` |
 //! | `mig.set_mode`, `mig.create_instance`, `mig.destroy_instance`, `mig.reassign`, `mig.apply_target` | internal | agent, per MIG step | `gpu`, `mig.profile`, `mig.placement.start`, `mig.instance_id`, `tenant.count` |
 
 use std::io::IsTerminal;
@@ -85,12 +87,132 @@ pub struct Service {
     pub version: String,
     /// `service.instance.id`: which one of the service's processes (Raft id, node id).
     pub instance: String,
+    /// For a process that hosts several instances: the span attribute whose (string) value is the instance a span
+    /// belongs to. Spans without it are the process's own (`instance`).
+    pub instance_attribute: Option<&'static str>,
 }
 
 impl Service {
     /// `name` at this crate's version (the workspace shares one version), instance `instance`.
     pub fn new(name: impl Into<String>, instance: impl ToString) -> Service {
-        Service { name: name.into(), version: env!("CARGO_PKG_VERSION").to_string(), instance: instance.to_string() }
+        Service {
+            name: name.into(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            instance: instance.to_string(),
+            instance_attribute: None,
+        }
+    }
+
+    /// The same service, hosting several instances in one process: a span whose attribute `attribute` holds a
+    /// string is exported with that string as its `service.instance.id` (at most [`MAX_INSTANCES`] of them; the
+    /// rest are reported as the process's own).
+    pub fn hosting(mut self, attribute: &'static str) -> Service {
+        self.instance_attribute = Some(attribute);
+        self
+    }
+
+    /// The resource of instance `instance` of this service.
+    fn resource(&self, instance: &str) -> Resource {
+        Resource::builder()
+            .with_service_name(self.name.clone())
+            .with_attribute(KeyValue::new("service.version", self.version.clone()))
+            .with_attribute(KeyValue::new("service.instance.id", instance.to_string()))
+            .build()
+    }
+}
+
+/// The most instances one process reports spans for ([`Service::hosting`]); each has its own OTLP exporter.
+pub const MAX_INSTANCES: usize = 4096;
+
+/// An OTLP exporter per instance of the service: OpenTelemetry gives a tracer provider one resource, so a process
+/// that hosts several instances routes each span, by [`Service::instance_attribute`], to an exporter whose resource
+/// names its instance. Exporters are built when an instance's first span arrives, on the export runtime.
+#[derive(Debug)]
+struct PerInstance {
+    service: Service,
+    endpoint: String,
+    runtime: tokio::runtime::Handle,
+    exporters: std::sync::Mutex<std::collections::BTreeMap<String, std::sync::Arc<opentelemetry_otlp::SpanExporter>>>,
+}
+
+impl PerInstance {
+    fn new(service: &Service, endpoint: &str, runtime: tokio::runtime::Handle) -> anyhow::Result<PerInstance> {
+        let this = PerInstance {
+            service: service.clone(),
+            endpoint: endpoint.to_string(),
+            runtime,
+            exporters: Default::default(),
+        };
+        // The process's own exporter is built now, so that a bad endpoint is an error at start.
+        this.exporter(&service.instance)?;
+        Ok(this)
+    }
+
+    /// The exporter of `instance`, built on first use; the process's own once [`MAX_INSTANCES`] are in use.
+    fn exporter(&self, instance: &str) -> anyhow::Result<std::sync::Arc<opentelemetry_otlp::SpanExporter>> {
+        use opentelemetry_sdk::trace::SpanExporter as _;
+        let mut exporters = self.exporters.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(e) = exporters.get(instance) {
+            return Ok(e.clone());
+        }
+        if exporters.len() >= MAX_INSTANCES
+            && let Some(own) = exporters.get(&self.service.instance)
+        {
+            return Ok(own.clone());
+        }
+        let mut exporter = {
+            // The lazily connecting tonic channel spawns its worker on the runtime it is built in.
+            let _guard = self.runtime.enter();
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(&self.endpoint)
+                .with_timeout(EXPORT_TIMEOUT)
+                .build()
+                .with_context(|| format!("building the OTLP span exporter for {}", self.endpoint))?
+        };
+        exporter.set_resource(&self.service.resource(instance));
+        let exporter = std::sync::Arc::new(exporter);
+        exporters.insert(instance.to_string(), exporter.clone());
+        Ok(exporter)
+    }
+
+    /// The instance span `span` belongs to.
+    fn instance_of(&self, span: &opentelemetry_sdk::trace::SpanData) -> String {
+        let named = self.service.instance_attribute.and_then(|key| {
+            span.attributes.iter().find(|kv| kv.key.as_str() == key).and_then(|kv| match &kv.value {
+                opentelemetry::Value::String(s) if !s.as_str().is_empty() => Some(s.to_string()),
+                _ => None,
+            })
+        });
+        named.unwrap_or_else(|| self.service.instance.clone())
+    }
+
+    fn exporters(&self) -> Vec<std::sync::Arc<opentelemetry_otlp::SpanExporter>> {
+        self.exporters.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().cloned().collect()
+    }
+}
+
+impl opentelemetry_sdk::trace::SpanExporter for PerInstance {
+    async fn export(&self, batch: Vec<opentelemetry_sdk::trace::SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+        let mut groups: std::collections::BTreeMap<String, Vec<opentelemetry_sdk::trace::SpanData>> =
+            Default::default();
+        for span in batch {
+            groups.entry(self.instance_of(&span)).or_default().push(span);
+        }
+        let mut result = Ok(());
+        for (instance, spans) in groups {
+            let exporter = self
+                .exporter(&instance)
+                .map_err(|e| opentelemetry_sdk::error::OTelSdkError::InternalFailure(format!("{e:#}")))?;
+            if let Err(e) = exporter.export(spans).await {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.exporters().iter().map(|e| e.shutdown_with_timeout(timeout)).fold(Ok(()), Result::and)
     }
 }
 
@@ -184,24 +306,11 @@ where
         .build()
         .context("building the OTLP export runtime")?;
 
-    let exporter = {
-        // The lazily connecting tonic channel spawns its worker on the runtime it is built in.
-        let _guard = runtime.enter();
-        opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint)
-            .with_timeout(EXPORT_TIMEOUT)
-            .build()
-            .with_context(|| format!("building the OTLP span exporter for {endpoint}"))?
-    };
+    let exporter = PerInstance::new(service, endpoint, runtime.handle().clone())?;
     let processor = BatchSpanProcessor::builder(exporter)
         .with_batch_config(BatchConfigBuilder::default().with_scheduled_delay(EXPORT_INTERVAL).build())
         .build();
-    let resource = Resource::builder()
-        .with_service_name(service.name.clone())
-        .with_attribute(KeyValue::new("service.version", service.version.clone()))
-        .with_attribute(KeyValue::new("service.instance.id", service.instance.clone()))
-        .build();
+    let resource = service.resource(&service.instance);
     let provider = SdkTracerProvider::builder().with_span_processor(processor).with_resource(resource).build();
 
     let layer = tracing_opentelemetry::layer()

@@ -48,7 +48,7 @@ use tonic::transport::Channel;
 
 use super::arrivals::Arrivals;
 use super::driver::{
-    PolicyRun, RateTable, Totals, WindowRow, executor_for, feed_window, gpu_snapshot, upcoming_within,
+    PolicyRun, RateTable, Totals, WindowRow, executor_for, feed_window, gpu_snapshot, reconfigured_in, upcoming_within,
 };
 use super::{ReplayError, Scenario};
 
@@ -292,7 +292,8 @@ pub async fn run_cluster(
         gpu_ms += f64::from(active) * (t1 - t0);
         let now = Totals::read(&lock(&fleet).exec, &gpu_ids);
         let d = now.since(&prev);
-        rows.push(WindowRow::new(t0, &d, active, round_ms, layouts));
+        let changed = reconfigured_in(&lock(&fleet).exec, &gpu_ids, t0, t1);
+        rows.push(WindowRow::new(t0, &d, active, changed, round_ms, layouts));
         prev = now;
         progress(w + 1, windows);
     }

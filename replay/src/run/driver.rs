@@ -198,8 +198,11 @@ pub struct WindowRow {
     pub goodput: f64,
     /// Mean accuracy of the requests served in the window (0 when none).
     pub mean_accuracy: f64,
-    /// GPUs whose applied plan changed something in the window.
+    /// Plans applied in the window that changed something on their GPU (a GPU changed twice counts twice).
     pub reconfigurations: u64,
+    /// GPUs that applied at least one such plan in the window.
+    #[serde(default)]
+    pub reconfigured_gpus: u32,
     /// GPUs holding at least one instance at the window start.
     pub active_gpus: u32,
     /// Wall time of the window's planning round, ms.
@@ -421,6 +424,7 @@ impl WindowRow {
         t0: f64,
         d: &Totals,
         active_gpus: u32,
+        (reconfigurations, reconfigured_gpus): (u64, u32),
         plan_ms: f64,
         (layouts, instances): (Vec<String>, Vec<Vec<SliceRun>>),
     ) -> WindowRow {
@@ -432,7 +436,8 @@ impl WindowRow {
             dropped: d.ledger.dropped,
             goodput: d.ledger.goodput,
             mean_accuracy: d.ledger.mean_accuracy(),
-            reconfigurations: d.reconfigurations,
+            reconfigurations,
+            reconfigured_gpus,
             active_gpus,
             plan_ms,
             layouts,
@@ -624,7 +629,8 @@ pub fn run_policy(
             gpu_ms += f64::from(active) * (t1 - t0);
             let now = Totals::read(&exec, &gpu_ids);
             let d = now.since(&prev);
-            rows.push(WindowRow::new(t0, &d, active, round_ms, layouts));
+            let changed = reconfigured_in(&exec, &gpu_ids, t0, t1);
+            rows.push(WindowRow::new(t0, &d, active, changed, round_ms, layouts));
             prev = now;
             progress(w + 1, windows);
         }
@@ -748,6 +754,19 @@ impl ArrivalSource for NoArrivals {
     fn count_until(&mut self, _until_ms: f64, _counts: &mut TickCounts) -> Result<(), ReplayError> {
         Ok(())
     }
+}
+
+/// The plans applied from `t0` (included) to `t1` ms that changed something on one of `gpus`, and how many of the
+/// GPUs applied at least one: each change is counted in the window in which its GPU applied it.
+pub(crate) fn reconfigured_in(exec: &Executor, gpus: &[(GpuIndex, GpuId)], t0: f64, t1: f64) -> (u64, u32) {
+    let mut changes = 0;
+    let mut touched = 0;
+    for (g, _) in gpus {
+        let n = exec.gpu_metrics(*g).reconfigured_at_ms.iter().filter(|at| (t0..t1).contains(*at)).count();
+        changes += n as u64;
+        touched += u32::from(n > 0);
+    }
+    (changes, touched)
 }
 
 /// Cumulative counters read off the executor.

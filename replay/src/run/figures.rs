@@ -2,8 +2,9 @@
 //!
 //! Conventions, so that a figure can go into a paper or onto a slide as it is:
 //! - **Legible text**: tick labels are 16 px and axis titles 18 px at the figure's own width (plotters writes
-//!   `font-size` as the size given / 1.24, hence [`TICK`] and [`AXIS`]); the report lets a figure shrink with the page
-//!   (`viewBox`), never below 760 px.
+//!   `font-size` as the size given / 1.24, hence [`TICK`] and [`AXIS`]), and no text under 12 px. The report never
+//!   draws a figure narrower than its own width (a narrow window scrolls it), so these are the smallest sizes a
+//!   reader sees.
 //! - **Axes fitted to the data** ([`fitted`]): a per-window series is shown from a little below its smallest value
 //!   to a little above its largest, so differences between policies are visible; counts and shares of a bound keep
 //!   their zero.
@@ -174,15 +175,31 @@ impl TimeAxis {
     }
 }
 
-/// A line chart of `series` over workload time, `y` as given; markers on every point when there are few.
+/// The y axis of a time series: its description, its range, and whether it counts (ticks on whole numbers only).
+pub(super) struct ValueAxis<'a> {
+    /// What the axis shows.
+    pub desc: &'a str,
+    /// Its range.
+    pub range: Range<f64>,
+    /// The values are counts: ticks fall on whole numbers.
+    pub counts: bool,
+}
+
+/// A line chart of `series` over workload time against `y`; markers on every point when there are few.
 pub(super) fn time_series(
     figure: &str,
     time: &TimeAxis,
-    y_desc: &str,
-    y: Range<f64>,
+    y: ValueAxis<'_>,
     series: &[Series],
     size: (u32, u32),
 ) -> Result<String, ReplayError> {
+    let ValueAxis { desc: y_desc, range: y, counts } = y;
+    // Counts up to 10 get a tick on every whole number; above, plotters' 1-2-5 steps are whole already, and any
+    // other tick is left unlabelled.
+    let y_ticks = if counts { (y.end.floor().max(0.0) as usize + 1).min(11) } else { 10 };
+    let y_label = move |v: &f64| {
+        if counts && (v - v.round()).abs() > 1e-9 { String::new() } else { axis_number(*v) }
+    };
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
@@ -201,8 +218,9 @@ pub(super) fn time_series(
             .bold_line_style(BLACK.mix(0.12))
             .x_desc(time.desc())
             .y_desc(y_desc)
+            .y_labels(y_ticks)
             .x_label_formatter(&|&x| time.label(x))
-            .y_label_formatter(&|&y| axis_number(y))
+            .y_label_formatter(&y_label)
             .label_style((FONT, TICK))
             .axis_desc_style((FONT, AXIS))
             .draw()
@@ -294,9 +312,13 @@ pub(super) fn latency_cdf(
         .chain(marks.iter().map(|m| m.0))
         .filter(positive)
         .fold(0.0_f64, f64::max);
+    // Past the last mark by at least a factor of 4, so that where each curve levels off (the tail, and the share
+    // never served) shows.
+    let last_mark = marks.iter().map(|m| m.0).filter(positive).fold(0.0_f64, f64::max);
+    let hi = hi.max(4.0 * last_mark);
     let (lo, hi) = if lo.is_finite() && hi >= lo { (lo.log10() - 0.15, hi.log10() + 0.1) } else { (-1.0, 3.0) };
     let log = |x: f64| if x > 0.0 { x.log10().max(lo) } else { lo };
-    let decades = (hi - lo).round() as usize;
+    let ticks = log_ticks(lo, hi);
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
@@ -308,19 +330,29 @@ pub(super) fn latency_cdf(
             .y_label_area_size(96)
             .build_cartesian_2d(lo..hi, 0.0..1.0)
             .map_err(err(figure))?;
+        // plotters spaces ticks evenly in log units (0.32, 0.63...): the x ticks and their grid are drawn here, on
+        // round values ([`log_ticks`]), and the mesh draws only the y axis's.
         chart
             .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
             .light_line_style(WHITE.mix(0.0))
             .bold_line_style(BLACK.mix(0.12))
             .x_desc(x_desc)
-            .x_labels(if decades > 3 { decades + 1 } else { 10 })
             .y_desc("share of requests served within")
-            .x_label_formatter(&|&x| significant(10f64.powf(x)))
             .y_label_formatter(&|&y| axis_number(y))
             .label_style((FONT, TICK))
             .axis_desc_style((FONT, AXIS))
             .draw()
             .map_err(err(figure))?;
+        let grid = ticks.iter().map(|&t| PathElement::new(vec![(t, 0.0), (t, 1.0)], BLACK.mix(0.12)));
+        chart.draw_series(grid).map_err(err(figure))?;
+        let tick_style = (FONT, TICK).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top));
+        for &t in &ticks {
+            let (px, py) = chart.backend_coord(&(t, 0.0));
+            let label = Text::new(significant(10f64.powf(t)), (px, py + 8), tick_style.clone());
+            root.draw(&label).map_err(err(figure))?;
+        }
         for (x, label) in marks {
             let x = log(*x);
             let line = PathElement::new(vec![(x, 0.0), (x, 1.0)], BLACK.mix(0.45).stroke_width(2));
@@ -353,6 +385,30 @@ pub(super) fn latency_cdf(
         root.present().map_err(err(figure))?;
     }
     Ok(out)
+}
+
+/// Ticks of a log axis running from `lo` to `hi` (log10 units): round values (1, 2 and 5 times a power of ten,
+/// only the powers when the axis spans more than three decades, every whole multiple when it spans less than one),
+/// as their log10.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let span = hi - lo;
+    let mantissas: &[f64] = if span > 3.0 {
+        &[1.0]
+    } else if span >= 1.0 {
+        &[1.0, 2.0, 5.0]
+    } else {
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    };
+    let mut ticks = Vec::new();
+    for decade in (lo.floor() as i32)..=(hi.ceil() as i32) {
+        for m in mantissas {
+            let x = (m * 10f64.powi(decade)).log10();
+            if (lo..=hi).contains(&x) {
+                ticks.push(x);
+            }
+        }
+    }
+    ticks
 }
 
 /// Horizontal bars, one per policy in the order given (the first on top), from 0 to each value, with the value
@@ -623,6 +679,18 @@ mod tests {
         assert_eq!(hours_minutes(0.0), "0:00");
         assert_eq!(hours_minutes(5_400.0), "1:30");
         assert_eq!(hours_minutes(86_400.0), "24:00");
+    }
+
+    #[test]
+    fn log_axes_tick_on_round_values() {
+        let at = |lo: f64, hi: f64| -> Vec<String> {
+            log_ticks(lo.log10(), hi.log10()).into_iter().map(|x| significant(10f64.powf(x))).collect()
+        };
+        // The case of a latency CDF: a tick at the SLO (1), none at 0.32 or 0.63.
+        assert_eq!(at(0.25, 5.0), ["0.5", "1", "2", "5"]);
+        assert_eq!(at(0.3, 4.5), ["0.5", "1", "2"]);
+        assert_eq!(at(0.3, 0.95), ["0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9"]);
+        assert_eq!(at(0.05, 2000.0), ["0.1", "1", "10", "100", "1000"]);
     }
 
     #[test]

@@ -170,7 +170,7 @@ impl Comparison {
     /// `timeseries.csv`: one row per policy and window.
     pub fn timeseries(&self) -> String {
         let mut s = String::from(
-            "policy,start_s,requests,completed,within_slo,dropped,goodput,slo_attainment,mean_accuracy,reconfigurations,active_gpus,plan_ms",
+            "policy,start_s,requests,completed,within_slo,dropped,goodput,slo_attainment,mean_accuracy,reconfigurations,reconfigured_gpus,active_gpus,plan_ms",
         );
         for g in 0..LAYOUT_GPUS {
             let _ = write!(s, ",layout_gpu{g}");
@@ -181,7 +181,7 @@ impl Comparison {
                 let att = if w.requests == 0 { 1.0 } else { w.within_slo as f64 / w.requests as f64 };
                 let _ = write!(
                     s,
-                    "{},{},{},{},{},{},{:.3},{:.6},{:.6},{},{},{:.2}",
+                    "{},{},{},{},{},{},{:.3},{:.6},{:.6},{},{},{},{:.2}",
                     r.policy,
                     w.start_s,
                     w.requests,
@@ -192,6 +192,7 @@ impl Comparison {
                     att,
                     w.mean_accuracy,
                     w.reconfigurations,
+                    w.reconfigured_gpus,
                     w.active_gpus,
                     w.plan_ms
                 );
@@ -359,12 +360,14 @@ impl Comparison {
                 "Mean accuracy of the model that served each request, per planning window.",
             ),
             (
-                "reconfigurations per window",
+                "gpus reconfigured per window",
                 "GPUs reconfigured",
-                |w| w.reconfigurations as f64,
+                |w| f64::from(w.reconfigured_gpus),
                 Some(0.0),
                 None,
-                "GPUs whose plan changed something, per planning window.",
+                "GPUs whose layout or work changed at least once in each planning window, each change counted in \
+                 the window in which the GPU applied it (at most the fleet's size; the table's reconfig. column \
+                 counts every change, a GPU changed twice counting twice).",
             ),
         ];
         for (name, y_desc, metric, floor, ceil, caption) in plots {
@@ -374,17 +377,20 @@ impl Comparison {
                 .zip(&pens)
                 .map(|(r, &pen)| Series { points: r.windows.iter().map(|w| (mid(w), metric(w))).collect(), pen })
                 .collect();
-            let y = if name.starts_with("reconfigurations") {
-                // Counts: from zero, to at least 1.
-                0.0..self.runs.iter().flat_map(|r| r.windows.iter().map(metric)).fold(1.0, f64::max) * 1.1
+            let counts = name.starts_with("gpus");
+            let range = if counts {
+                // Counts: from zero to the largest, at least 1, with room above it.
+                let top = self.runs.iter().flat_map(|r| r.windows.iter().map(metric)).fold(1.0, f64::max);
+                0.0..top + 0.5
             } else {
                 figures::fitted(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), floor, ceil)
             };
-            let axis_note = if y.start > 0.0 { " The y axis does not start at zero." } else { "" };
+            let axis_note = if range.start > 0.0 { " The y axis does not start at zero." } else { "" };
+            let y = figures::ValueAxis { desc: y_desc, range, counts };
             figure(
                 &mut h,
                 format!("{}.svg", name.replace(' ', "_")),
-                figures::time_series(name, &time, y_desc, y, &series, (1000, 340))?,
+                figures::time_series(name, &time, y, &series, (1000, 340))?,
                 &format!("{caption} Points are window midpoints.{axis_note}"),
             );
         }
@@ -552,15 +558,16 @@ impl Comparison {
     }
 }
 
-/// The report's page style: readable type, numbers in aligned columns, figures as wide as the column (never below
-/// 760 px, so their text stays legible).
+/// The report's page style: readable type, numbers in aligned columns, figures as wide as the column but never
+/// narrower than they are drawn (1000 px, every figure's width: a narrower window scrolls them), so their text is never drawn
+/// smaller than its size.
 const STYLE: &str = "body{font:16px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;color:#222;max-width:1080px;\
 margin:2em auto;padding:0 1em}h1{font-size:1.7em;margin-bottom:.2em}h2{font-size:1.3em;margin-top:2.2em;\
 border-bottom:1px solid #ddd;padding-bottom:.2em}.lede{color:#444}table{border-collapse:collapse;font-size:14px;\
 font-variant-numeric:tabular-nums;margin:.6em 0}th{font-weight:600;border-bottom:2px solid #bbb}td,th{padding:4px 9px;\
 text-align:right;border-bottom:1px solid #e6e6e6}td:first-child,th:first-child{text-align:left;white-space:nowrap}\
 tr.focus td{background:#e8f1fa;font-weight:600}tr.bound td{color:#555;font-style:italic}figure{margin:1.4em 0;\
-overflow-x:auto}figure svg{width:100%;min-width:760px;height:auto;display:block}figcaption{font-size:14px;color:#444;\
+overflow-x:auto}figure svg{width:100%;min-width:1000px;height:auto;display:block}figcaption{font-size:14px;color:#444;\
 margin-top:.4em}details{margin:.5em 0}summary{cursor:pointer;font-weight:600}.legend{font-size:14px;line-height:2}\
 .swatch{display:inline-block;width:14px;height:14px;border-radius:2px;vertical-align:-2px;margin:0 5px 0 14px}\
 .line{display:inline-block;width:26px;vertical-align:middle;margin:0 6px 0 16px}\

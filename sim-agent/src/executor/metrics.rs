@@ -172,6 +172,9 @@ pub struct GpuMetrics {
     pub busy_ms: f64,
     /// Plans applied that changed something.
     pub reconfigurations: u64,
+    /// When each of those plans was applied, ms of workload time, in order.
+    #[serde(default)]
+    pub reconfigured_at_ms: Vec<f64>,
     /// Instances created.
     pub creates: u64,
     /// Instances destroyed.

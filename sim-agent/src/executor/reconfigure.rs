@@ -190,6 +190,7 @@ impl Executor {
         m.reassigns += u64::from(summary.reassigned);
         if !summary.is_noop() {
             m.reconfigurations += 1;
+            m.reconfigured_at_ms.push(now);
         }
         Ok(summary)
     }
