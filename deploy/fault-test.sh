@@ -81,6 +81,19 @@ log "starting the cluster"
 "${compose[@]}" up -d >/dev/null 2>&1
 
 cid() { "${compose[@]}" ps -q "$1"; }
+
+# Least privilege: each container mounts the CA and its own certificate and key, and no other key.
+for svc in coordinator-1 coordinator-2 coordinator-3 sim-node-a sim-node-b; do
+  keys=$(docker inspect -f '{{range .Mounts}}{{.Source}} {{end}}' "$(cid "$svc")" | tr ' ' '\n' | grep '\.key$' || true)
+  case "$svc" in
+    coordinator-*) own="node-${svc#coordinator-}.key" ;;
+    sim-node-*) own="node-${svc#sim-node-}-0.key" ;;
+  esac
+  if [ "$(printf '%s\n' "$keys" | grep -c .)" != 1 ] || [ "$(basename "$keys")" != "$own" ]; then
+    log "$svc mounts keys other than its own ($own): $keys"
+    exit 1
+  fi
+done
 network=$(docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}' "$(cid coordinator-1)")
 json_field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 

@@ -3,9 +3,9 @@
 //! error names the file and the field.
 //!
 //! ```toml
-//! node_id = "node-1"               # required
+//! node_id = "gpu-0"               # required
 //! listen = "0.0.0.0:50051"         # required: where the Agent service listens
-//! advertise = "node-1:50051"       # optional: the address the coordinator uses (default: listen)
+//! advertise = "gpu-0:50051"       # optional: the address the coordinator uses (default: listen)
 //! data_dir = "data/agent"          # required: the state file lives here (relative to the config file)
 //! backend = "nvml"                 # nvml (the only backend of the `agent` binary; sim-agent hosts simulated nodes)
 //! resync_interval = "5s"           # optional
@@ -14,8 +14,8 @@
 //! insecure = false                 # listening beyond loopback needs [tls], or this set to true
 //!
 //! [tls]                            # optional: mutual TLS (coordinator certs init --agent <node_id>)
-//! cert = "certs/node-1.pem"        # this node's certificate: its CN must be the node id
-//! key = "certs/node-1.key"
+//! cert = "certs/gpu-0.pem"        # this node's certificate: its CN must be the node id
+//! key = "certs/gpu-0.key"
 //! ca = "certs/ca.pem"
 //!
 //! [coordinator]                    # optional: without it the agent only serves its API

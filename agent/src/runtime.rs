@@ -22,6 +22,12 @@ use crate::metrics::SharedMetrics;
 use crate::reconcile::Reconciler;
 use crate::service::AgentService;
 
+/// Requests one connection to the agent may have in flight at once.
+pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
+/// HTTP/2 streams one connection to the agent may have open at once.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 32;
+/// How often an idle connection is pinged, and how long a ping may go unanswered before it is closed.
+pub const KEEPALIVE: Duration = Duration::from_secs(20);
 /// How the runtime paces itself and whom it reports to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeOptions {
@@ -170,7 +176,14 @@ pub async fn serve(
         .with_authority(handles.authority.clone())
         .with_metrics(handles.metrics.clone())
         .into_server();
-    let router = tonic::transport::Server::builder().add_service(service);
+    // Bounded like the coordinator's: a push is small (tonic's 4 MiB decoding limit), one connection holds few
+    // streams and requests, and a dead connection is closed.
+    let router = tonic::transport::Server::builder()
+        .concurrency_limit_per_connection(MAX_IN_FLIGHT_PER_CONNECTION)
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE))
+        .add_service(service);
     match &handles.tls {
         Some(files) => {
             // Certificates are reloaded on SIGHUP or when their files change: new connections get the new one.

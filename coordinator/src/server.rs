@@ -21,6 +21,11 @@ pub const MAX_API_REQUEST_BYTES: usize = 1024 * 1024;
 pub const MAX_AGENT_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// Requests one connection may have in flight at once.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 256;
+/// HTTP/2 streams one connection may have open at once (a member keeps one Raft stream per peer; a client needs
+/// a handful): beyond it the client waits, so one connection cannot pin hundreds of half-sent bodies.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 64;
+/// How often an idle connection is pinged, and how long a ping may go unanswered before the connection is closed.
+pub const KEEPALIVE: Duration = Duration::from_secs(20);
 
 /// Runs a coordinator node until SIGINT or SIGTERM (or a fatal error); prints `coordinator id=N addr=HOST:PORT`
 /// (and `metrics=HOST:PORT`) once serving.
@@ -127,6 +132,10 @@ pub async fn serve_on(
         let _ = stopping_tx.send(true);
     };
     // The partition RPC exists only in builds made for fault tests.
+    // The Raft service takes messages up to a snapshot's size, so its caller is checked before the body is read:
+    // a member's certificate (a current member's), or nothing is decoded (a reader's 200 MiB `Step` once cost a
+    // member 400 MiB before it was refused).
+    let raft_gate = auth.clone();
     let raft = RaftService::new(
         node.clone(),
         cfg!(feature = "fault-injection") && config.allow_fault_injection,
@@ -194,10 +203,22 @@ pub async fn serve_on(
             });
         }
     }
+    let raft = tonic::service::interceptor::InterceptedService::new(
+        v1::raft_server::RaftServer::new(raft)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        move |req: tonic::Request<()>| {
+            raft_gate.check(&req, tessera_auth::Need::Coordinator)?;
+            Ok(req)
+        },
+    );
     let router = tonic::transport::Server::builder()
         // Bounded: a flood cannot queue unbounded work on one connection, and no client request (a tenant, a
         // registration, a heartbeat) comes near these sizes legitimately.
         .concurrency_limit_per_connection(MAX_IN_FLIGHT_PER_CONNECTION)
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE))
         .add_service(
             v1::coordinator_api_server::CoordinatorApiServer::new(services.clone())
                 .max_decoding_message_size(MAX_API_REQUEST_BYTES),
@@ -205,11 +226,7 @@ pub async fn serve_on(
         .add_service(
             v1::coordinator_server::CoordinatorServer::new(services).max_decoding_message_size(MAX_AGENT_REQUEST_BYTES),
         )
-        .add_service(
-            v1::raft_server::RaftServer::new(raft)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        );
+        .add_service(raft);
     match server_tls {
         Some(tls) => router.serve_with_incoming_shutdown(tessera_auth::incoming(listener, tls), shutdown).await?,
         None => {

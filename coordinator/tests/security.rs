@@ -130,6 +130,34 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     let batch = v1::RaftBatch { from: leader, from_address: String::new(), messages: vec![] };
     let e = raft.step_stream(tokio_stream::iter(vec![batch])).await;
     assert_eq!(e.unwrap_err().code(), Code::PermissionDenied);
+    // ... and is refused before its body is read: a 64 MiB `Step` from a reader costs the member no memory (it
+    // was decoded first, and refused after: 200 MiB once took a member from 23 to 424 MiB).
+    // The member's peak resident memory (VmHWM): what decoding would have cost, even once freed.
+    let rss_mib = |pid: u32| -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kb: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .unwrap()
+            .trim()
+            .trim_end_matches(" kB")
+            .trim()
+            .parse()
+            .unwrap();
+        kb / 1024.0
+    };
+    let pid = c.pid(via).unwrap();
+    let before = rss_mib(pid);
+    let huge = v1::RaftBatch { from: leader, from_address: String::new(), messages: vec![vec![7u8; 64 << 20]] };
+    let mut reader_raft = v1::raft_client::RaftClient::new(c.channel_as(via, Some(&tls_files(pki.path(), "reader"))))
+        .max_encoding_message_size(usize::MAX);
+    let e = reader_raft.step(huge).await.unwrap_err();
+    assert!(matches!(e.code(), Code::PermissionDenied | Code::Cancelled | Code::Unknown | Code::Internal), "{e:?}");
+    let after = rss_mib(pid);
+    assert!(
+        after - before < 32.0,
+        "a refused 64 MiB Raft body took the member's peak from {before:.0} to {after:.0} MiB"
+    );
 
     // A member's certificate used for a write directly is audited as the member (checked with the log below), and
     // a coordinator certificate from the same CA whose CN names no member is refused everywhere.
