@@ -79,7 +79,7 @@ pub struct Identity {
     pub role: Role,
     /// Its name (the subject's CN): a node id for an agent, `node-<id>` for a coordinator.
     pub name: String,
-    /// The certificate's serial number, lowercase hex (empty where no certificate was read).
+    /// The certificate's serial number as [`normalize_serial`] writes it.
     pub serial: String,
 }
 
@@ -100,14 +100,37 @@ impl Identity {
             .and_then(|a| a.as_str().ok())
             .ok_or("the certificate's subject has no CN (name)")?
             .to_string();
-        let serial = cert.raw_serial().iter().map(|b| format!("{b:02x}")).collect();
+        let hex: String = cert.raw_serial().iter().map(|b| format!("{b:02x}")).collect();
+        let serial = normalize_serial(&hex).unwrap_or(hex);
         Ok(Identity { role, name, serial })
+    }
+
+    /// The identity the first certificate of PEM file `path` names.
+    pub fn from_pem_file(path: &Path) -> Result<Identity, AuthError> {
+        let pem = read(path)?;
+        let der = pem_to_der(&pem).ok_or_else(|| AuthError::File {
+            path: path.to_path_buf(),
+            message: "no PEM certificate in the file".into(),
+        })?;
+        Identity::from_der(&der).map_err(|message| AuthError::File { path: path.to_path_buf(), message })
     }
 
     /// The coordinator member id of a coordinator identity (`node-<id>`).
     pub fn member_id(&self) -> Option<u64> {
         (self.role == Role::Coordinator).then(|| self.name.strip_prefix("node-")?.parse().ok()).flatten()
     }
+}
+
+/// A certificate serial number as Tessera compares them: lowercase hex, without colons or leading zeros (`openssl x509
+/// -serial` and DER's sign byte agree then); `None` unless it is 1 to 20 bytes of hex.
+pub fn normalize_serial(serial: &str) -> Option<String> {
+    let hex: String = serial.chars().filter(|c| *c != ':').map(|c| c.to_ascii_lowercase()).collect();
+    if hex.is_empty() || hex.len() > 42 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let trimmed = hex.trim_start_matches('0');
+    let value = if trimmed.is_empty() { "0" } else { trimmed };
+    (value.len() <= 40).then(|| value.to_string())
 }
 
 /// What a call needs of its caller.
@@ -225,12 +248,7 @@ impl TlsFiles {
 
     /// This process's own identity, read from its certificate.
     pub fn own_identity(&self) -> Result<Identity, AuthError> {
-        let pem = read(&self.cert)?;
-        let der = pem_to_der(&pem).ok_or_else(|| AuthError::File {
-            path: self.cert.clone(),
-            message: "no PEM certificate in the file".into(),
-        })?;
-        Identity::from_der(&der).map_err(|message| AuthError::File { path: self.cert.clone(), message })
+        Identity::from_pem_file(&self.cert)
     }
 
     /// Server settings: present this certificate, and require a client certificate signed by the CA.
@@ -530,7 +548,12 @@ mod tests {
         let admin = who("admin");
         let agent = who("agent-1");
         assert_eq!((agent.role, agent.name.as_str()), (Role::Agent, "agent-1"));
-        assert!(!agent.serial.is_empty() && agent.serial.chars().all(|c| c.is_ascii_hexdigit()), "{agent:?}");
+        assert_eq!(normalize_serial(&agent.serial).as_deref(), Some(agent.serial.as_str()), "{agent:?}");
+        assert_eq!(normalize_serial("00:1A:2b").as_deref(), Some("1a2b"));
+        assert_eq!(normalize_serial("0").as_deref(), Some("0"));
+        for bad in ["", "xyz", &"f".repeat(41)] {
+            assert_eq!(normalize_serial(bad), None, "{bad}");
+        }
         assert!(Need::Reader.allows(&reader) && !Need::Operator.allows(&reader));
         assert!(Need::Operator.allows(&operator) && !Need::Admin.allows(&operator));
         assert!(Need::Admin.allows(&admin) && Need::Reader.allows(&admin));

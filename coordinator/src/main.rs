@@ -322,6 +322,23 @@ enum CertsCmd {
         #[arg(long = "host", value_name = "NAME")]
         hosts: Vec<String>,
     },
+    /// Revoke a certificate on a running cluster (admin): every member refuses its calls, Raft included, from then
+    /// on. Give the certificate's PEM file, or its serial number (hex, as `openssl x509 -serial` prints it).
+    Revoke {
+        /// The certificate to revoke.
+        #[arg(long, value_name = "FILE", required_unless_present = "serial", conflicts_with = "serial")]
+        cert: Option<PathBuf>,
+        /// Its serial number instead.
+        #[arg(long, value_name = "HEX")]
+        serial: Option<String>,
+        #[command(flatten)]
+        c: ClientArgs,
+    },
+    /// The certificates revoked on a running cluster.
+    Revoked {
+        #[command(flatten)]
+        c: ClientArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -981,6 +998,43 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             }
             let (cert, key) = tessera_auth::issue(&dir, &name, role, &hosts).map_err(|e| anyhow::anyhow!("{e}"))?;
             out(&format!("{name}: {} {}", cert.display(), key.display()));
+            Ok(())
+        }
+        Cmd::Certs(CertsCmd::Revoke { cert, serial, c }) => {
+            let (serial, name, role) = match (cert, serial) {
+                (Some(path), _) => {
+                    let who =
+                        tessera_auth::Identity::from_pem_file(&path).map_err(|e| Failure::usage(e.to_string()))?;
+                    (who.serial, who.name, who.role.name().to_string())
+                }
+                (None, Some(serial)) => (serial, String::new(), String::new()),
+                (None, None) => return Err(Failure::usage("--cert or --serial is required")),
+            };
+            let request = v1::RevokeCertificateRequest { serial: serial.clone(), name: name.clone(), role };
+            let r = client(&c)?
+                .call_with(Retry::Once, |mut x| {
+                    let request = request.clone();
+                    async move { x.revoke_certificate(request).await }
+                })
+                .await?;
+            print(
+                c.json(),
+                json!({"serial": serial, "name": name, "index": r.index}),
+                format!("revoked {serial} {name} at index {}", r.index),
+            );
+            Ok(())
+        }
+        Cmd::Certs(CertsCmd::Revoked { c }) => {
+            let r =
+                client(&c)?.call(|mut x| async move { x.list_revoked(v1::ListRequest { stale: false }).await }).await?;
+            let lines: Vec<String> =
+                r.certificates.iter().map(|c| format!("{:>8}  {}  {} {}", c.index, c.serial, c.role, c.name)).collect();
+            let js: Vec<_> = r
+                .certificates
+                .iter()
+                .map(|c| json!({"serial": c.serial, "name": c.name, "role": c.role, "index": c.index}))
+                .collect();
+            print(c.json(), json!(js), if lines.is_empty() { "(none revoked)".into() } else { lines.join("\n") });
             Ok(())
         }
         Cmd::DevCluster(a) => {

@@ -424,6 +424,11 @@ impl Replica {
         id == self.id || self.shared.members.read().expect("members lock").contains_key(&id)
     }
 
+    /// Whether the certificate with serial `serial` (as `tessera_auth::normalize_serial` writes it) is revoked.
+    pub fn is_revoked(&self, serial: &str) -> bool {
+        self.shared.state.read().expect("state lock").revoked.contains_key(serial)
+    }
+
     /// The ids [`Replica::is_member`] accepts, in order.
     pub fn members_known(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.shared.members.read().expect("members lock").keys().copied().collect();

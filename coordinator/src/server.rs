@@ -101,10 +101,13 @@ pub async fn serve_on(
     let auth = match &config.tls {
         Some(_) => {
             let m = Arc::clone(&metrics);
-            // A coordinator certificate is a member's only while its CN names a current member: one the CA issued
-            // to `node-9`, or to a member since removed, speaks for nobody.
+            // A revoked certificate speaks for nobody; a coordinator certificate is a member's only while its CN
+            // names a current member: one the CA issued to `node-9`, or to a member since removed, is nobody's.
             let members = node.clone();
             let gate: tessera_auth::Gate = Arc::new(move |who| match who.role {
+                _ if members.is_revoked(&who.serial) => {
+                    Err(format!("its certificate (serial {}) was revoked (coordinator certs revoked)", who.serial))
+                }
                 tessera_auth::Role::Coordinator => match who.member_id() {
                     Some(id) if members.is_member(id) => Ok(()),
                     _ => Err(format!(

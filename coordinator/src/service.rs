@@ -613,6 +613,56 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         Ok(Response::new(v1::AuditResponse { entries }))
     }
 
+    async fn revoke_certificate(
+        &self,
+        req: Request<v1::RevokeCertificateRequest>,
+    ) -> Result<Response<v1::RevokeCertificateResponse>, Status> {
+        let who = self.caller(&req, Need::Admin)?;
+        let r = req.into_inner();
+        let serial = tessera_auth::normalize_serial(&r.serial)
+            .ok_or_else(|| bad("serial", "must be 1 to 20 bytes of hex (colons allowed)"))?;
+        let bounded = |field: &str, v: &str| {
+            if v.len() > 128 || v.chars().any(char::is_control) {
+                Err(bad(field, "must be at most 128 characters, none of them control characters"))
+            } else {
+                Ok(v.to_string())
+            }
+        };
+        let (name, role) = (bounded("name", &r.name)?, bounded("role", &r.role)?);
+        if self.node.read(|s| s.revoked.len() >= crate::state::MAX_REVOKED && !s.revoked.contains_key(&serial)) {
+            return Err(Status::resource_exhausted(format!(
+                "{} certificates are revoked already: issue a new CA and certificates instead",
+                crate::state::MAX_REVOKED
+            )));
+        }
+        let audit = self.audit(&who, format!("revoke_certificate {serial} ({role} {name})"));
+        let certificate = crate::state::Revocation { serial, name, role, index: 0 };
+        let (index, outcome) =
+            self.node.propose_request(Op::Revoke { certificate }, None, audit).await.map_err(status)?;
+        match outcome {
+            Outcome::Revoked(true) => Ok(Response::new(v1::RevokeCertificateResponse { index })),
+            _ => Err(Status::resource_exhausted("the revocation list is full")),
+        }
+    }
+
+    async fn list_revoked(&self, req: Request<v1::ListRequest>) -> Result<Response<v1::ListRevokedResponse>, Status> {
+        self.auth.check(&req, Need::Reader)?;
+        let certificates = self
+            .read(req.into_inner().stale, |s| {
+                s.revoked
+                    .values()
+                    .map(|c| v1::RevokedCertificate {
+                        serial: c.serial.clone(),
+                        name: c.name.clone(),
+                        role: c.role.clone(),
+                        index: c.index,
+                    })
+                    .collect()
+            })
+            .await?;
+        Ok(Response::new(v1::ListRevokedResponse { certificates }))
+    }
+
     async fn advance_clock(
         &self,
         req: Request<v1::AdvanceClockRequest>,

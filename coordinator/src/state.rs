@@ -56,7 +56,29 @@ pub enum Op {
         /// The new workload time, ms.
         now_ms: u64,
     },
+    /// Revokes a certificate: every member refuses its calls from the index this is applied at.
+    Revoke {
+        /// What is known of it.
+        certificate: Revocation,
+    },
 }
+
+/// A revoked certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revocation {
+    /// Its serial number, lowercase hex (as `tessera_auth::Identity::serial`).
+    pub serial: String,
+    /// Its holder's name (CN), for people reading the list.
+    pub name: String,
+    /// Its role (OU).
+    pub role: String,
+    /// The index the revocation was applied at (set when applied).
+    pub index: u64,
+}
+
+/// Revoked certificates kept at most; a revocation beyond it is not recorded (the service refuses it first).
+/// Certificates expire: reissue with a new CA long before a cluster needs this many.
+pub const MAX_REVOKED: usize = 10_000;
 
 /// A Raft entry's payload: the op and who is waiting for its result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,6 +130,8 @@ pub enum Outcome {
     Clock(u64),
     /// A retried client write: it was applied at this index already, and is not applied again.
     Duplicate(u64),
+    /// A revocation: whether the certificate is now on the list (false when the list is full).
+    Revoked(bool),
 }
 
 /// One entry of a GPU's plan history.
@@ -133,6 +157,9 @@ pub struct CoordState {
     pub members: BTreeMap<u64, String>,
     /// Workload time, ms (virtual clock mode).
     pub clock_ms: u64,
+    /// Revoked certificates by serial.
+    #[serde(default)]
+    pub revoked: BTreeMap<String, Revocation>,
     /// Committed targets per GPU, newest last.
     pub history: BTreeMap<GpuId, VecDeque<HistoryEntry>>,
     /// Each tenant's revision: the index of its last create or update.
@@ -193,6 +220,14 @@ impl CoordState {
             Op::Audit { entry } => {
                 self.record(index, entry);
                 Ok(Outcome::Clock(self.clock_ms))
+            }
+            Op::Revoke { mut certificate } => {
+                if self.revoked.len() >= MAX_REVOKED && !self.revoked.contains_key(&certificate.serial) {
+                    return Ok(Outcome::Revoked(false));
+                }
+                certificate.index = index;
+                self.revoked.entry(certificate.serial.clone()).or_insert(certificate);
+                Ok(Outcome::Revoked(true))
             }
         }
     }
@@ -262,6 +297,23 @@ impl CoordState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn revocations_are_kept_once_and_bounded() {
+        let mut s = CoordState::default();
+        let cert =
+            |serial: &str| Revocation { serial: serial.into(), name: "op2".into(), role: "operator".into(), index: 0 };
+        assert_eq!(s.apply(3, Op::Revoke { certificate: cert("1a") }).unwrap(), Outcome::Revoked(true));
+        assert_eq!(s.apply(4, Op::Revoke { certificate: cert("1a") }).unwrap(), Outcome::Revoked(true));
+        assert_eq!(s.revoked["1a"].index, 3, "revoked once, at the first index");
+        for i in 1..MAX_REVOKED {
+            s.apply(10, Op::Revoke { certificate: cert(&format!("{i:x}00")) }).unwrap();
+        }
+        assert_eq!(s.revoked.len(), MAX_REVOKED);
+        assert_eq!(s.apply(11, Op::Revoke { certificate: cert("ffff") }).unwrap(), Outcome::Revoked(false));
+        let back = CoordState::from_snapshot(&s.to_snapshot()).unwrap();
+        assert_eq!(back.revoked, s.revoked, "the list travels in snapshots");
+    }
 
     #[test]
     fn clock_never_goes_back_and_snapshots_round_trip() {

@@ -351,6 +351,31 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         let _ = client.list_audit(v1::ListRequest { stale: false }).await.unwrap();
     }
 
+    // Revocation: a second operator's certificate works until an admin revokes it; then every member refuses it,
+    // and the list says so (a re-issued certificate's predecessor used to work until it expired).
+    let (ok, _, err) = cli(&["certs", "issue", "--dir", &dir, "--name", "op2", "--role", "operator"]);
+    assert!(ok, "{err}");
+    add("op2", "by-op2").await.unwrap();
+    let [cert, key, ca] = flags("admin");
+    let op2 = pki.path().join("op2.pem").to_string_lossy().into_owned();
+    let admin = ["--endpoints", &endpoints, "--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
+    let (ok, out, err) = cli(&[&["certs", "revoke", "--cert", &op2][..], &admin[..]].concat());
+    assert!(ok && out.contains("revoked"), "{out}{err}");
+    for id in [1, 2, 3] {
+        let mut client = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "op2"))));
+        let e = eventually(T, &format!("member {id} to refuse the revoked certificate"), || {
+            let mut client = client.clone();
+            async move { client.list_tenants(v1::ListRequest { stale: true }).await.err() }
+        })
+        .await;
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("revoked"), "{e:?}");
+        client = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "operator"))));
+        client.list_tenants(v1::ListRequest { stale: true }).await.unwrap();
+    }
+    let (ok, out, err) = cli(&[&["certs", "revoked"][..], &admin[..]].concat());
+    assert!(ok && out.contains("operator op2"), "{out}{err}");
+
     // Refusals are counted.
     let body = http_get(&c.metrics_addr(via).unwrap()).await;
     let denied = body
