@@ -295,9 +295,18 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
     assert!(e.message().contains(&format!("which member {leader} leads")), "{e:?}");
+    // Nor by claiming the next term with an epoch a little ahead: the agent believes a newer term or epoch only
+    // when the coordinators say so (this push once wiped the node's GPU and froze it for minutes).
+    let e = member
+        .apply_layout(v1::ApplyLayoutRequest { epoch: next + 63, targets: vec![], term: term + 1, jobs: vec![] })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("beyond the known term"), "{e:?}");
     let mut leader_push = v1::agent_client::AgentClient::new(agent_channel(&format!("node-{leader}")));
     for (epoch, term, says) in [
         (1 << 63, term, "beyond the newest committed plan epoch"),
+        (next + 63, term, "beyond the newest committed plan epoch"),
         (next, term - 1, "leads term"),
         (next, 1_000_000_000_000, "beyond the known term"),
     ] {

@@ -338,7 +338,7 @@ pub fn proto_coordinator_requests(data: &[u8]) {
 /// `tessera.v1.CoordinatorApi` (what operators call): every request type.
 pub fn proto_coordinator_api_requests(data: &[u8]) {
     let Some((&kind, bytes)) = data.split_first() else { return };
-    match kind % 10 {
+    match kind % 11 {
         // CreateTenant, UpdateTenant.
         0 => {
             let Ok(r) = v1::TenantRequest::decode(bytes) else { return };
@@ -381,6 +381,14 @@ pub fn proto_coordinator_api_requests(data: &[u8]) {
         }
         8 => {
             let _ = v1::RemoveMemberRequest::decode(bytes);
+        }
+        // RevokeCertificate: the serial as the service normalises it.
+        9 => {
+            if let Ok(r) = v1::RevokeCertificateRequest::decode(bytes)
+                && let Some(serial) = tessera_auth::normalize_serial(&r.serial)
+            {
+                assert!(serial.len() <= 40 && tessera_auth::normalize_serial(&serial).as_deref() == Some(serial.as_str()));
+            }
         }
         _ => {
             let _ = v1::AdvanceClockRequest::decode(bytes);
