@@ -22,6 +22,7 @@
 
 pub mod client;
 pub mod config;
+pub mod deadline;
 pub mod dev_cluster;
 pub mod logging;
 pub mod metrics;
