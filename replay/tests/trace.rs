@@ -1017,4 +1017,14 @@ fn t10_2_llm_2024_timestamps_and_generic_tokens() {
     // Row `3` comes after `5` was emitted: emitted at 5 and counted.
     assert_eq!(out.iter().map(|x| x.time_s).collect::<Vec<_>>(), [1.0, 5.0, 5.0, 6.0]);
     assert_eq!(stream.late_rows(), 1);
+    // A row far ahead of the rest, beyond the window (a bad timestamp), does not stop the reading of the rows after
+    // it: they used to be lost, and the whole window with them.
+    let far = write(dir.path(), "far.csv", "timestamp_s,tenant\n0,a\n100000,b\n1,a\n2,b\n3,a\n200000,a\n");
+    let s = scan(&far, &TraceOptions { max_reorder_s: 10.0, window_duration_s: Some(50.0), ..opts() }).unwrap();
+    assert_eq!(s.late_rows, 3, "the rows after the far one are out of order by more than the cap");
+    let mut stream = s.arrivals(1.0).unwrap();
+    let mut out = Vec::new();
+    stream.next_window(5.0, &mut out).unwrap();
+    assert_eq!(out.iter().map(|x| x.time_s).collect::<Vec<_>>(), [0.0, 1.0, 2.0, 3.0]);
+    assert_eq!(stream.late_rows(), 0, "none of them was replayed late");
 }

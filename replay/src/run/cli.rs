@@ -312,7 +312,16 @@ fn describe(p: &Prepared) -> String {
         p.scan.path.display(),
         p.scan.format,
         p.scan.rows,
-        if p.scan.bad_rows > 0 { format!(", {} bad rows skipped", p.scan.bad_rows) } else { String::new() },
+        if p.scan.bad_rows > 0 { format!(", {} bad rows skipped", p.scan.bad_rows) } else { String::new() }
+            + &if p.scan.late_rows > 0 {
+                format!(
+                    ", {} rows out of order by more than --max-reorder {} s (by up to {:.0} s): any of them whose \
+                     time was replayed already is replayed late; sort the file or raise --max-reorder",
+                    p.scan.late_rows, p.scan.reorder_horizon_s, p.scan.reorder_needed_s
+                )
+            } else {
+                String::new()
+            },
         p.scan.streams.len(),
         s.gpus.len(),
         s.tenants.len(),

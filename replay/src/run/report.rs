@@ -38,9 +38,10 @@ pub struct Comparison {
 pub const SUMMARY_SCHEMA_VERSION: u32 = 6;
 
 impl Comparison {
-    /// `goodput / upper bound` for `run` (`None` without a bound; 1 when the bound is 0).
+    /// `goodput / upper bound` for `run`: `None` without a bound, or when the bound is 0 (nothing could be served,
+    /// so there is no ratio: it used to read 1.0000).
     pub fn over_bound(&self, run: &PolicyRun) -> Option<f64> {
-        self.upper_bound.as_ref().map(|b| if b.goodput > 0.0 { run.total.goodput / b.goodput } else { 1.0 })
+        self.upper_bound.as_ref().filter(|b| b.goodput > 0.0).map(|b| run.total.goodput / b.goodput)
     }
 
     /// The terminal table.
@@ -64,11 +65,11 @@ impl Comparison {
         for r in &self.runs {
             let _ = writeln!(
                 s,
-                "{:<16} {:>14.1} {:>9} {:>8.4} {:>8.4} {:>8} {:>8} {:>8.2} {:>9} {:>8.1} {:>7.2}",
+                "{:<16} {:>14.1} {:>9} {:>8} {:>8.4} {:>8} {:>8} {:>8.2} {:>9} {:>8.1} {:>7.2}",
                 r.policy,
                 r.total.goodput,
                 self.over_bound(r).map_or("-".to_string(), |v| format!("{v:.4}")),
-                r.total.slo_attainment(),
+                share(attainment(&r.total), "-"),
                 r.total.mean_accuracy(),
                 r.retrainings_completed,
                 r.reconfigurations,
@@ -97,7 +98,7 @@ impl Comparison {
                 json!({
                     "goodput": r.total.goodput,
                     "goodput_over_bound": self.over_bound(r),
-                    "slo_attainment": r.total.slo_attainment(),
+                    "slo_attainment": attainment(&r.total),
                     "mean_accuracy": r.total.mean_accuracy(),
                     "reconfigurations": r.reconfigurations,
                     "requests": r.total.requests,
@@ -118,7 +119,7 @@ impl Comparison {
                         "completed": t.ledger.completed,
                         "dropped": t.ledger.dropped,
                         "goodput": t.ledger.goodput,
-                        "slo_attainment": t.ledger.slo_attainment(),
+                        "slo_attainment": attainment(&t.ledger),
                         "mean_accuracy": t.ledger.mean_accuracy(),
                         "retrainings_completed": t.retrainings_completed,
                         "latency_ms": t.latency_ms,
@@ -178,10 +179,15 @@ impl Comparison {
         s.push('\n');
         for r in &self.runs {
             for w in &r.windows {
-                let att = if w.requests == 0 { 1.0 } else { w.within_slo as f64 / w.requests as f64 };
+                // A window without requests has no attainment: the field is left empty.
+                let att = if w.requests == 0 {
+                    String::new()
+                } else {
+                    format!("{:.6}", w.within_slo as f64 / w.requests as f64)
+                };
                 let _ = write!(
                     s,
-                    "{},{},{},{},{},{},{:.3},{:.6},{:.6},{},{},{},{:.2}",
+                    "{},{},{},{},{},{},{:.3},{},{:.6},{},{},{},{:.2}",
                     r.policy,
                     w.start_s,
                     w.requests,
@@ -346,7 +352,8 @@ impl Comparison {
             (
                 "slo attainment per window",
                 "requests within SLO / requests",
-                |w| if w.requests == 0 { 1.0 } else { w.within_slo as f64 / w.requests as f64 },
+                // A window without requests has no attainment: no point (NaN points are left out).
+                |w| if w.requests == 0 { f64::NAN } else { w.within_slo as f64 / w.requests as f64 },
                 Some(0.0),
                 Some(1.0),
                 "SLO attainment per planning window: requests served within SLO over requests that arrived.",
@@ -375,7 +382,10 @@ impl Comparison {
                 .runs
                 .iter()
                 .zip(&pens)
-                .map(|(r, &pen)| Series { points: r.windows.iter().map(|w| (mid(w), metric(w))).collect(), pen })
+                .map(|(r, &pen)| Series {
+                    points: r.windows.iter().map(|w| (mid(w), metric(w))).filter(|p| p.1.is_finite()).collect(),
+                    pen,
+                })
                 .collect();
             let counts = name.starts_with("gpus");
             let range = if counts {
@@ -418,13 +428,13 @@ impl Comparison {
         for (i, r) in self.runs.iter().enumerate() {
             let _ = write!(
                 h,
-                "<tr{}><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{}</td><td>{}</td><td>{}</td>\
+                "<tr{}><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{}</td><td>{}</td><td>{}</td>\
                  <td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.1}</td></tr>",
                 if i == 0 { " class=\"focus\"" } else { "" },
                 escape(&r.policy),
                 r.total.goodput,
                 self.over_bound(r).map_or("–".to_string(), |v| format!("{v:.4}")),
-                r.total.slo_attainment(),
+                share(attainment(&r.total), "–"),
                 r.total.mean_accuracy(),
                 ms(r.latency_ms.p50),
                 ms(r.latency_ms.p99),
@@ -513,12 +523,12 @@ impl Comparison {
             for t in &r.tenants {
                 let _ = write!(
                     h,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{}</td><td>{:.4}</td><td>{:.1}</td>\
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{:.1}</td>\
                      <td>{}</td><td>{}</td><td>{}</td></tr>",
                     escape(&t.tenant),
                     t.ledger.requests,
                     t.ledger.within_slo,
-                    t.ledger.slo_attainment(),
+                    share(attainment(&t.ledger), "–"),
                     t.ledger.dropped,
                     t.ledger.mean_accuracy(),
                     t.ledger.goodput,
@@ -619,13 +629,32 @@ fn duration_words(s: f64) -> String {
     }
 }
 
+/// The share of requests served within SLO: `None` (no ratio) when no request arrived; 0/0 used to read 1.
+fn attainment(l: &tessera_core::goodput::GoodputLedger) -> Option<f64> {
+    (l.requests > 0).then(|| l.within_slo as f64 / l.requests as f64)
+}
+
+/// A share to four decimals, or `none` when there is none.
+fn share(v: Option<f64>, none: &str) -> String {
+    v.map_or_else(|| none.to_string(), |v| format!("{v:.4}"))
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{duration_words, file_safe};
+    use super::{attainment, duration_words, file_safe, share};
+
+    #[test]
+    fn no_requests_have_no_attainment() {
+        let none = tessera_core::goodput::GoodputLedger::default();
+        assert_eq!(attainment(&none), None, "0/0 is not 1");
+        assert_eq!(share(attainment(&none), "–"), "–");
+        let some = tessera_core::goodput::GoodputLedger { requests: 4, within_slo: 3, ..none };
+        assert_eq!(share(attainment(&some), "–"), "0.7500");
+    }
 
     #[test]
     fn policy_names_make_safe_file_names() {

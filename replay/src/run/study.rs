@@ -791,6 +791,15 @@ fn run_study(study: &StudyFile, sc: &[Scenario], path: &Path, jobs: &[(usize, u6
                 started.elapsed().as_secs_f64()
             ));
             let bound = cmp.upper_bound.as_ref().map_or(f64::NAN, |b| b.goodput);
+            if bound <= 0.0 {
+                // Nothing could be served: no policy has a share of the bound (it used to count as 1).
+                return Err(ReplayError::Usage(format!(
+                    "{}: scenario {} seed {seed}: the upper bound is 0 (no request of the window could be served): \
+                     check the trace's window and the load",
+                    path.display(),
+                    sc[i].name
+                )));
+            }
             Ok(cmp
                 .runs
                 .iter()
@@ -815,8 +824,9 @@ fn run_study(study: &StudyFile, sc: &[Scenario], path: &Path, jobs: &[(usize, u6
     Ok(rows)
 }
 
+/// `goodput / bound` (rows with a bound of 0 are refused when they are made; NaN, never 1, if one got here).
 fn over_bound(r: &Row) -> f64 {
-    if r.bound > 0.0 { r.goodput / r.bound } else { 1.0 }
+    if r.bound > 0.0 { r.goodput / r.bound } else { f64::NAN }
 }
 
 /// `f` of `policy`'s rows on scenario `i`, by seed.

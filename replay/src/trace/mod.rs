@@ -500,6 +500,10 @@ pub struct TraceScan {
     pub reorder_horizon_s: f64,
     /// Per-row formats: the reorder horizon the file needs (above `reorder_horizon_s` when capped).
     pub reorder_needed_s: f64,
+    /// Per-row formats: rows of the window more than `TraceOptions::max_reorder_s` before the latest time read
+    /// before them in the file. Any of them whose time was replayed already when it is read is replayed late, at
+    /// the time replayed last ([`ArrivalStream::late_rows`] counts those).
+    pub late_rows: u64,
     /// Formats with tokens: the window's mean weighted tokens per request (the unit of work).
     pub mean_tokens: Option<f64>,
     /// Azure 2019: the companion files joined.
@@ -650,6 +654,7 @@ fn build_scan(
         start_timestamp: None,
         reorder_horizon_s: 0.0,
         reorder_needed_s: 0.0,
+        late_rows: 0,
         mean_tokens: None,
         join: None,
         profile_waste: None,

@@ -92,6 +92,7 @@ pub(crate) fn scan(mut csv: CsvFile, format: TraceFormat, opts: &TraceOptions) -
     let mut rows = 0u64;
     let mut running_max = f64::NEG_INFINITY;
     let mut needed = 0.0f64;
+    let mut late_rows = 0u64;
     let mut last_t = ws;
     let mut has_tokens = false;
     let (mut all_tokens, mut all_requests) = (0.0f64, 0u64);
@@ -108,6 +109,9 @@ pub(crate) fn scan(mut csv: CsvFile, format: TraceFormat, opts: &TraceOptions) -
         needed = needed.max(running_max - row.t);
         if row.t < ws || row.t >= we {
             continue;
+        }
+        if running_max - row.t > opts.max_reorder_s {
+            late_rows += 1;
         }
         last_t = last_t.max(row.t);
         let a = match acc.get_mut(parser.key.as_slice()) {
@@ -153,6 +157,7 @@ pub(crate) fn scan(mut csv: CsvFile, format: TraceFormat, opts: &TraceOptions) -
     scan.start_timestamp = parser.origin_text.take();
     scan.reorder_needed_s = needed;
     scan.reorder_horizon_s = needed.min(opts.max_reorder_s);
+    scan.late_rows = late_rows;
     Ok(scan)
 }
 
@@ -190,6 +195,10 @@ pub(crate) struct RowSource {
     heap: BinaryHeap<Reverse<Pending>>,
     seq: u64,
     running_max: f64,
+    /// How far reading has got, for deciding when to stop: the latest time read among rows that can matter to the
+    /// window (`running_max` without the rows beyond the window's end and horizon: one such row, out of order far
+    /// beyond the horizon, once stopped the reading for good and lost the whole window).
+    frontier: f64,
     horizon: f64,
     needed: f64,
     done: bool,
@@ -217,6 +226,7 @@ impl RowSource {
             heap: BinaryHeap::new(),
             seq: 0,
             running_max: f64::NEG_INFINITY,
+            frontier: f64::NEG_INFINITY,
             horizon: scan.reorder_horizon_s,
             needed: scan.reorder_needed_s,
             done: false,
@@ -231,7 +241,7 @@ impl RowSource {
 
     /// Appends every arrival with trace time `< until` not yet returned, sorted.
     pub fn fill(&mut self, until: f64, out: &mut Vec<Pending>) -> Result<(), TraceError> {
-        while !self.done && self.running_max - self.horizon < until {
+        while !self.done && self.frontier - self.horizon < until {
             if !self.csv.next()? {
                 self.done = true;
                 break;
@@ -244,6 +254,11 @@ impl RowSource {
                 }
             };
             self.running_max = self.running_max.max(row.order_t);
+            // A row beyond the window (and its horizon) cannot hold back a row of the window: it does not move the
+            // frontier, or one far-off timestamp would stop the reading of every row after it.
+            if row.order_t < self.window.1 + self.horizon {
+                self.frontier = self.frontier.max(row.order_t);
+            }
             if self.running_max - self.needed >= self.window.1 {
                 // Every later row arrives at or after the window's end (pass 1 measured how late rows come).
                 self.done = true;
