@@ -148,6 +148,8 @@ pub enum Need<'a> {
     Coordinator,
     /// Coordinator member `id` itself (Raft messages claiming to come from it).
     Member(u64),
+    /// A caller of the Raft service before its body is read: a coordinator member, or an admin (fault injection).
+    RaftPeer,
 }
 
 impl Need<'_> {
@@ -156,6 +158,7 @@ impl Need<'_> {
         match (*self, who.role) {
             (Need::Member(id), Role::Coordinator) => who.member_id() == Some(id),
             (Need::Member(_), _) => false,
+            (Need::RaftPeer, r) => matches!(r, Role::Coordinator | Role::Admin),
             (_, Role::Coordinator) => true,
             (Need::Reader, r) => matches!(r, Role::Reader | Role::Operator | Role::Admin),
             (Need::Operator, r) => matches!(r, Role::Operator | Role::Admin),
@@ -173,6 +176,7 @@ impl Need<'_> {
             Need::AgentOf(node) => format!("the agent of node {node}"),
             Need::Coordinator => "a coordinator member".into(),
             Need::Member(id) => format!("coordinator member {id} (certificate CN node-{id})"),
+            Need::RaftPeer => "a coordinator member (or an admin)".into(),
         }
     }
 }

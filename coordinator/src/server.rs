@@ -213,7 +213,7 @@ pub async fn serve_on(
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         move |req: tonic::Request<()>| {
-            raft_gate.check(&req, tessera_auth::Need::Coordinator)?;
+            raft_gate.check(&req, tessera_auth::Need::RaftPeer)?;
             Ok(req)
         },
     );

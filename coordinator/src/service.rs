@@ -176,19 +176,19 @@ impl Services {
     /// The audit entry of an action by `who`. Every call is audited where it is carried out, a member's too: a
     /// call a follower forwarded reads `CLIENT via coordinator:node-N` on the leader (the follower records nothing),
     /// and a member certificate used directly is named as itself.
-    fn audit(&self, who: &Caller, action: String) -> Option<AuditEntry> {
+    fn audit(&self, who: &Caller, action: String) -> AuditEntry {
         let name = |w: &Identity| format!("{}:{}", w.role.name(), w.name);
         let who = match (&who.identity, &who.on_behalf) {
             (None, _) => "anonymous".to_string(),
             (Some(w), Some(client)) => format!("{client} via {}", name(w)),
             (Some(w), None) => name(w),
         };
-        Some(AuditEntry { index: 0, at_ms: crate::replica::wall_ms(), who, action, result: String::new() })
+        AuditEntry { index: 0, at_ms: crate::replica::wall_ms(), who, action, result: String::new() }
     }
 
     /// Records an action that is not a fleet command once it is done (or failed), with its result.
     async fn audit_done(&self, who: &Caller, action: String, result: String) {
-        let Some(mut entry) = self.audit(who, action) else { return };
+        let mut entry = self.audit(who, action);
         entry.result = result;
         if let Err(e) = self.node.propose(Op::Audit { entry }).await {
             tracing::warn!(error = %e, "could not record an audit entry");
@@ -259,7 +259,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         let spec = TenantSpec::try_from(spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         tessera_core::config::validate_tenant(&spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         let id = spec.id.clone();
-        let audit = self.audit(&who, format!("create_tenant {id}"));
+        let audit = Some(self.audit(&who, format!("create_tenant {id}")));
         let (index, _) = self.propose_write(Command::CreateTenant { spec }, &id, 0, request, audit).await?;
         let r = self.node.read(|s| tenant_response(s, &id, index));
         r.map(Response::new).ok_or_else(|| Status::aborted("the tenant was deleted right after its creation"))
@@ -273,7 +273,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         let spec = TenantSpec::try_from(spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         tessera_core::config::validate_tenant(&spec).map_err(|e| bad(&format!("spec.{}", e.field), e.message))?;
         let id = spec.id.clone();
-        let audit = self.audit(&who, format!("update_tenant {id} (if revision {})", r.if_revision));
+        let audit = Some(self.audit(&who, format!("update_tenant {id} (if revision {})", r.if_revision)));
         let (index, _) = self.propose_write(Command::UpdateTenant { spec }, &id, r.if_revision, request, audit).await?;
         let r = self.node.read(|s| tenant_response(s, &id, index));
         r.map(Response::new).ok_or_else(|| Status::aborted("the tenant was deleted right after its update"))
@@ -287,7 +287,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         let request = request_id(&req)?;
         let r = req.into_inner();
         let id = TenantId::new(r.id).map_err(|e| bad("id", e))?;
-        let audit = self.audit(&who, format!("delete_tenant {id} (if revision {})", r.if_revision));
+        let audit = Some(self.audit(&who, format!("delete_tenant {id} (if revision {})", r.if_revision)));
         let (index, _) =
             self.propose_write(Command::DeleteTenant { id: id.clone() }, &id, r.if_revision, request, audit).await?;
         let retiring = self.node.read(|s| s.fleet.retiring.contains(&id));
@@ -348,7 +348,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         let r = req.into_inner();
         let gpu: GpuId = r.gpu.parse().map_err(|e| bad("gpu", e))?;
         let health = if r.drain { GpuHealth::Draining } else { GpuHealth::Healthy };
-        let audit = self.audit(&who, format!("{} {gpu}", if r.drain { "drain_gpu" } else { "undrain_gpu" }));
+        let audit = Some(self.audit(&who, format!("{} {gpu}", if r.drain { "drain_gpu" } else { "undrain_gpu" })));
         let op = Op::Fleet { command: Command::SetGpuHealth { gpu, health } };
         let (index, _) = self.node.propose_request(op, request, audit).await.map_err(status)?;
         Ok(Response::new(v1::DrainGpuResponse { index }))
@@ -635,7 +635,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
                 crate::state::MAX_REVOKED
             )));
         }
-        let audit = self.audit(&who, format!("revoke_certificate {serial} ({role} {name})"));
+        let audit = Some(self.audit(&who, format!("revoke_certificate {serial} ({role} {name})")));
         let certificate = crate::state::Revocation { serial, name, role, index: 0 };
         let (index, outcome) =
             self.node.propose_request(Op::Revoke { certificate }, None, audit).await.map_err(status)?;

@@ -66,7 +66,13 @@ impl GoodputLedger {
         self.requests.saturating_sub(self.completed + self.dropped)
     }
 
-    /// Requests within SLO over requests that arrived (1 when none arrived).
+    /// Requests within SLO over requests that arrived; `None` when none arrived (0/0 is no share).
+    pub fn attainment(&self) -> Option<f64> {
+        (self.requests > 0).then(|| self.within_slo as f64 / self.requests as f64)
+    }
+
+    /// Requests within SLO over requests that arrived (1 when none arrived: nothing was missed). For reports, where
+    /// 0/0 must not read as a share, [`GoodputLedger::attainment`].
     pub fn slo_attainment(&self) -> f64 {
         if self.requests == 0 { 1.0 } else { self.within_slo as f64 / self.requests as f64 }
     }

@@ -51,7 +51,7 @@ use anyhow::Context as _;
 use opentelemetry::KeyValue;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _};
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
@@ -126,21 +126,30 @@ pub const MAX_INSTANCES: usize = 4096;
 
 /// An OTLP exporter per instance of the service: OpenTelemetry gives a tracer provider one resource, so a process
 /// that hosts several instances routes each span, by [`Service::instance_attribute`], to an exporter whose resource
-/// names its instance. Exporters are built when an instance's first span arrives, on the export runtime.
+/// names its instance. Exporters are built when an instance's first span arrives, and all of them share one
+/// connection to the collector.
 #[derive(Debug)]
 struct PerInstance {
     service: Service,
     endpoint: String,
-    runtime: tokio::runtime::Handle,
+    channel: tonic::transport::Channel,
     exporters: std::sync::Mutex<std::collections::BTreeMap<String, std::sync::Arc<opentelemetry_otlp::SpanExporter>>>,
 }
 
 impl PerInstance {
-    fn new(service: &Service, endpoint: &str, runtime: tokio::runtime::Handle) -> anyhow::Result<PerInstance> {
+    fn new(service: &Service, endpoint: &str, runtime: &tokio::runtime::Runtime) -> anyhow::Result<PerInstance> {
+        let channel = {
+            // The lazily connecting tonic channel spawns its worker on the runtime it is built in.
+            let _guard = runtime.enter();
+            tonic::transport::Endpoint::from_shared(endpoint.to_string())
+                .with_context(|| format!("the OTLP endpoint {endpoint}"))?
+                .timeout(EXPORT_TIMEOUT)
+                .connect_lazy()
+        };
         let this = PerInstance {
             service: service.clone(),
             endpoint: endpoint.to_string(),
-            runtime,
+            channel,
             exporters: Default::default(),
         };
         // The process's own exporter is built now, so that a bad endpoint is an error at start.
@@ -160,16 +169,12 @@ impl PerInstance {
         {
             return Ok(own.clone());
         }
-        let mut exporter = {
-            // The lazily connecting tonic channel spawns its worker on the runtime it is built in.
-            let _guard = self.runtime.enter();
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(&self.endpoint)
-                .with_timeout(EXPORT_TIMEOUT)
-                .build()
-                .with_context(|| format!("building the OTLP span exporter for {}", self.endpoint))?
-        };
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_channel(self.channel.clone())
+            .with_timeout(EXPORT_TIMEOUT)
+            .build()
+            .with_context(|| format!("building the OTLP span exporter for {}", self.endpoint))?;
         exporter.set_resource(&self.service.resource(instance));
         let exporter = std::sync::Arc::new(exporter);
         exporters.insert(instance.to_string(), exporter.clone());
@@ -306,7 +311,7 @@ where
         .build()
         .context("building the OTLP export runtime")?;
 
-    let exporter = PerInstance::new(service, endpoint, runtime.handle().clone())?;
+    let exporter = PerInstance::new(service, endpoint, &runtime)?;
     let processor = BatchSpanProcessor::builder(exporter)
         .with_batch_config(BatchConfigBuilder::default().with_scheduled_delay(EXPORT_INTERVAL).build())
         .build();

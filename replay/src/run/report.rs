@@ -69,7 +69,7 @@ impl Comparison {
                 r.policy,
                 r.total.goodput,
                 self.over_bound(r).map_or("-".to_string(), |v| format!("{v:.4}")),
-                share(attainment(&r.total), "-"),
+                share(r.total.attainment(), "-"),
                 r.total.mean_accuracy(),
                 r.retrainings_completed,
                 r.reconfigurations,
@@ -98,7 +98,7 @@ impl Comparison {
                 json!({
                     "goodput": r.total.goodput,
                     "goodput_over_bound": self.over_bound(r),
-                    "slo_attainment": attainment(&r.total),
+                    "slo_attainment": r.total.attainment(),
                     "mean_accuracy": r.total.mean_accuracy(),
                     "reconfigurations": r.reconfigurations,
                     "requests": r.total.requests,
@@ -119,7 +119,7 @@ impl Comparison {
                         "completed": t.ledger.completed,
                         "dropped": t.ledger.dropped,
                         "goodput": t.ledger.goodput,
-                        "slo_attainment": attainment(&t.ledger),
+                        "slo_attainment": t.ledger.attainment(),
                         "mean_accuracy": t.ledger.mean_accuracy(),
                         "retrainings_completed": t.retrainings_completed,
                         "latency_ms": t.latency_ms,
@@ -434,7 +434,7 @@ impl Comparison {
                 escape(&r.policy),
                 r.total.goodput,
                 self.over_bound(r).map_or("–".to_string(), |v| format!("{v:.4}")),
-                share(attainment(&r.total), "–"),
+                share(r.total.attainment(), "–"),
                 r.total.mean_accuracy(),
                 ms(r.latency_ms.p50),
                 ms(r.latency_ms.p99),
@@ -528,7 +528,7 @@ impl Comparison {
                     escape(&t.tenant),
                     t.ledger.requests,
                     t.ledger.within_slo,
-                    share(attainment(&t.ledger), "–"),
+                    share(t.ledger.attainment(), "–"),
                     t.ledger.dropped,
                     t.ledger.mean_accuracy(),
                     t.ledger.goodput,
@@ -629,11 +629,6 @@ fn duration_words(s: f64) -> String {
     }
 }
 
-/// The share of requests served within SLO: `None` (no ratio) when no request arrived; 0/0 used to read 1.
-fn attainment(l: &tessera_core::goodput::GoodputLedger) -> Option<f64> {
-    (l.requests > 0).then(|| l.within_slo as f64 / l.requests as f64)
-}
-
 /// A share to four decimals, or `none` when there is none.
 fn share(v: Option<f64>, none: &str) -> String {
     v.map_or_else(|| none.to_string(), |v| format!("{v:.4}"))
@@ -645,15 +640,15 @@ fn escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{attainment, duration_words, file_safe, share};
+    use super::{duration_words, file_safe, share};
 
     #[test]
     fn no_requests_have_no_attainment() {
         let none = tessera_core::goodput::GoodputLedger::default();
-        assert_eq!(attainment(&none), None, "0/0 is not 1");
-        assert_eq!(share(attainment(&none), "–"), "–");
+        assert_eq!(none.attainment(), None, "0/0 is not 1");
+        assert_eq!(share(none.attainment(), "–"), "–");
         let some = tessera_core::goodput::GoodputLedger { requests: 4, within_slo: 3, ..none };
-        assert_eq!(share(attainment(&some), "–"), "0.7500");
+        assert_eq!(share(some.attainment(), "–"), "0.7500");
     }
 
     #[test]
