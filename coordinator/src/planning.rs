@@ -468,6 +468,7 @@ impl Planner {
                 accuracy: status.map_or_else(|| spec.initial_accuracy(), |s| s.accuracy),
                 retraining_due: due,
                 retraining_done_gpu_s: done,
+                retraining_epochs: fleet.retraining_epochs(&spec.id),
             }
         });
         let config = PlannerConfig {

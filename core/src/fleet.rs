@@ -853,6 +853,19 @@ impl FleetState {
     pub fn active_tenants(&self) -> impl Iterator<Item = &TenantSpec> {
         self.tenants.values().filter(|t| !self.retiring.contains(&t.id))
     }
+
+    /// The epochs of `tenant`'s retraining as the target that gives it a retraining instance chose them
+    /// (`GpuPlan::retraining_epochs`): the configuration its agent runs. `None` where no target gives it one or the
+    /// target keeps the spec's default.
+    pub fn retraining_epochs(&self, tenant: &TenantId) -> Option<f64> {
+        self.gpus.values().filter_map(|g| g.target.as_ref()).find_map(|t| {
+            t.assignments
+                .iter()
+                .any(|a| &a.tenant == tenant && a.role == Role::Retraining)
+                .then(|| t.retraining_epochs.get(tenant).copied())
+                .flatten()
+        })
+    }
 }
 
 /// Whether the model of `a`'s tenant fits its instance on a GPU of `gpu_model`, for its role.

@@ -195,20 +195,29 @@ pub struct TenantInput {
     /// Work already done on the due retraining, 7g GPU-seconds.
     #[serde(default)]
     pub retraining_done_gpu_s: f64,
+    /// Epochs of the due retraining, as the latest plan that gave the tenant a retraining instance chose them
+    /// (`GpuPlan::retraining_epochs`); `None`: the spec's default. Its work and the accuracy it reaches follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retraining_epochs: Option<f64>,
 }
 
 impl TenantInput {
-    /// Work left on the due retraining (0 when none is due).
+    /// Epochs of the due retraining ([`TenantInput::retraining_epochs`], else the spec's; 0 without retraining).
+    pub fn epochs(&self) -> f64 {
+        self.spec.retraining.as_ref().map_or(0.0, |r| self.retraining_epochs.unwrap_or(r.epochs))
+    }
+
+    /// Work left on the due retraining at its epochs (0 when none is due).
     pub fn retraining_left_s(&self) -> f64 {
         match (&self.spec.retraining, self.retraining_due) {
-            (Some(r), true) => (r.work_gpu_s - self.retraining_done_gpu_s).max(0.0),
+            (Some(r), true) => (r.work_for_epochs(self.epochs()) - self.retraining_done_gpu_s).max(0.0),
             _ => 0.0,
         }
     }
 
-    /// Accuracy once the due retraining completes.
+    /// Accuracy once the due retraining completes, at its epochs.
     pub fn accuracy_after_retraining(&self) -> f64 {
-        self.spec.retraining.as_ref().map_or(self.accuracy, |r| r.accuracy_after(r.epochs))
+        self.spec.retraining.as_ref().map_or(self.accuracy, |r| r.accuracy_after(self.epochs()))
     }
 }
 

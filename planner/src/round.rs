@@ -83,6 +83,8 @@ pub struct TenantState {
     pub retraining_due: bool,
     /// Retraining work done so far, 7g GPU-seconds.
     pub retraining_done_gpu_s: f64,
+    /// Epochs of the retraining due, where a plan chose other than the spec's ([`TenantInput::retraining_epochs`]).
+    pub retraining_epochs: Option<f64>,
     /// The true arrival rates of the horizon, given only to a policy that sees the truth.
     pub actual: Option<Vec<f64>>,
 }
@@ -180,6 +182,7 @@ impl Rounds {
                     accuracy: t.accuracy,
                     retraining_due: t.retraining_due,
                     retraining_done_gpu_s: t.retraining_done_gpu_s,
+                    retraining_epochs: t.retraining_epochs,
                 };
                 (input.spec.id.clone(), input)
             })
@@ -250,6 +253,7 @@ mod tests {
                     accuracy: t.accuracy,
                     retraining_due: t.retraining_due,
                     retraining_done_gpu_s: t.retraining_done_gpu_s,
+                    retraining_epochs: t.retraining_epochs,
                     actual: None,
                 })
                 .collect()

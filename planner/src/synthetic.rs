@@ -119,6 +119,7 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
                 accuracy: initial,
                 retraining_due: retrains,
                 retraining_done_gpu_s: 0.0,
+                retraining_epochs: None,
             },
         );
     }

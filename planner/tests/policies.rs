@@ -600,6 +600,48 @@ fn level1_reserves_retraining_room_for_the_most_valuable_retrainings_first() {
     assert_eq!(assign::retraining_budget(&input).len(), 4);
 }
 
+/// A retraining under way is planned at the epochs its plan chose, not the spec's: its work left and the accuracy
+/// it reaches follow them, and Ekya, which chose them, restates them so that the executor keeps them.
+#[test]
+fn a_retraining_under_way_keeps_the_epochs_its_plan_chose() {
+    let mut input = tiny(2, 6, 5, 1);
+    let id = input.tenants.keys().next().unwrap().clone();
+    let t = input.tenants.get_mut(&id).unwrap();
+    let r = t.spec.retraining.clone().expect("the first tenant retrains");
+    t.retraining_done_gpu_s = 0.25 * r.work_gpu_s;
+    let default_left = t.retraining_left_s();
+    assert!((default_left - 0.75 * r.work_gpu_s).abs() < 1e-9);
+    assert_eq!(t.accuracy_after_retraining(), r.accuracy_after(r.epochs));
+    t.retraining_epochs = Some(2.0 * r.epochs);
+    assert!((t.retraining_left_s() - (r.work_for_epochs(2.0 * r.epochs) - 0.25 * r.work_gpu_s)).abs() < 1e-9);
+    assert!(t.retraining_left_s() > default_left);
+    assert_eq!(t.accuracy_after_retraining(), r.accuracy_after(2.0 * r.epochs));
+    // Ekya with the job on a retraining instance: the plan restates its epochs wherever it keeps the job.
+    let g = input.gpus.values_mut().next().unwrap();
+    g.layout = Layout::new([Placement::new(Profile::G2, 0)]);
+    g.assignments = vec![tessera_core::plan::Assignment {
+        placement: Placement::new(Profile::G2, 0),
+        tenant: id.clone(),
+        role: Role::Retraining,
+        preinit: false,
+    }];
+    let report = planned("ekya", &input);
+    let keeps: Vec<_> = report
+        .plan
+        .gpus
+        .values()
+        .filter(|p| p.assignments.iter().any(|a| a.tenant == id && a.role == Role::Retraining))
+        .collect();
+    assert!(!keeps.is_empty(), "Ekya keeps a job under way on its instance: {:?}", report.plan);
+    for plan in keeps {
+        assert_eq!(plan.retraining_epochs.get(&id), Some(&(2.0 * r.epochs)), "{plan:?}");
+    }
+    // The input round-trips with the field; an input without it reads as the default.
+    let json = serde_json::to_string(&input).unwrap();
+    let back: PlannerInput = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.tenants[&id].retraining_epochs, Some(2.0 * r.epochs));
+}
+
 /// Consecutive rounds warm-started from the previous plan (as replay and the coordinator's leader run them) keep
 /// the invariants, are deterministic, and plan within the configured gap of a cold round of the same input; a warm
 /// start that no longer fits its GPU is used as far as it fits.

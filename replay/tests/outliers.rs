@@ -137,9 +137,10 @@ fn a_long_gap_costs_memory_for_the_window_replayed_not_the_gap() {
     // Two requests in the minute against 3 in 10^5 s: 1111 times the mean, cut to 10 times.
     assert!(err.contains("(1 stream(s) cut to 10x their window's mean rate, the densest a at 1111x)"), "{err}");
     let v: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
-    // 10 x the 1,400 req/s the mapping targets x 60 s = 840 k requests (93 M uncut).
+    // 10 x the rate the mapping targets x 60 s: 3.6 M requests at seed 1's model and SLO (the target is a few
+    // thousand req/s, by the model and SLO the seed draws), against 93 M uncut.
     let requests = v["policies"]["static"]["requests"].as_f64().unwrap();
-    assert!(requests < 2e6, "{requests} requests");
+    assert!(requests < 1e7, "{requests} requests");
     assert_eq!(v["scenario"]["duration_s"], 60.0);
 }
 

@@ -45,7 +45,7 @@ fn default_trace_every_output_and_the_upper_bound() {
     assert_eq!(summary["trace"], "azure-llm-2023-conv.csv");
     assert_eq!(summary["seed"], 1);
     // Versioned, and enough to run it again: the trace's path, the fleet, the load, the planner settings.
-    assert_eq!(summary["schema_version"], 6);
+    assert_eq!(summary["schema_version"], 7);
     assert_eq!(summary["tool"]["name"], "tessera-replay");
     let r = &summary["reproduce"];
     assert!(r["trace_path"].as_str().unwrap().ends_with("azure-llm-2023-conv.csv"), "{r}");
@@ -107,6 +107,23 @@ fn default_trace_every_output_and_the_upper_bound() {
         let over = summary["policies"][p]["goodput_over_bound"].as_f64().unwrap();
         assert!((over - g / bound).abs() < 1e-9);
     }
+    // Where the goodput goes: goodput + not within SLO + below best accuracy = the ceiling = bound + unreachable,
+    // the unreachable part the same for every policy, every part non-negative.
+    let mut unreachable = Vec::new();
+    for p in ["tessera", "static", "perfect-forecast"] {
+        let s = &summary["policies"][p];
+        let sp = &s["goodput_split"];
+        let part = |k: &str| sp[k].as_f64().unwrap_or_else(|| panic!("{p}.goodput_split.{k} missing in {sp}"));
+        let g = s["goodput"].as_f64().unwrap();
+        let ceiling = part("ceiling");
+        assert!((g + part("not_within_slo") + part("below_best_accuracy") - ceiling).abs() < 1e-6 * ceiling, "{sp}");
+        assert!((ceiling - part("unreachable") - bound).abs() < 1e-6 * ceiling, "{sp}");
+        assert!(["not_within_slo", "dropped", "below_best_accuracy", "unreachable"].iter().all(|k| part(k) >= -1e-6));
+        assert!(part("dropped") <= part("not_within_slo") + 1e-6, "{sp}");
+        unreachable.push(part("unreachable"));
+    }
+    assert!(unreachable.windows(2).all(|w| (w[0] - w[1]).abs() < 1e-6 * w[0].abs().max(1.0)), "{unreachable:?}");
+    assert!(table.contains("where the goodput goes"), "{table}");
     // Every policy sees the same requests.
     let req = |p: &str| summary["policies"][p]["requests"].as_u64().unwrap();
     assert_eq!(req("tessera"), req("static"));
@@ -136,19 +153,25 @@ fn default_trace_every_output_and_the_upper_bound() {
         assert!(windows.iter().all(|w| n(w, gpus) <= 2 && n(w, gpus) <= n(w, changes)), "{p}: {windows:?}");
     }
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
-    for section in
-        ["Results", "Goodput over the upper bound", "Latency", "Over time", "Layouts over time", "Per tenant"]
-    {
+    for section in [
+        "Results",
+        "Goodput over the upper bound",
+        "Where the goodput goes",
+        "Latency",
+        "Over time",
+        "Layouts over time",
+        "Per tenant",
+    ] {
         assert!(html.contains(&format!("<h2>{section}</h2>")), "report.html lacks {section}");
     }
     for external in ["src=\"http", "href=\"http", "<script", "<link"] {
         assert!(!html.contains(external), "report.html loads {external}...: not viewable offline");
     }
-    // Figures: the bound's bars, the CDF, four time series and one slice map per policy.
-    assert_eq!(html.matches("<svg").count(), 1 + 1 + 4 + 3, "figures in report.html");
+    // Figures: the bound's bars, the goodput split, the CDF, four time series and one slice map per policy.
+    assert_eq!(html.matches("<svg").count(), 1 + 1 + 1 + 4 + 3, "figures in report.html");
     // Each also as a file, for a paper.
     let files = std::fs::read_dir(dir.join("figures")).unwrap().count();
-    assert_eq!(files, 1 + 1 + 4 + 3, "figures/*.svg");
+    assert_eq!(files, 1 + 1 + 1 + 4 + 3, "figures/*.svg");
     assert!(std::fs::read_to_string(dir.join("figures/latency_cdf.svg")).unwrap().starts_with("<svg"));
     assert!(html.contains("href=\"figures/slice_map_tessera.svg\""));
     // The policy of interest (the first run) is the highlighted row, and every tenant has a row per policy.
@@ -191,7 +214,12 @@ fn the_same_seed_gives_the_same_numbers_and_another_seed_others() {
     };
     let a = run("7");
     assert_eq!(a, run("7"));
-    assert_ne!(a["policies"]["ekya"], run("8")["policies"]["ekya"]);
+    // Another seed draws another workload (models, SLOs, shares, arrivals): every policy's numbers change, PARIS's
+    // too (it draws nothing itself, and its serving was the same on every seed when only retraining was drawn).
+    let b = run("8");
+    assert_ne!(a["policies"]["ekya"], b["policies"]["ekya"]);
+    assert_ne!(a["policies"]["paris"]["requests"], b["policies"]["paris"]["requests"]);
+    assert_ne!(a["policies"]["paris"]["slo_attainment"], b["policies"]["paris"]["slo_attainment"]);
 }
 
 /// `--tlb` picks the TLB model every policy runs under (`--tlb` alone is today's TLB), and summary.json records it;
@@ -424,7 +452,7 @@ fn the_fluid_executor_agrees_with_the_discrete_one() {
     let out = replay().args(["--executor", "fluid", "--tick", "0"]).output().unwrap();
     assert!(failed(&out).contains("--tick must be > 0"));
     let out = replay().args(["--executor", "fluid", "--tick", "70"]).output().unwrap();
-    assert!(failed(&out).contains("must divide --plan-every"));
+    assert!(failed(&out).contains("--tick (70 ms) must divide --slot (10 s)"), "{}", failed(&out));
     let out =
         replay().args(["--executor", "fluid", "--mode", "cluster", "--coordinator", "127.0.0.1:1"]).output().unwrap();
     assert!(failed(&out).contains("in process only"));

@@ -51,7 +51,11 @@ load = 0.9
 fn a_study_writes_tables_with_intervals_csv_and_a_plot() {
     let dir = scratch("small");
     let file = dir.join("small.toml");
-    std::fs::write(&file, STUDY).unwrap();
+    // Two trace families in the evaluation set: each gets a table of its own besides the set's.
+    let study = STUDY.replace("set = \"evaluation\"\n", "set = \"evaluation\"\nfamily = \"steady\"\n")
+        + "\n[[scenario]]\nname = \"code\"\nset = \"evaluation\"\nfamily = \"bursty\"\n\
+           trace = \"traces/azure-llm-2023-code.csv\"\ngpus = 1\nload = 0.5\n";
+    std::fs::write(&file, study).unwrap();
     let out = replay().arg("study").arg(&file).arg("--out").arg(&dir).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let md = std::fs::read_to_string(dir.join("small/results.md")).unwrap();
@@ -63,6 +67,9 @@ fn a_study_writes_tables_with_intervals_csv_and_a_plot() {
         "| tessera / upper bound | >= 0.50 |",
         "| tessera / static | >= 1.00 |",
         "### conv (evaluation set)",
+        "Steady traces of the evaluation set (conv):",
+        "Bursty traces of the evaluation set (code):",
+        "| not within SLO | below best accuracy |",
         "`replay --duration 2m --executor fluid --gpus 1 --horizon 6 --load 0.5",
         " ± ",
     ] {
@@ -70,14 +77,17 @@ fn a_study_writes_tables_with_intervals_csv_and_a_plot() {
     }
     let runs = std::fs::read_to_string(dir.join("small/runs.csv")).unwrap();
     assert!(runs.starts_with("scenario,set,seed,policy,goodput,upper_bound,goodput_over_bound,"));
-    assert_eq!(runs.lines().count(), 1 + 2 * 3 * 2, "scenarios x seeds x policies");
+    assert_eq!(runs.lines().count(), 1 + 3 * 3 * 2, "scenarios x seeds x policies");
     for row in runs.lines().skip(1) {
         let f: Vec<&str> = row.split(',').collect();
         let (g, b): (f64, f64) = (f[4].parse().unwrap(), f[5].parse().unwrap());
         assert!(g <= b + 1e-6, "above the bound: {row}");
+        // Goodput and the two losses reach at least the bound (the ceiling is the bound and what no policy earns).
+        let (slo, acc): (f64, f64) = (f[9].parse().unwrap(), f[10].parse().unwrap());
+        assert!(slo >= 0.0 && acc >= 0.0 && g / b + slo + acc >= 1.0 - 1e-6, "{row}");
     }
     let summary = std::fs::read_to_string(dir.join("small/summary.csv")).unwrap();
-    assert_eq!(summary.lines().count(), 1 + 2 * 2);
+    assert_eq!(summary.lines().count(), 1 + 3 * 2);
     for figure in ["goodput_over_bound.svg", "evaluation_over_bound.svg", "tuning_over_bound.svg"] {
         assert!(std::fs::read_to_string(dir.join("small").join(figure)).unwrap().starts_with("<svg"), "{figure}");
         assert!(md.contains(figure), "results.md does not show {figure}");
@@ -105,6 +115,7 @@ fn bad_study_files_name_the_file_and_what_is_wrong() {
             "scenario conv-tuning: set must be tuning or evaluation",
         ),
         (STUDY.replace("load = 0.5", "load = 0.5\nflux = 3"), "scenario conv:"),
+        (STUDY.replace("load = 0.5", "load = 0.5\nfamily = \"spiky\""), "scenario conv: family must be one of steady"),
         (STUDY.replace("load = 0.5", "load = 0.5\nseed = 3"), "\"seed\" is set by the study"),
         (
             STUDY.replace("gpus = 1\nload = 0.5", "gpus = 0\nload = 0.5"),

@@ -18,8 +18,9 @@
 //!   accuracy`, averaged over streams **unweighted** (Ekya maximises mean accuracy across streams, not goodput).
 //! - Retraining configurations are the tenant's default epochs scaled by [`EPOCH_CHOICES`], each estimated by its
 //!   Optimus curve and work (the micro-profiling result Ekya would fit); the chosen epochs travel in the plan
-//!   (`GpuPlan::retraining_epochs`). A job already under way keeps its configuration and its instance (MIG
-//!   retraining does not migrate without a restart).
+//!   (`GpuPlan::retraining_epochs`). A job already under way keeps its configuration (the input's
+//!   `TenantInput::retraining_epochs`, whose work and accuracy the round plans with, restated in the plan) and its
+//!   instance (MIG retraining does not migrate without a restart).
 //! - Level 1 is the fleet placement every per-GPU policy gets ([`crate::assign::place`], `--placement`); each GPU
 //!   runs its own thief scheduler.
 //! - Re-planned only at window boundaries and when a job completes: between those, a round keeps the GPU's
@@ -107,8 +108,10 @@ impl Ekya {
         let defaults: Vec<Config> = (0..n)
             .map(|i| {
                 let t = &pb.tenants[i];
+                // A job under way runs at the epochs its plan chose (`TenantInput::retraining_epochs`): its work
+                // left and the accuracy it reaches are that configuration's.
                 Config {
-                    epochs: input.tenants[&t.id].spec.retraining.as_ref().map_or(0.0, |r| r.epochs),
+                    epochs: input.tenants[&t.id].epochs(),
                     work_s: t.retrain.as_ref().map_or(0.0, |r| r.work_s),
                     accuracy: t.acc_new,
                 }
@@ -120,6 +123,14 @@ impl Ekya {
         // The problem evaluates the configurations Ekya chose.
         let mut epochs = BTreeMap::new();
         for i in 0..n {
+            // A job under way keeps its configuration: the plan restates it, as the executor takes the epochs of
+            // the latest plan that gives the tenant a retraining instance.
+            let ti = &input.tenants[&pb.tenants[i].id];
+            if started[i].is_none()
+                && let Some(e) = ti.retraining_epochs
+            {
+                epochs.insert(pb.tenants[i].id.clone(), e);
+            }
             if let Some(c) = started[i]
                 && let Some(r) = pb.tenants[i].retrain.as_mut()
             {

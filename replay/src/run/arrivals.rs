@@ -427,6 +427,103 @@ impl ArrivalSource for MergedSource {
     }
 }
 
+/// Poisson noise around another source's expected counts, for fluid runs: the requests a fluid run serves are drawn,
+/// as the discrete executor's are, rather than the trace's expectation served exactly.
+///
+/// Each tenant's expected requests in each cell of `cell_ms` (a whole number of `tick_ms` ticks, both from time
+/// zero) are replaced by a Poisson draw with that mean, from the tenant's own ChaCha8 stream of `seed`, and spread
+/// over the cell's ticks as the expectation was. The draws follow the cells in time order, so every source opened
+/// gives the same counts however its reader cuts the run, provided each call ends on a cell boundary (or at the
+/// run's end): the truth table, the upper bound and every policy see the same requests.
+pub struct Noisy {
+    /// The expected counts.
+    pub inner: Box<dyn Arrivals>,
+    /// Seed.
+    pub seed: u64,
+    /// Tenants.
+    pub tenants: usize,
+    /// Resolution at which the inner source is read, ms (the fluid tick).
+    pub tick_ms: f64,
+    /// Cell of one draw, ms (a multiple of `tick_ms`).
+    pub cell_ms: f64,
+}
+
+impl Noisy {
+    /// The cell for a fluid tick of `tick_ms` whose draws every reader's calls end on: the largest multiple of the
+    /// tick up to a second that divides `slot_ms` and `window_ms` (the tick itself if none does).
+    pub fn cell_for(tick_ms: f64, slot_ms: f64, window_ms: f64) -> f64 {
+        let divides = |c: f64, x: f64| ((x / c).round() * c - x).abs() < 1e-6;
+        let most = (1000.0 / tick_ms).floor().max(1.0) as u64;
+        (1..=most)
+            .rev()
+            .map(|m| m as f64 * tick_ms)
+            .find(|&c| divides(c, slot_ms) && divides(c, window_ms))
+            .unwrap_or(tick_ms)
+    }
+}
+
+impl Arrivals for Noisy {
+    fn open(&self) -> Result<Box<dyn ArrivalSource>, ReplayError> {
+        let rngs = (0..self.tenants)
+            .map(|t| {
+                let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ 0x006e_6f69_7365);
+                rng.set_stream(t as u64);
+                rng
+            })
+            .collect();
+        Ok(Box::new(NoisySource {
+            inner: self.inner.open()?,
+            rngs,
+            fine: TickCounts::default(),
+            tick_ms: self.tick_ms,
+            per_cell: (self.cell_ms / self.tick_ms).round().max(1.0) as usize,
+        }))
+    }
+}
+
+struct NoisySource {
+    inner: Box<dyn ArrivalSource>,
+    rngs: Vec<ChaCha8Rng>,
+    fine: TickCounts,
+    tick_ms: f64,
+    per_cell: usize,
+}
+
+impl ArrivalSource for NoisySource {
+    /// Requests one by one are drawn already (the scaling of trace streams, Poisson tenants).
+    fn next_until(&mut self, until_ms: f64, out: &mut Vec<Arrival>) -> Result<(), ReplayError> {
+        self.inner.next_until(until_ms, out)
+    }
+
+    fn count_until(&mut self, until_ms: f64, counts: &mut TickCounts) -> Result<(), ReplayError> {
+        let tenants = counts.tenants;
+        self.fine.reset(counts.from_ms, until_ms, self.tick_ms, tenants);
+        self.inner.count_until(until_ms, &mut self.fine)?;
+        let ticks = self.fine.ticks();
+        let mut k = 0;
+        while k < ticks {
+            let end = (k + self.per_cell).min(ticks);
+            for (t, rng) in self.rngs.iter_mut().enumerate().take(tenants) {
+                let at = |j: usize| j * tenants + t;
+                let mean: f64 = (k..end).map(|j| self.fine.counts[at(j)]).sum();
+                if mean.is_nan() || mean <= 0.0 {
+                    continue;
+                }
+                let drawn: f64 = rand_distr::Poisson::new(mean).map_or(mean, |p| rng.sample(p));
+                let factor = drawn / mean;
+                for j in k..end {
+                    let n = self.fine.counts[at(j)];
+                    if n > 0.0 {
+                        counts.add(t, self.fine.from_ms + j as f64 * self.tick_ms, n * factor);
+                    }
+                }
+            }
+            k = end;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -568,5 +665,54 @@ mod tests {
         }
         assert!((kept.len() as f64 / 10_000.0 - 0.25).abs() < 0.02);
         assert!(kept.iter().all(|t| t.fract() == 0.0), "thinning keeps original times");
+    }
+
+    #[test]
+    fn noisy_counts_are_drawn_the_same_however_the_reader_cuts_them() {
+        let noisy = |seed| Noisy {
+            inner: Box::new(PoissonSet {
+                seed: 1,
+                rates: vec![(TenantIndex(0), 40.0), (TenantIndex(1), 2.0)],
+                end_ms: 60_000.0,
+            }),
+            seed,
+            tenants: 2,
+            tick_ms: 100.0,
+            cell_ms: Noisy::cell_for(100.0, 10_000.0, 30_000.0),
+        };
+        assert_eq!(Noisy::cell_for(100.0, 10_000.0, 30_000.0), 1_000.0);
+        assert_eq!(Noisy::cell_for(300.0, 2_100.0, 4_200.0), 300.0);
+        // Per slot (the truth table's cut) and per window at the tick (a policy's): the same totals per slot.
+        let per = |seed, cut_ms: f64, tick_ms: f64| {
+            let mut src = noisy(seed).open().unwrap();
+            let mut slots = vec![[0.0f64; 2]; 6];
+            let mut c = TickCounts::default();
+            let mut from = 0.0;
+            while from < 60_000.0 {
+                let to = (from + cut_ms).min(60_000.0);
+                c.reset(from, to, tick_ms, 2);
+                src.count_until(to, &mut c).unwrap();
+                for k in 0..c.ticks() {
+                    let slot = ((from + k as f64 * tick_ms) / 10_000.0) as usize;
+                    for (sum, n) in slots[slot].iter_mut().zip(c.tick(k)) {
+                        *sum += n;
+                    }
+                }
+                from = to;
+            }
+            slots
+        };
+        let by_slot = per(7, 10_000.0, 10_000.0);
+        let by_window = per(7, 30_000.0, 100.0);
+        for (a, b) in by_slot.iter().zip(&by_window) {
+            for t in 0..2 {
+                assert!((a[t] - b[t]).abs() < 1e-6, "{by_slot:?} vs {by_window:?}");
+            }
+        }
+        // Whole requests per cell, near the mean, and another seed draws others.
+        let total: f64 = by_slot.iter().map(|s| s[0]).sum();
+        assert!((total - 2_400.0).abs() < 250.0, "{total}");
+        assert!(by_slot.iter().flatten().all(|n| (n - n.round()).abs() < 1e-6), "{by_slot:?}");
+        assert_ne!(by_slot, per(8, 10_000.0, 10_000.0));
     }
 }

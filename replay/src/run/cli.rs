@@ -53,9 +53,10 @@ pub struct RunArgs {
     pub fleet: Option<PathBuf>,
     /// A tenants file (configs/tenants/*.toml): `demand = { trace = "rank:N", scale = k }` takes the N-th most
     /// popular stream of the trace, `poisson_rps` draws Poisson arrivals. Without it, tenants are derived from the
-    /// trace: tenant i takes stream i mod S (S sampled streams, most popular first; tenants sharing a stream draw
-    /// their own realisation of it), the i-th model (cyclically, in name order) of those that serve on a 2g
-    /// instance, an SLO of 4x its 2g batch-1 latency, and (probability 0.7, seeded) a retraining job every 200 s.
+    /// trace, each drawn from --seed: a stream (tenants dealt round the S sampled streams in a seeded order, most
+    /// popular first; tenants sharing a stream split it by drawn weights of 0.5-1.5 and draw their own realisation
+    /// of it), a model among those that serve on a 2g instance, an SLO of 3-6x its 2g batch-1 latency, and
+    /// (probability 0.7) a retraining job every 200 s.
     #[arg(long, value_name = "FILE")]
     pub tenants: Option<PathBuf>,
     /// Derived tenants (without --tenants) [default: 3 per GPU].
@@ -65,7 +66,7 @@ pub struct RunArgs {
     #[arg(long = "models-dir", alias = "models", default_value = "configs/models", value_name = "DIR")]
     pub models: PathBuf,
     /// Mean inference demand as a fraction of the fleet's compute slices (at each model's best rate per slice
-    /// within its SLO). Derived tenants share it in proportion to their streams' popularity, at most 4 slices each;
+    /// within its SLO). Derived tenants share it in proportion to their shares of their streams, at most 4 slices each;
     /// each tenant's arrivals are its stream's, thinned or duplicated by one factor, so the trace's rate curve is
     /// kept. With --tenants, one factor on all trace tenants (default there: the trace's own rates) [default: 0.6].
     #[arg(long)]
@@ -187,14 +188,15 @@ impl RunArgs {
             "cluster" => {}
             other => return Err(ReplayError::Usage(format!("--mode: expected in-process or cluster, got {other:?}"))),
         }
-        // A burst replan starts at a slot boundary, which must start a tick too (to rounding: 4.35 s is 4349.999... ms).
+        // Slots (the truth table, the bound, burst replans) start on tick boundaries, and so do the cells of the
+        // counts' Poisson noise (to rounding: 4.35 s is 4349.999... ms).
         let ticks_per_slot = self.slot * 1000.0 / self.tick;
-        if self.replan_on_burst
-            && self.executor == "fluid"
+        if self.executor == "fluid"
+            && self.tick > 0.0
             && ((ticks_per_slot - ticks_per_slot.round()) * self.tick).abs() > 1e-6
         {
             return Err(ReplayError::Usage(format!(
-                "--replan-on-burst with --executor fluid: --tick ({} ms) must divide --slot ({} s)",
+                "--executor fluid: --tick ({} ms) must divide --slot ({} s)",
                 self.tick, self.slot
             )));
         }
@@ -394,7 +396,14 @@ pub fn compare(args: &RunArgs, quiet: bool) -> Result<(Comparison, Scenario), Re
         false => Some(super::driver::upper_bound(scenario, prepared.arrivals.as_ref())?),
     };
     let reproduce = reproduce(&spec);
-    let cmp = Comparison { trace: scenario.name.clone(), seed: spec.seed, runs, upper_bound, reproduce };
+    let cmp = Comparison {
+        trace: scenario.name.clone(),
+        seed: spec.seed,
+        runs,
+        upper_bound,
+        reproduce,
+        tenant_ids: scenario.tenants.iter().map(|t| t.id.to_string()).collect(),
+    };
     Ok((cmp, prepared.scenario))
 }
 

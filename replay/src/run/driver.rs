@@ -714,6 +714,11 @@ impl RoundContext<'_> {
                 accuracy: st.accuracy,
                 retraining_due: st.retraining_due,
                 retraining_done_gpu_s: st.retraining_done_gpu_s,
+                // The configuration of the retraining under way, where a plan chose other than the default.
+                retraining_epochs: scenario.tenants[i]
+                    .retraining
+                    .as_ref()
+                    .and_then(|r| (st.retraining_epochs != r.epochs).then_some(st.retraining_epochs)),
             }
         });
         let input = rounds.input(

@@ -495,6 +495,86 @@ pub(super) fn bars(
     Ok(out)
 }
 
+/// Colours of [`split_bars`]' parts: goodput, not within SLO, below the best accuracy.
+const SPLIT_COLORS: [RGBColor; 3] = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(255, 187, 120)];
+
+/// Where each policy's goodput goes: one bar per policy (the first on top) in three parts laid end to end, its
+/// goodput, the requests not served within SLO and the accuracy below the best reachable, all as shares of the
+/// bound; the parts add up to the ceiling over the bound, the same for every policy, and a dashed line marks the
+/// bound at 1. `rows`: `(policy, [goodput, not within SLO, below best accuracy])`.
+pub(super) fn split_bars(figure: &str, rows: &[(&str, [f64; 3])], size: (u32, u32)) -> Result<String, ReplayError> {
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
+        root.fill(&WHITE).map_err(err(figure))?;
+        let n = rows.len().max(1);
+        let names: Vec<&str> = rows.iter().map(|r| r.0).collect();
+        let label_px = 24 + 11 * names.iter().map(|s| s.chars().count()).max().unwrap_or(4) as u32;
+        let end = rows.iter().map(|r| r.1.iter().map(|v| v.max(0.0)).sum::<f64>()).fold(1.0, f64::max) * 1.04;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(12)
+            .margin_right(24)
+            .x_label_area_size(56)
+            .y_label_area_size(label_px)
+            // Room above the bars for the legend.
+            .build_cartesian_2d(0.0..end, -0.5..n as f64 + 0.9)
+            .map_err(err(figure))?;
+        let at = |k: usize| (n - 1 - k) as f64;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .light_line_style(WHITE.mix(0.0))
+            .bold_line_style(BLACK.mix(0.12))
+            .x_desc("share of the upper bound")
+            .x_label_formatter(&|&v| axis_number(v))
+            .y_labels(2 * n + 1)
+            .y_label_formatter(&|&y| {
+                let k = (n as f64 - 1.0 - y).round();
+                if (n as f64 - 1.0 - y - k).abs() < 1e-6 && k >= 0.0 {
+                    names.get(k as usize).map_or(String::new(), |s| s.to_string())
+                } else {
+                    String::new()
+                }
+            })
+            .label_style((FONT, TICK))
+            .axis_desc_style((FONT, AXIS))
+            .draw()
+            .map_err(err(figure))?;
+        let parts = ["goodput", "not within SLO", "below best accuracy"];
+        for (j, part) in parts.iter().enumerate() {
+            let color = SPLIT_COLORS[j];
+            let bars: Vec<_> = rows
+                .iter()
+                .enumerate()
+                .map(|(k, (_, v))| {
+                    let from: f64 = v[..j].iter().map(|x| x.max(0.0)).sum();
+                    let y = at(k);
+                    Rectangle::new([(from, y - 0.32), (from + v[j].max(0.0), y + 0.32)], color.filled())
+                })
+                .collect();
+            chart
+                .draw_series(bars)
+                .map_err(err(figure))?
+                .label(*part)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], color.filled()));
+        }
+        for (k, (_, v)) in rows.iter().enumerate() {
+            let font = (FONT, SMALL).into_font().color(&WHITE).pos(Pos::new(HPos::Left, VPos::Center));
+            chart
+                .draw_series(std::iter::once(Text::new(format!("{:.3}", v[0]), (0.01 * end, at(k)), font)))
+                .map_err(err(figure))?;
+        }
+        let dashes = (0..20).map(|i| {
+            let y0 = -0.5 + (n as f64 + 0.2) * f64::from(i) / 20.0;
+            PathElement::new(vec![(1.0, y0), (1.0, y0 + 0.6 * (n as f64 + 0.2) / 20.0)], BLACK.stroke_width(2))
+        });
+        chart.draw_series(dashes).map_err(err(figure))?;
+        legend(&mut chart, figure, SeriesLabelPosition::UpperLeft)?;
+        root.present().map_err(err(figure))?;
+    }
+    Ok(out)
+}
+
 /// The slice map of one policy: for each of the first GPUs (a row each), its memory slices over workload time,
 /// coloured by the tenant each instance works for (pale while it retrains, white while idle), with its tenant and
 /// profile written where they fit. `windows` holds each window's start and instances; `tenants` gives each tenant's colour index.

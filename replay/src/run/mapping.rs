@@ -2,16 +2,28 @@
 //!
 //! No public MIG trace exists, so MIG demand always comes from a mapping (reference traces.md). Ours, documented in
 //! `replay --help` and the README:
-//! - **Derived tenants** (no `--tenants` file): `--tenants-count N` tenants (default: 3 per GPU). Tenant `i` takes
-//!   stream `i mod S` of the `S` sampled streams (most popular first); tenants that share a stream each draw their
-//!   own seeded realisation of its rate curve. Its model is the `i`-th (cyclically) of the model profiles that
-//!   serve on a 2g instance or smaller of the fleet's GPU model, in name order, so popularity rank decides the
-//!   model. Its SLO is 4x the model's batch-1 latency on a 2g instance. With probability 0.7 (seeded) it retrains
-//!   every 200 s: 10-60 GPU-seconds of work at 5 epochs, an Optimus curve from a stale accuracy of 0.60-0.75 to
-//!   5-15 points more (at most 0.91), drifting 3 points per window without retraining (floor 0.5). These follow
-//!   the Ekya and MIGRator setups (see `docs/references.md`).
+//! - **Derived tenants** (no `--tenants` file): `--tenants-count N` tenants (default: 3 per GPU), each drawn from
+//!   `--seed` on a random stream of its own ([`derived_tenant`]):
+//!   - its **stream**: the seed shuffles the tenants, and the `j`-th of the shuffle takes stream `j mod S` of the
+//!     `S` sampled streams (most popular first), so every stream is used while there are tenants for it, and which
+//!     tenant (model, SLO) gets the popular streams changes with the seed;
+//!   - its **share** of that stream: tenants sharing a stream split it by weights drawn uniformly from
+//!     [[`SHARE_RANGE`]], each drawing its own seeded realisation of the stream's rate curve;
+//!   - its **model**: uniformly from the model profiles that serve on a 2g instance or smaller of the fleet's GPU
+//!     model;
+//!   - its **SLO**: a multiple, uniform in [[`SLO_RANGE`]], of the model's batch-1 latency on a 2g instance;
+//!   - its **retraining**: with probability 0.7 it retrains every 200 s: 10-60 GPU-seconds of work at 5 epochs, an
+//!     Optimus curve from a stale accuracy of 0.60-0.75 to 5-15 points more (at most 0.91), drifting 3 points per
+//!     window without retraining (floor 0.5). These follow the Ekya and MIGRator setups (see
+//!     `docs/references.md`).
+//!
+//!   The arrivals are drawn from the seed too: the scaling of each stream to its tenant's rate
+//!   ([`Scaler`](super::arrivals::Scaler)), and in
+//!   the fluid executor Poisson noise around each tenant's expected count per second
+//!   ([`Noisy`](super::arrivals::Noisy)).
 //! - **Demand**: a tenant's mean demand, in compute slices needed to serve it within its SLO at the model's best
-//!   rate per slice, is proportional to its stream's mean rate (divided among the tenants sharing the stream),
+//!   rate per slice, is proportional to its stream's mean rate (split among the tenants sharing the stream by their
+//!   shares),
 //!   capped at [`MAX_TENANT_SLICES`] (the excess is shared among the others), and all demands add up to `--load`
 //!   times the fleet's compute slices. Each tenant's arrivals are its stream's, scaled by one factor (thinned or
 //!   duplicated, [`Scaler`](super::arrivals::Scaler)), so the trace's rate curve and burstiness are kept.
@@ -55,10 +67,55 @@ pub fn slices_per_rps(models: &BTreeMap<String, ModelProfile>, spec: &TenantSpec
     1.0 / m.best_rps_per_slice_on(gpu, spec.slo_ms).max(1e-9)
 }
 
-/// The derived tenant of rank `i` (see the module documentation), without its demand.
-pub fn derived_tenant(i: usize, stream_key: &str, model: &ModelProfile, gpu: GpuModel, seed: u64) -> TenantSpec {
+/// Range of a derived tenant's SLO, in multiples of its model's batch-1 latency on a 2g instance.
+pub const SLO_RANGE: std::ops::Range<f64> = 3.0..6.0;
+
+/// Range of the weight by which derived tenants sharing a stream split it.
+pub const SHARE_RANGE: std::ops::Range<f64> = 0.5..1.5;
+
+/// A derived tenant (see the module documentation), without its demand.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Derived {
+    /// The tenant.
+    pub spec: TenantSpec,
+    /// Index of its stream among the sampled streams.
+    pub stream: usize,
+    /// Its weight among the tenants sharing the stream.
+    pub share: f64,
+}
+
+/// The `n` derived tenants of a trace with `streams` sampled streams (their keys), serving the `usable` models
+/// ([`usable_models`]) on `gpu`, drawn from `seed` (see the module documentation).
+pub fn derived_tenants(n: usize, streams: &[&str], usable: &[&ModelProfile], gpu: GpuModel, seed: u64) -> Vec<Derived> {
+    assert!(!streams.is_empty() && !usable.is_empty(), "derived tenants need a stream and a model");
+    // Which tenant takes which stream: a seeded shuffle, dealt round the streams by popularity.
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut deal = ChaCha8Rng::seed_from_u64(seed ^ 0x6465_616c);
+    for i in (1..n).rev() {
+        order.swap(i, deal.random_range(0..=i));
+    }
+    let mut stream_of = vec![0; n];
+    for (j, &i) in order.iter().enumerate() {
+        stream_of[i] = j % streams.len();
+    }
+    (0..n).map(|i| derived_tenant(i, stream_of[i], streams[stream_of[i]], usable, gpu, seed)).collect()
+}
+
+/// The derived tenant `i`, on stream `stream` (key `stream_key`): its model, SLO, share and retraining from its own
+/// random stream of `seed`.
+fn derived_tenant(
+    i: usize,
+    stream: usize,
+    stream_key: &str,
+    usable: &[&ModelProfile],
+    gpu: GpuModel,
+    seed: u64,
+) -> Derived {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7465_6e61_6e74);
     rng.set_stream(i as u64);
+    let model = usable[rng.random_range(0..usable.len())];
+    let slo_factor = rng.random_range(SLO_RANGE);
+    let share = rng.random_range(SHARE_RANGE);
     let retrains = rng.random_bool(0.7);
     let initial: f64 = rng.random_range(0.6..0.75);
     let gain: f64 = rng.random_range(0.05..0.15);
@@ -75,18 +132,19 @@ pub fn derived_tenant(i: usize, stream_key: &str, model: &ModelProfile, gpu: Gpu
         initial_accuracy: initial,
         drift: Drift { per_window: 0.03, floor: 0.5 },
     });
-    TenantSpec {
+    let spec = TenantSpec {
         jobs: Default::default(),
         pin: Default::default(),
         id: TenantId::new(format!("t{i:04}")).expect("valid tenant id"),
         name: format!("{} on stream {stream_key}", model.name),
         model: model.name.clone(),
-        slo_ms: 4.0 * model.latency_on(gpu, Profile::G2, 1),
+        slo_ms: slo_factor * model.latency_on(gpu, Profile::G2, 1),
         slo_percentile: 99.0,
         weight: 1.0,
-        demand: DemandSource::Trace { selector: format!("rank:{}", 1 + i), scale: 1.0 },
+        demand: DemandSource::Trace { selector: format!("rank:{}", 1 + stream), scale: 1.0 },
         retraining,
-    }
+    };
+    Derived { spec, stream, share }
 }
 
 /// Shares of `total` proportional to `weights`, none above `cap` (water-filling: capped shares are fixed and the
@@ -147,6 +205,34 @@ mod tests {
         let full = capped_shares(&[1.0, 2.0], 100.0, 4.0);
         assert_eq!(full, vec![4.0, 4.0]);
         assert_eq!(capped_shares(&[0.0, 1.0], 2.0, 4.0), vec![0.0, 2.0]);
+    }
+
+    #[test]
+    fn a_seed_draws_models_slos_shares_and_streams() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
+        let models = tessera_core::config::load_model_dir(&dir).unwrap();
+        let gpu = GpuModel::A100_40GB;
+        let usable = usable_models(&models, gpu);
+        assert!(usable.len() >= 2);
+        let streams = ["a", "b", "c"];
+        let draw = |seed| derived_tenants(12, &streams, &usable, gpu, seed);
+        assert_eq!(draw(1), draw(1));
+        let (a, b) = (draw(1), draw(2));
+        for d in a.iter().chain(&b) {
+            let m = &models[&d.spec.model];
+            let factor = d.spec.slo_ms / m.latency_on(gpu, Profile::G2, 1);
+            assert!(SLO_RANGE.contains(&factor) && SHARE_RANGE.contains(&d.share), "{d:?}");
+            assert_eq!(d.spec.demand, DemandSource::Trace { selector: format!("rank:{}", 1 + d.stream), scale: 1.0 });
+        }
+        // Every stream is dealt the same number of tenants, whichever tenants they are.
+        for s in 0..3 {
+            assert_eq!(a.iter().filter(|d| d.stream == s).count(), 4);
+        }
+        let models_of = |v: &[Derived]| v.iter().map(|d| d.spec.model.clone()).collect::<Vec<_>>();
+        let streams_of = |v: &[Derived]| v.iter().map(|d| d.stream).collect::<Vec<_>>();
+        assert_ne!(models_of(&a), models_of(&b));
+        assert_ne!(streams_of(&a), streams_of(&b));
+        assert_ne!(a[0].spec.slo_ms, b[0].spec.slo_ms);
     }
 
     #[test]

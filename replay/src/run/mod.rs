@@ -35,7 +35,7 @@ use tessera_planner::forecast::ForecasterConfig;
 use tessera_sim::executor::{Arrival, ExecutorConfig, LateRequests, TenantIndex};
 
 use crate::trace::{self, ArrivalStream, TraceArrival, TraceOptions, TraceScan};
-use arrivals::{ArrivalSource, Arrivals, Merged, PoissonSet, Reorder, Scaler, TickCounts, TickSpread};
+use arrivals::{ArrivalSource, Arrivals, Merged, Noisy, PoissonSet, Reorder, Scaler, TickCounts, TickSpread};
 use mapping::Binding;
 
 /// Whether co-located tenants slow each other down through the L3 TLB model (`--tlb`), and with which TLB: the same
@@ -358,7 +358,19 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
         replan_on_burst: spec.replan_on_burst,
         seed: spec.seed,
     };
-    Ok(Prepared { scenario, arrivals: Box::new(Merged { parts }), scan, tenant_sources, capped_streams })
+    let merged: Box<dyn Arrivals> = Box::new(Merged { parts });
+    // A fluid run serves counts: drawn around the expectation, as the discrete executor's requests are.
+    let arrivals = match spec.fluid_tick_ms {
+        Some(tick_ms) => Box::new(Noisy {
+            inner: merged,
+            seed: spec.seed,
+            tenants: scenario.tenants.len(),
+            tick_ms,
+            cell_ms: Noisy::cell_for(tick_ms, spec.planner.slot_s * 1000.0, spec.window_s * 1000.0),
+        }),
+        None => merged,
+    };
+    Ok(Prepared { scenario, arrivals, scan, tenant_sources, capped_streams })
 }
 
 /// The interference table the planners of a run with `tlb` get: the TLB model's pairwise slowdowns of `models`
@@ -439,25 +451,22 @@ fn derived(
     if n == 0 {
         return Err(ReplayError::Usage("--tenants-count must be at least 1".into()));
     }
-    let streams = scan.streams.len();
-    let mut sharers = vec![0usize; streams];
-    for i in 0..n {
-        sharers[i % streams] += 1;
+    let keys: Vec<&str> = scan.streams.iter().map(|s| s.key.as_str()).collect();
+    let tenants = mapping::derived_tenants(n, &keys, &usable, gpu, spec.seed);
+    let mut shares = vec![0.0f64; keys.len()];
+    for d in &tenants {
+        shares[d.stream] += d.share;
     }
-    let specs: Vec<TenantSpec> = (0..n)
-        .map(|i| mapping::derived_tenant(i, &scan.streams[i % streams].key, usable[i % usable.len()], gpu, spec.seed))
-        .collect();
-    let weights: Vec<f64> = (0..n).map(|i| rates[i % streams] / sharers[i % streams] as f64).collect();
+    let weights: Vec<f64> = tenants.iter().map(|d| rates[d.stream] * d.share / shares[d.stream]).collect();
     let load = spec.load.unwrap_or(0.6);
     let demand = mapping::capped_shares(&weights, load * fleet_slices, mapping::MAX_TENANT_SLICES);
-    Ok(specs
+    Ok(tenants
         .into_iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let stream = i % streams;
-            let target_rps = demand[i] / mapping::slices_per_rps(models, &s, gpu);
-            let raw = rates[stream].max(1e-12);
-            Binding { spec: s, stream: Some((stream, target_rps / raw)) }
+        .zip(demand)
+        .map(|(d, demand)| {
+            let target_rps = demand / mapping::slices_per_rps(models, &d.spec, gpu);
+            let raw = rates[d.stream].max(1e-12);
+            Binding { spec: d.spec, stream: Some((d.stream, target_rps / raw)) }
         })
         .collect())
 }

@@ -28,20 +28,77 @@ pub struct Comparison {
     /// What reproduces the run: the trace's path and how it was read, the fleet, the tenants, the load and the
     /// planner settings as the command line gave them (`summary.json`'s `reproduce`).
     pub reproduce: Value,
+    /// The scenario's tenant ids, in the bound's tenant order ([`UpperBound::accuracy`]).
+    #[serde(skip)]
+    pub tenant_ids: Vec<String>,
+}
+
+/// Where a policy's goodput goes, in goodput units: what separates it from the **ceiling**, every request that
+/// arrived served within its SLO at its tenant's best reachable accuracy (the accuracy the bound credits,
+/// [`UpperBound::accuracy`]). `goodput + not_within_slo + below_best_accuracy = ceiling = bound + unreachable`, so
+/// the distance to the bound is `not_within_slo + below_best_accuracy - unreachable`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GoodputSplit {
+    /// Requests that arrived but were not served within their SLO (dropped, late or still queued at the end),
+    /// each at its tenant's best accuracy.
+    pub not_within_slo: f64,
+    /// Of those, the requests dropped.
+    pub dropped: f64,
+    /// Requests served within SLO by a model below its tenant's best accuracy: the accuracy they missed.
+    pub below_best_accuracy: f64,
+    /// The ceiling over the bound: what no policy can earn (requests no schedule serves within SLO, accuracy no
+    /// retraining reaches in time). The same for every policy of a run.
+    pub unreachable: f64,
+    /// The ceiling.
+    pub ceiling: f64,
+}
+
+impl GoodputSplit {
+    /// The split as shares of the bound `bound`: (not within SLO, below best accuracy, unreachable).
+    pub fn over(&self, bound: f64) -> (f64, f64, f64) {
+        (self.not_within_slo / bound, self.below_best_accuracy / bound, self.unreachable / bound)
+    }
 }
 
 /// Version of `summary.json`'s layout: 2 added `schema_version`, `tool`, `reproduce` and `scenario.gpu_models`; 3
 /// added each policy's `latency_ms` percentiles and `tenants` breakdown; 4 made `scenario.tlb` the TLB's name (`off`,
 /// `baseline` or `star`) instead of a boolean; 5 added `scenario.tlb_aware` (whether replay gave the planners the
 /// TLB model's interference table; always false in cluster mode, where the coordinator plans with its own
-/// `planner.interference`) and `reproduce.tlb_blind`; 6 added `scenario.sharing` and `reproduce.sharing`.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 6;
+/// `planner.interference`) and `reproduce.tlb_blind`; 6 added `scenario.sharing` and `reproduce.sharing`; 7 added
+/// each policy's `goodput_split` ([`GoodputSplit`]; null without a bound) and made `goodput_over_bound` and
+/// `slo_attainment` null where there is no ratio.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 7;
 
 impl Comparison {
     /// `goodput / upper bound` for `run`: `None` without a bound, or when the bound is 0 (nothing could be served,
     /// so there is no ratio: it used to read 1.0000).
     pub fn over_bound(&self, run: &PolicyRun) -> Option<f64> {
         self.upper_bound.as_ref().filter(|b| b.goodput > 0.0).map(|b| run.total.goodput / b.goodput)
+    }
+
+    /// Where `run`'s goodput goes ([`GoodputSplit`]): `None` without a bound (or a bound of 0).
+    pub fn split(&self, run: &PolicyRun) -> Option<GoodputSplit> {
+        let bound = self.upper_bound.as_ref().filter(|b| b.goodput > 0.0)?;
+        let best: BTreeMap<&str, f64> =
+            self.tenant_ids.iter().map(String::as_str).zip(bound.accuracy.iter().copied()).collect();
+        let mut out = GoodputSplit {
+            not_within_slo: 0.0,
+            dropped: 0.0,
+            below_best_accuracy: 0.0,
+            unreachable: 0.0,
+            ceiling: 0.0,
+        };
+        for t in &run.tenants {
+            let a = *best.get(t.tenant.as_str())?;
+            let l = &t.ledger;
+            out.ceiling += l.requests as f64 * a;
+            out.not_within_slo += l.requests.saturating_sub(l.within_slo) as f64 * a;
+            out.dropped += l.dropped as f64 * a;
+            // Never below zero: a request's accuracy never exceeds its tenant's best (rounding aside).
+            out.below_best_accuracy += (l.within_slo as f64 * a - l.goodput).max(0.0);
+        }
+        out.unreachable = out.ceiling - bound.goodput;
+        Some(out)
     }
 
     /// The terminal table.
@@ -85,6 +142,32 @@ impl Comparison {
                 "{:<16} {:>14.1} {:>9}  (no policy can exceed it: docs/evaluation.md)",
                 "upper-bound", b.goodput, "1.0000"
             );
+            let splits: Vec<_> = self.runs.iter().filter_map(|r| Some((r, self.split(r)?))).collect();
+            if !splits.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "\nwhere the goodput goes, as shares of the bound (goodput + not within SLO + below best accuracy \
+                     = 1 + unreachable):"
+                );
+                let _ = writeln!(
+                    s,
+                    "{:<16} {:>9} {:>14} {:>9} {:>14} {:>12}",
+                    "policy", "goodput", "not_within_slo", "dropped", "below_best_acc", "unreachable"
+                );
+                for (r, sp) in splits {
+                    let (slo, acc, unreachable) = sp.over(b.goodput);
+                    let _ = writeln!(
+                        s,
+                        "{:<16} {:>9.4} {:>14.4} {:>9.4} {:>14.4} {:>12.4}",
+                        r.policy,
+                        r.total.goodput / b.goodput,
+                        slo,
+                        sp.dropped / b.goodput,
+                        acc,
+                        unreachable
+                    );
+                }
+            }
         }
         s
     }
@@ -113,6 +196,7 @@ impl Comparison {
                     "plan_ms_median": r.plan_ms_median,
                     "wall_s": r.wall_s,
                     "latency_ms": r.latency_ms,
+                    "goodput_split": self.split(r),
                     "tenants": r.tenants.iter().map(|t| (t.tenant.clone(), json!({
                         "requests": t.ledger.requests,
                         "requests_within_slo": t.ledger.within_slo,
@@ -288,6 +372,36 @@ impl Comparison {
                     axis_number(b.goodput),
                 ),
             );
+        }
+
+        if let Some(b) = self.upper_bound.as_ref().filter(|b| b.goodput > 0.0) {
+            let rows: Vec<(&str, [f64; 3])> = self
+                .runs
+                .iter()
+                .filter_map(|r| {
+                    let sp = self.split(r)?;
+                    let (slo, acc, _) = sp.over(b.goodput);
+                    Some((r.policy.as_str(), [r.total.goodput / b.goodput, slo, acc]))
+                })
+                .collect();
+            if let Some(sp) = self.runs.first().and_then(|r| self.split(r)) {
+                h.push_str("<h2>Where the goodput goes</h2>");
+                let svg = figures::split_bars("goodput split", &rows, (1000, 130 + 46 * rows.len() as u32))?;
+                figure(
+                    &mut h,
+                    "goodput_split.svg".into(),
+                    svg,
+                    &format!(
+                        "What separates each policy from the ceiling, every request served within its SLO at its \
+                         tenant's best reachable accuracy (the accuracy the bound credits), as shares of the bound \
+                         (dashed): its goodput, the requests not served within SLO (dropped, late or queued at the \
+                         end, each at its best accuracy) and the accuracy below the best of those served in time. The \
+                         bars end at the ceiling, {} times the bound for every policy: the part beyond the bound is \
+                         what no policy can earn.",
+                        axis_number(sp.ceiling / b.goodput),
+                    ),
+                );
+            }
         }
 
         h.push_str("<h2>Latency</h2>");

@@ -188,9 +188,19 @@ struct Row {
     slo_attainment: f64,
     #[serde(with = "finite_or_null")]
     mean_accuracy: f64,
+    /// Goodput lost to requests not served within SLO, over the bound ([`GoodputSplit`](super::report::GoodputSplit)).
+    #[serde(with = "finite_or_null", default = "nan")]
+    not_within_slo: f64,
+    /// Goodput lost to accuracy below the best reachable, over the bound ([`GoodputSplit`](super::report::GoodputSplit)).
+    #[serde(with = "finite_or_null", default = "nan")]
+    below_best_accuracy: f64,
     reconfigurations: u64,
     #[serde(with = "finite_or_null")]
     plan_ms: f64,
+}
+
+fn nan() -> f64 {
+    f64::NAN
 }
 
 /// An `f64` in JSON, which has no NaN: a non-finite value is written as `null` and read back as NaN.
@@ -251,6 +261,8 @@ fn t975(df: usize) -> f64 {
 struct Scenario {
     name: String,
     set: String,
+    /// Its trace family ([`FAMILIES`]), where the study file states it.
+    family: Option<String>,
     /// The replay flags it stands for (without `--seed` and `--policy`).
     flags: Vec<String>,
     args: RunArgs,
@@ -368,6 +380,17 @@ fn scenarios(study: &StudyFile, path: &Path) -> Result<Vec<Scenario>, ReplayErro
                 path.display()
             )));
         }
+        let family = match table.remove("family") {
+            None => None,
+            Some(toml::Value::String(f)) if FAMILIES.contains(&f.as_str()) => Some(f),
+            Some(other) => {
+                return Err(ReplayError::Usage(format!(
+                    "{}: scenario {name}: family must be one of {} (got {other})",
+                    path.display(),
+                    FAMILIES.join(", ")
+                )));
+            }
+        };
         let what = format!("scenario {name}");
         let mut merged = study.options.clone();
         merged.extend(table);
@@ -377,7 +400,7 @@ fn scenarios(study: &StudyFile, path: &Path) -> Result<Vec<Scenario>, ReplayErro
             .map_err(|e| ReplayError::Usage(format!("{}: {what}: {}", path.display(), e.to_string().trim())))?
             .run;
         args.spec().map_err(|e| ReplayError::Usage(format!("{}: {what}: {e}", path.display())))?;
-        out.push(Scenario { name, set, flags, args });
+        out.push(Scenario { name, set, family, flags, args });
     }
     Ok(out)
 }
@@ -447,11 +470,20 @@ struct Part {
 struct PartScenario {
     name: String,
     set: String,
+    #[serde(default)]
+    family: Option<String>,
     flags: Vec<String>,
 }
 
 fn part_scenarios(sc: &[Scenario]) -> Vec<PartScenario> {
-    sc.iter().map(|s| PartScenario { name: s.name.clone(), set: s.set.clone(), flags: s.flags.clone() }).collect()
+    sc.iter()
+        .map(|s| PartScenario {
+            name: s.name.clone(),
+            set: s.set.clone(),
+            family: s.family.clone(),
+            flags: s.flags.clone(),
+        })
+        .collect()
 }
 
 /// Every (scenario, seed) of a study, in the order its rows are reported.
@@ -803,16 +835,21 @@ fn run_study(study: &StudyFile, sc: &[Scenario], path: &Path, jobs: &[(usize, u6
             Ok(cmp
                 .runs
                 .iter()
-                .map(|r| Row {
-                    scenario: i,
-                    seed,
-                    policy: r.policy.clone(),
-                    goodput: r.total.goodput,
-                    bound,
-                    slo_attainment: r.total.slo_attainment(),
-                    mean_accuracy: r.total.mean_accuracy(),
-                    reconfigurations: r.reconfigurations,
-                    plan_ms: r.plan_ms_median,
+                .map(|r| {
+                    let split = cmp.split(r).map(|sp| sp.over(bound));
+                    Row {
+                        scenario: i,
+                        seed,
+                        policy: r.policy.clone(),
+                        goodput: r.total.goodput,
+                        bound,
+                        slo_attainment: r.total.slo_attainment(),
+                        mean_accuracy: r.total.mean_accuracy(),
+                        not_within_slo: split.map_or(f64::NAN, |s| s.0),
+                        below_best_accuracy: split.map_or(f64::NAN, |s| s.1),
+                        reconfigurations: r.reconfigurations,
+                        plan_ms: r.plan_ms_median,
+                    }
                 })
                 .collect())
         })
@@ -874,6 +911,10 @@ fn set_geomean(scenarios: &[usize], per: impl Fn(usize) -> BTreeMap<u64, f64>) -
 /// The sets a scenario may belong to, in the order reported.
 const SETS: [&str; 2] = ["evaluation", "tuning"];
 
+/// Trace families a scenario may belong to (`family` in a study file): each set's table is repeated per family, so
+/// that one extreme scenario cannot carry a set's mean. `docs/evaluation.md` says how a trace is classed.
+const FAMILIES: [&str; 3] = ["steady", "diurnal", "bursty"];
+
 /// The figure of goodput over the bound per scenario.
 const PER_SCENARIO_SVG: &str = "goodput_over_bound.svg";
 
@@ -918,20 +959,62 @@ fn render(
         let _ = writeln!(
             md,
             "### {} set: over its {} scenario(s)\n\nGoodput / bound is the mean over the scenarios, the ratio their \
-             geometric mean (per seed, then over seeds).\n",
+             geometric mean (per seed, then over seeds). Not within SLO and below best accuracy are where the rest of \
+             the goodput goes, as shares of the bound: requests not served within SLO and accuracy below the best \
+             reachable (they add up with goodput to the ceiling, docs/evaluation.md).\n",
             capitalise(set),
             members.len()
         );
-        let _ = writeln!(md, "| policy | goodput / bound | {} / policy |", study.baseline);
-        let _ = writeln!(md, "|---|---|---|");
+        let _ = writeln!(
+            md,
+            "| policy | goodput / bound | {} / policy | not within SLO | below best accuracy |",
+            study.baseline
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|");
         for p in &study.policies {
-            let ob = Estimate::of(&set_mean(&members, |i| by_seed(rows, i, p, over_bound)));
+            let mean = |f: fn(&Row) -> f64| Estimate::of(&set_mean(&members, |i| by_seed(rows, i, p, f))).show(3);
             let ratio = if *p == study.baseline {
                 "-".to_string()
             } else {
                 Estimate::of(&set_geomean(&members, |i| ratios(rows, i, &study.baseline, p))).show(3)
             };
-            let _ = writeln!(md, "| {p} | {} | {ratio} |", ob.show(3));
+            let _ = writeln!(
+                md,
+                "| {p} | {} | {ratio} | {} | {} |",
+                mean(over_bound),
+                mean(|r| r.not_within_slo),
+                mean(|r| r.below_best_accuracy)
+            );
+        }
+        for family in FAMILIES {
+            let of: Vec<usize> = members.iter().copied().filter(|&i| sc[i].family.as_deref() == Some(family)).collect();
+            if of.is_empty() || of.len() == members.len() {
+                continue;
+            }
+            let names: Vec<&str> = of.iter().map(|&i| sc[i].name.as_str()).collect();
+            let _ = writeln!(
+                md,
+                "\n{} traces of the {set} set ({}):\n\n| policy | goodput / bound | {} / policy | not within SLO | \
+                 below best accuracy |\n|---|---|---|---|---|",
+                capitalise(family),
+                names.join(", "),
+                study.baseline
+            );
+            for p in &study.policies {
+                let mean = |f: fn(&Row) -> f64| Estimate::of(&set_mean(&of, |i| by_seed(rows, i, p, f))).show(3);
+                let ratio = if *p == study.baseline {
+                    "-".to_string()
+                } else {
+                    Estimate::of(&set_geomean(&of, |i| ratios(rows, i, &study.baseline, p))).show(3)
+                };
+                let _ = writeln!(
+                    md,
+                    "| {p} | {} | {ratio} | {} | {} |",
+                    mean(over_bound),
+                    mean(|r| r.not_within_slo),
+                    mean(|r| r.below_best_accuracy)
+                );
+            }
         }
         let _ =
             writeln!(md, "\n![{} set: goodput / upper bound per policy]({figs}{})\n", capitalise(set), set_svg(set));
@@ -988,10 +1071,11 @@ fn render(
         let _ = writeln!(md, "`replay {}` (seeds as above)\n", s.flags.join(" "));
         let _ = writeln!(
             md,
-            "| policy | goodput / bound | {} / policy | SLO attainment | mean accuracy | reconfigurations |",
+            "| policy | goodput / bound | {} / policy | not within SLO | below best accuracy | SLO attainment | mean \
+             accuracy | reconfigurations |",
             study.baseline
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
         for p in &study.policies {
             let col = |f: fn(&Row) -> f64| Estimate::of(&by_seed(rows, i, p, f).into_values().collect::<Vec<_>>());
             let ratio = if *p == study.baseline {
@@ -1001,8 +1085,10 @@ fn render(
             };
             let _ = writeln!(
                 md,
-                "| {p} | {} | {ratio} | {} | {} | {} |",
+                "| {p} | {} | {ratio} | {} | {} | {} | {} | {} |",
                 col(over_bound).show(3),
+                col(|r| r.not_within_slo).show(3),
+                col(|r| r.below_best_accuracy).show(3),
                 col(|r| r.slo_attainment).show(3),
                 col(|r| r.mean_accuracy).show(3),
                 col(|r| r.reconfigurations as f64).show(0),
@@ -1025,12 +1111,12 @@ fn capitalise(s: &str) -> String {
 
 fn runs_csv(sc: &[Scenario], rows: &[Row]) -> String {
     let mut s = String::from(
-        "scenario,set,seed,policy,goodput,upper_bound,goodput_over_bound,slo_attainment,mean_accuracy,reconfigurations,plan_ms_median\n",
+        "scenario,set,seed,policy,goodput,upper_bound,goodput_over_bound,slo_attainment,mean_accuracy,not_within_slo,below_best_accuracy,reconfigurations,plan_ms_median\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.3},{:.3},{:.6},{:.6},{:.6},{},{:.2}",
+            "{},{},{},{},{:.3},{:.3},{:.6},{:.6},{:.6},{:.6},{:.6},{},{:.2}",
             sc[r.scenario].name,
             sc[r.scenario].set,
             r.seed,
@@ -1040,6 +1126,8 @@ fn runs_csv(sc: &[Scenario], rows: &[Row]) -> String {
             over_bound(r),
             r.slo_attainment,
             r.mean_accuracy,
+            r.not_within_slo,
+            r.below_best_accuracy,
             r.reconfigurations,
             r.plan_ms
         );
@@ -1238,6 +1326,8 @@ mod tests {
             bound: 10.0,
             slo_attainment: 1.0,
             mean_accuracy: 1.0,
+            not_within_slo: 0.0,
+            below_best_accuracy: 0.0,
             reconfigurations: 0,
             plan_ms: 0.0,
         };

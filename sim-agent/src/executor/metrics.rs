@@ -200,6 +200,10 @@ pub struct TenantState {
     pub retraining_done_gpu_s: f64,
     /// Work of the due retraining at the epochs last planned, 7g GPU-seconds.
     pub retraining_work_gpu_s: f64,
+    /// Epochs of the retraining, as the latest plan that gave the tenant a retraining instance chose them (the
+    /// spec's until one did; 0 without retraining).
+    #[serde(default)]
+    pub retraining_epochs: f64,
     /// Requests that arrived since the start (difference two readings for a window's arrivals).
     pub arrivals: u64,
     /// Requests queued on its instances now, batches in service included.

@@ -602,16 +602,17 @@ impl Executor {
     pub fn tenant_state(&self, tenant: TenantIndex) -> TenantState {
         let t = tenant.0 as usize;
         let x = &self.tenants[t];
-        let (due, done, work) = match &x.retrain {
-            Some(r) if r.due => (true, r.done_at(self.now), r.work_gpu_s()),
-            Some(r) => (false, 0.0, r.work_gpu_s()),
-            None => (false, 0.0, 0.0),
+        let (due, done, work, epochs) = match &x.retrain {
+            Some(r) if r.due => (true, r.done_at(self.now), r.work_gpu_s(), r.epochs),
+            Some(r) => (false, 0.0, r.work_gpu_s(), r.epochs),
+            None => (false, 0.0, 0.0, 0.0),
         };
         TenantState {
             accuracy: x.accuracy,
             retraining_due: due,
             retraining_done_gpu_s: done,
             retraining_work_gpu_s: work,
+            retraining_epochs: epochs,
             arrivals: x.metrics.ledger.requests,
             queued: self.queued(t),
             waiting: x.waiting.len() as u64,
