@@ -322,6 +322,11 @@ impl PlannerInput {
             if !(0.0..=1.0).contains(&t.accuracy) {
                 return Err(format!("tenants.{id}.accuracy must be in [0, 1] (got {})", t.accuracy));
             }
+            if let Some(e) = t.retraining_epochs
+                && !(e.is_finite() && e > 0.0)
+            {
+                return Err(format!("tenants.{id}.retraining_epochs must be finite and > 0 (got {e})"));
+            }
         }
         for (gpu, g) in &self.gpus {
             g.layout.validate(g.model).map_err(|e| format!("gpus.{gpu}.layout: {e}"))?;

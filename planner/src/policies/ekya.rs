@@ -122,15 +122,9 @@ impl Ekya {
         let (schedule, started, replans, last_value) = (run.schedule, run.configs, run.replans, run.value);
         // The problem evaluates the configurations Ekya chose.
         let mut epochs = BTreeMap::new();
+        // A job under way is started with its own configuration (`defaults`), so the plan restates its epochs: the
+        // executor takes those of the latest plan that gives the tenant a retraining instance.
         for i in 0..n {
-            // A job under way keeps its configuration: the plan restates it, as the executor takes the epochs of
-            // the latest plan that gives the tenant a retraining instance.
-            let ti = &input.tenants[&pb.tenants[i].id];
-            if started[i].is_none()
-                && let Some(e) = ti.retraining_epochs
-            {
-                epochs.insert(pb.tenants[i].id.clone(), e);
-            }
             if let Some(c) = started[i]
                 && let Some(r) = pb.tenants[i].retrain.as_mut()
             {

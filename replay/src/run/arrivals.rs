@@ -49,7 +49,8 @@ pub struct TickCounts {
 impl TickCounts {
     /// Zero counts for `tenants` over the ticks of `tick_ms` that cover `[from_ms, until_ms)`.
     pub fn reset(&mut self, from_ms: f64, until_ms: f64, tick_ms: f64, tenants: usize) {
-        let ticks = ((until_ms - from_ms) / tick_ms).ceil().max(0.0) as usize;
+        // To rounding: 8.05 s is 8050.000000000001 ms, 161 ticks of 50 ms, not 162.
+        let ticks = ((until_ms - from_ms) / tick_ms - 1e-9).ceil().max(0.0) as usize;
         self.from_ms = from_ms;
         self.tick_ms = tick_ms;
         self.tenants = tenants;
@@ -431,10 +432,10 @@ impl ArrivalSource for MergedSource {
 /// as the discrete executor's are, rather than the trace's expectation served exactly.
 ///
 /// Each tenant's expected requests in each cell of `cell_ms` (a whole number of `tick_ms` ticks, both from time
-/// zero) are replaced by a Poisson draw with that mean, from the tenant's own ChaCha8 stream of `seed`, and spread
-/// over the cell's ticks as the expectation was. The draws follow the cells in time order, so every source opened
-/// gives the same counts however its reader cuts the run, provided each call ends on a cell boundary (or at the
-/// run's end): the truth table, the upper bound and every policy see the same requests.
+/// zero) are replaced by a Poisson draw with that mean and spread over the cell's ticks as the expectation was. A
+/// draw depends only on the seed, the tenant and the cell (the tenant's ChaCha8 stream, positioned at the cell), so
+/// every source opened gives the same counts however its reader cuts the run, provided each call ends on a cell
+/// boundary (or at the run's end): the truth table, the upper bound and every policy see the same requests.
 pub struct Noisy {
     /// The expected counts.
     pub inner: Box<dyn Arrivals>,
@@ -462,6 +463,9 @@ impl Noisy {
     }
 }
 
+/// ChaCha8 words set aside for one cell's draw (a Poisson draw takes a handful).
+const WORDS_PER_CELL: u128 = 1 << 16;
+
 impl Arrivals for Noisy {
     fn open(&self) -> Result<Box<dyn ArrivalSource>, ReplayError> {
         let rngs = (0..self.tenants)
@@ -476,7 +480,7 @@ impl Arrivals for Noisy {
             rngs,
             fine: TickCounts::default(),
             tick_ms: self.tick_ms,
-            per_cell: (self.cell_ms / self.tick_ms).round().max(1.0) as usize,
+            cell_ms: self.cell_ms,
         }))
     }
 }
@@ -486,7 +490,7 @@ struct NoisySource {
     rngs: Vec<ChaCha8Rng>,
     fine: TickCounts,
     tick_ms: f64,
-    per_cell: usize,
+    cell_ms: f64,
 }
 
 impl ArrivalSource for NoisySource {
@@ -497,18 +501,26 @@ impl ArrivalSource for NoisySource {
 
     fn count_until(&mut self, until_ms: f64, counts: &mut TickCounts) -> Result<(), ReplayError> {
         let tenants = counts.tenants;
+        debug_assert_eq!(tenants, self.rngs.len(), "a noisy source draws for the tenants it was opened for");
         self.fine.reset(counts.from_ms, until_ms, self.tick_ms, tenants);
         self.inner.count_until(until_ms, &mut self.fine)?;
         let ticks = self.fine.ticks();
+        // The cell of tick `j`, counted from time zero (to rounding: a tick starts on a cell boundary or inside it).
+        let cell_of = |j: usize| ((self.fine.from_ms + j as f64 * self.tick_ms) / self.cell_ms + 1e-9).floor() as u64;
         let mut k = 0;
         while k < ticks {
-            let end = (k + self.per_cell).min(ticks);
+            let cell = cell_of(k);
+            let mut end = k + 1;
+            while end < ticks && cell_of(end) == cell {
+                end += 1;
+            }
             for (t, rng) in self.rngs.iter_mut().enumerate().take(tenants) {
                 let at = |j: usize| j * tenants + t;
                 let mean: f64 = (k..end).map(|j| self.fine.counts[at(j)]).sum();
                 if mean.is_nan() || mean <= 0.0 {
                     continue;
                 }
+                rng.set_word_pos(u128::from(cell) * WORDS_PER_CELL);
                 let drawn: f64 = rand_distr::Poisson::new(mean).map_or(mean, |p| rng.sample(p));
                 let factor = drawn / mean;
                 for j in k..end {

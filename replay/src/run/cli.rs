@@ -66,7 +66,8 @@ pub struct RunArgs {
     #[arg(long = "models-dir", alias = "models", default_value = "configs/models", value_name = "DIR")]
     pub models: PathBuf,
     /// Mean inference demand as a fraction of the fleet's compute slices (at each model's best rate per slice
-    /// within its SLO). Derived tenants share it in proportion to their shares of their streams, at most 4 slices each;
+    /// within its SLO). Derived tenants share it in proportion to their stream's rate times their share of it, at most
+    /// 4 slices each;
     /// each tenant's arrivals are its stream's, thinned or duplicated by one factor, so the trace's rate curve is
     /// kept. With --tenants, one factor on all trace tenants (default there: the trace's own rates) [default: 0.6].
     #[arg(long)]
@@ -145,7 +146,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "HOST")]
     pub node_advertise: Option<String>,
     /// How requests are served: discrete (every request queued, batched and served: exact) or fluid (requests
-    /// as expected counts per --tick, served by each tenant's pooled instances with a queueing correction:
+    /// as counts per --tick, drawn per second around the trace's expectation, served by each tenant's pooled
+    /// instances with a queueing correction:
     /// for fleet- and day-sized capacity studies, in process only; see the README for how far it agrees).
     #[arg(long, default_value = "discrete", value_name = "KIND")]
     pub executor: String,

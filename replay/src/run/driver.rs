@@ -56,7 +56,7 @@ pub struct RateTable {
 
 impl RateTable {
     /// Counts every arrival of a fresh source into slots of `slot_ms` over `duration_ms`; with `by_counts`, the
-    /// source's expected counts ([`ArrivalSource::count_until`]: what a fluid run serves).
+    /// source's counts ([`ArrivalSource::count_until`]: what a fluid run serves).
     pub fn measure(
         arrivals: &dyn Arrivals,
         tenants: usize,
@@ -114,7 +114,7 @@ impl RateTable {
 
 /// The arrivals of a run as the upper bound reads them ([`tessera_planner::bound::Demand`]): per tenant and slot,
 /// the requests that arrived and those of them within the tenant's SLO (`slo_ms`) of the slot's end. With
-/// `fluid_tick_ms`, the source's expected counts per tick (what a fluid run serves), a tick counted in the tail
+/// `fluid_tick_ms`, the source's counts per tick (what a fluid run serves), a tick counted in the tail
 /// when it ends within the SLO of the slot's end.
 pub fn bound_demand(
     arrivals: &dyn Arrivals,
@@ -695,6 +695,14 @@ impl RoundContext<'_> {
         t1: f64,
     ) -> Result<Round, ReplayError> {
         let scenario = self.scenario;
+        // Tenants on a retraining instance now: their retraining runs at the epochs its plan chose.
+        let retraining: std::collections::BTreeSet<TenantId> = self
+            .gpu_ids
+            .iter()
+            .flat_map(|(i, _)| exec.gpu_assignments(*i))
+            .filter(|a| a.role == Role::Retraining)
+            .map(|a| a.tenant)
+            .collect();
         let gpus = self.gpu_ids.iter().map(|(i, id)| {
             let g = GpuInput {
                 model: scenario.gpus[id],
@@ -714,11 +722,12 @@ impl RoundContext<'_> {
                 accuracy: st.accuracy,
                 retraining_due: st.retraining_due,
                 retraining_done_gpu_s: st.retraining_done_gpu_s,
-                // The configuration of the retraining under way, where a plan chose other than the default.
-                retraining_epochs: scenario.tenants[i]
-                    .retraining
-                    .as_ref()
-                    .and_then(|r| (st.retraining_epochs != r.epochs).then_some(st.retraining_epochs)),
+                // The configuration of the retraining under way on a retraining instance, where its plan chose other
+                // than the default (as the coordinator reads it from its targets).
+                retraining_epochs: scenario.tenants[i].retraining.as_ref().and_then(|r| {
+                    (retraining.contains(&self.tenant_ids[i]) && st.retraining_epochs != r.epochs)
+                        .then_some(st.retraining_epochs)
+                }),
             }
         });
         let input = rounds.input(

@@ -133,7 +133,7 @@ pub struct Scenario {
     /// `--tlb-blind`.
     pub interference: Option<tessera_planner::input::Interference>,
     /// Fluid serving with ticks of this many ms ([`Executor::flow`](tessera_sim::executor::Executor::flow):
-    /// requests as expected counts per tick); `None`: every request simulated.
+    /// requests as counts per tick, drawn around the trace's expectation); `None`: every request simulated.
     pub fluid_tick_ms: Option<f64>,
     /// Plan inside a window too, at the end of a slot whose arrivals left the bands of the forecasts the current plan
     /// was made with by enough to replan the fleet

@@ -435,7 +435,7 @@ impl Timing {
 }
 
 /// The format of a part file (`part-K-of-N.json`).
-const PART_SCHEMA: u32 = 1;
+const PART_SCHEMA: u32 = 2;
 
 /// What one shard of a study ran: enough of the study to check that all parts agree, and its rows.
 #[derive(Debug, Serialize, Deserialize)]
