@@ -411,6 +411,23 @@ fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     ticks
 }
 
+/// The name of the row at `y` in a chart of horizontal bars, row `k` drawn at `y = n - 1 - k` (the first on top);
+/// empty between rows.
+fn row_name(names: &[&str], y: f64) -> String {
+    let n = names.len().max(1) as f64;
+    let k = (n - 1.0 - y).round();
+    if (n - 1.0 - y - k).abs() < 1e-6 && k >= 0.0 {
+        names.get(k as usize).map_or(String::new(), |s| s.to_string())
+    } else {
+        String::new()
+    }
+}
+
+/// Width of the label area that holds `names`, px.
+fn row_names_px(names: &[&str]) -> u32 {
+    24 + 11 * names.iter().map(|s| s.chars().count()).max().unwrap_or(4) as u32
+}
+
 /// Horizontal bars, one per policy in the order given (the first on top), from 0 to each value, with the value
 /// written at the bar's end and, where given, a 95 % interval as a whisker. `x` is the axis range.
 pub(super) fn bars(
@@ -426,7 +443,7 @@ pub(super) fn bars(
         root.fill(&WHITE).map_err(err(figure))?;
         let n = rows.len().max(1);
         let names: Vec<&str> = rows.iter().map(|r| r.0).collect();
-        let label_px = 24 + 11 * names.iter().map(|s| s.chars().count()).max().unwrap_or(4) as u32;
+        let label_px = row_names_px(&names);
         let x_end = x.end;
         let mut chart = ChartBuilder::on(&root)
             .margin(12)
@@ -445,14 +462,7 @@ pub(super) fn bars(
             .x_desc(x_desc)
             .x_label_formatter(&|&v| axis_number(v))
             .y_labels(2 * n + 1)
-            .y_label_formatter(&|&y| {
-                let k = (n as f64 - 1.0 - y).round();
-                if (n as f64 - 1.0 - y - k).abs() < 1e-6 && k >= 0.0 {
-                    names.get(k as usize).map_or(String::new(), |s| s.to_string())
-                } else {
-                    String::new()
-                }
-            })
+            .y_label_formatter(&|&y| row_name(&names, y))
             .label_style((FONT, TICK))
             .axis_desc_style((FONT, AXIS))
             .draw()
@@ -509,7 +519,7 @@ pub(super) fn split_bars(figure: &str, rows: &[(&str, [f64; 3])], size: (u32, u3
         root.fill(&WHITE).map_err(err(figure))?;
         let n = rows.len().max(1);
         let names: Vec<&str> = rows.iter().map(|r| r.0).collect();
-        let label_px = 24 + 11 * names.iter().map(|s| s.chars().count()).max().unwrap_or(4) as u32;
+        let label_px = row_names_px(&names);
         let end = rows.iter().map(|r| r.1.iter().map(|v| v.max(0.0)).sum::<f64>()).fold(1.0, f64::max) * 1.04;
         let mut chart = ChartBuilder::on(&root)
             .margin(12)
@@ -528,14 +538,7 @@ pub(super) fn split_bars(figure: &str, rows: &[(&str, [f64; 3])], size: (u32, u3
             .x_desc("share of the upper bound")
             .x_label_formatter(&|&v| axis_number(v))
             .y_labels(2 * n + 1)
-            .y_label_formatter(&|&y| {
-                let k = (n as f64 - 1.0 - y).round();
-                if (n as f64 - 1.0 - y - k).abs() < 1e-6 && k >= 0.0 {
-                    names.get(k as usize).map_or(String::new(), |s| s.to_string())
-                } else {
-                    String::new()
-                }
-            })
+            .y_label_formatter(&|&y| row_name(&names, y))
             .label_style((FONT, TICK))
             .axis_desc_style((FONT, AXIS))
             .draw()

@@ -971,21 +971,7 @@ fn render(
             study.baseline
         );
         let _ = writeln!(md, "|---|---|---|---|---|");
-        for p in &study.policies {
-            let mean = |f: fn(&Row) -> f64| Estimate::of(&set_mean(&members, |i| by_seed(rows, i, p, f))).show(3);
-            let ratio = if *p == study.baseline {
-                "-".to_string()
-            } else {
-                Estimate::of(&set_geomean(&members, |i| ratios(rows, i, &study.baseline, p))).show(3)
-            };
-            let _ = writeln!(
-                md,
-                "| {p} | {} | {ratio} | {} | {} |",
-                mean(over_bound),
-                mean(|r| r.not_within_slo),
-                mean(|r| r.below_best_accuracy)
-            );
-        }
+        set_rows(&mut md, study, rows, &members);
         for family in FAMILIES {
             let of: Vec<usize> = members.iter().copied().filter(|&i| sc[i].family.as_deref() == Some(family)).collect();
             if of.is_empty() || of.len() == members.len() {
@@ -1000,21 +986,7 @@ fn render(
                 names.join(", "),
                 study.baseline
             );
-            for p in &study.policies {
-                let mean = |f: fn(&Row) -> f64| Estimate::of(&set_mean(&of, |i| by_seed(rows, i, p, f))).show(3);
-                let ratio = if *p == study.baseline {
-                    "-".to_string()
-                } else {
-                    Estimate::of(&set_geomean(&of, |i| ratios(rows, i, &study.baseline, p))).show(3)
-                };
-                let _ = writeln!(
-                    md,
-                    "| {p} | {} | {ratio} | {} | {} |",
-                    mean(over_bound),
-                    mean(|r| r.not_within_slo),
-                    mean(|r| r.below_best_accuracy)
-                );
-            }
+            set_rows(&mut md, study, rows, &of);
         }
         let _ =
             writeln!(md, "\n![{} set: goodput / upper bound per policy]({figs}{})\n", capitalise(set), set_svg(set));
@@ -1098,6 +1070,26 @@ fn render(
         let _ = writeln!(md, "\nUpper bound: {} (goodput units).\n", bound.show(0));
     }
     md
+}
+
+/// One row per policy over the scenarios `members`: goodput / bound (mean over the scenarios), the baseline's ratio
+/// (their geometric mean) and the two losses of the goodput split, each per seed and then over seeds.
+fn set_rows(md: &mut String, study: &StudyFile, rows: &[Row], members: &[usize]) {
+    for p in &study.policies {
+        let mean = |f: fn(&Row) -> f64| Estimate::of(&set_mean(members, |i| by_seed(rows, i, p, f))).show(3);
+        let ratio = if *p == study.baseline {
+            "-".to_string()
+        } else {
+            Estimate::of(&set_geomean(members, |i| ratios(rows, i, &study.baseline, p))).show(3)
+        };
+        let _ = writeln!(
+            md,
+            "| {p} | {} | {ratio} | {} | {} |",
+            mean(over_bound),
+            mean(|r| r.not_within_slo),
+            mean(|r| r.below_best_accuracy)
+        );
+    }
 }
 
 fn met(value: f64, goal: f64) -> String {
