@@ -990,6 +990,29 @@ impl RaftService {
     }
 }
 
+/// The longest a peer's `StepStream` may take to deliver its next whole batch. A leader sends heartbeats every
+/// `heartbeat_ticks` ticks (a fraction of a second), so a live stream to a follower is never near it; a stream that
+/// carries nothing for this long (or trickles one batch's body over it) is ended, its partial body dropped, and the
+/// peer's transport opens a new one when it next has something to send (raft resends what was lost). This bounds
+/// what a member certificate can pin with a slow body on a long-lived stream, which the unary calls' deadline
+/// (`crate::deadline`) does not cover.
+pub const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The next message of a peer's stream, or `DEADLINE_EXCEEDED` when no whole message arrives within `within`.
+async fn next_batch<S, T>(stream: &mut S, within: Duration) -> Result<Option<T>, Status>
+where
+    S: futures::Stream<Item = Result<T, Status>> + Unpin,
+{
+    use futures::StreamExt;
+    match tokio::time::timeout(within, stream.next()).await {
+        Ok(m) => m.transpose(),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "no whole batch on this stream within {} s: it is closed (open a new one)",
+            within.as_secs()
+        ))),
+    }
+}
+
 #[tonic::async_trait]
 impl v1::raft_server::Raft for RaftService {
     async fn step(&self, req: Request<v1::RaftBatch>) -> Result<Response<v1::RaftAck>, Status> {
@@ -1005,7 +1028,7 @@ impl v1::raft_server::Raft for RaftService {
         let mut stopping = self.stopping.clone();
         let stopped = || Status::unavailable("this member is shutting down");
         let first = tokio::select! {
-            m = req.get_mut().message() => m?,
+            m = next_batch(req.get_mut(), STREAM_READ_TIMEOUT) => m?,
             _ = stopping.wait_for(|s| *s) => return Err(stopped()),
         };
         let Some(first) = first else {
@@ -1018,7 +1041,7 @@ impl v1::raft_server::Raft for RaftService {
         let stream = req.get_mut();
         loop {
             let batch = tokio::select! {
-                m = stream.message() => m?,
+                m = next_batch(stream, STREAM_READ_TIMEOUT) => m?,
                 _ = stopping.wait_for(|s| *s) => return Err(stopped()),
             };
             let Some(batch) = batch else { break };
@@ -1042,5 +1065,32 @@ impl v1::raft_server::Raft for RaftService {
         tracing::warn!(?peers, "fault injection: dropping messages to and from these peers");
         self.transport.set_blocked(peers);
         Ok(Response::new(v1::RaftAck {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    /// A peer's stream that delivers a batch and then nothing more (a stalled peer, or a body that never completes)
+    /// is ended once the read timeout passes, after what it delivered was taken; a stream that ends or fails says
+    /// so at once.
+    #[tokio::test]
+    async fn a_stream_that_stalls_is_closed_after_the_read_timeout() {
+        let within = Duration::from_millis(50);
+        let batch = v1::RaftBatch { from: 2, ..Default::default() };
+        let mut stalls = futures::stream::iter(vec![Ok(batch.clone())]).chain(futures::stream::pending());
+        assert_eq!(next_batch(&mut stalls, within).await.unwrap(), Some(batch));
+        let started = std::time::Instant::now();
+        let e = next_batch(&mut stalls, within).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e}");
+        assert!(started.elapsed() >= within);
+        let mut ends = futures::stream::iter(Vec::<Result<v1::RaftBatch, Status>>::new());
+        assert_eq!(next_batch(&mut ends, within).await.unwrap(), None);
+        let mut fails = futures::stream::iter(vec![Err::<v1::RaftBatch, _>(Status::data_loss("torn"))]);
+        assert_eq!(next_batch(&mut fails, within).await.unwrap_err().code(), tonic::Code::DataLoss);
+        assert!(STREAM_READ_TIMEOUT > Duration::from_secs(5), "far above a heartbeat interval");
     }
 }

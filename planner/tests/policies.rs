@@ -642,6 +642,61 @@ fn a_retraining_under_way_keeps_the_epochs_its_plan_chose() {
     assert_eq!(back.tenants[&id].retraining_epochs, Some(2.0 * r.epochs));
 }
 
+/// Tessera chooses a due retraining's epochs with the layout (`goodput::EPOCH_FACTORS`): with a GPU to itself and
+/// little traffic, a small job buys accuracy with more epochs than the default, and the plan states them; the plan's
+/// planning value is never below that of retraining at the default (the search starts there and keeps a
+/// configuration only where it earns more); the baselines but Ekya state no configuration; and a retraining under
+/// way keeps its epochs, restated in the plan so that the executor does not reset them.
+#[test]
+fn tessera_chooses_retraining_epochs_with_the_layout() {
+    let mut input = tiny(1, 12, 5, 1);
+    let id = input.tenants.keys().next().unwrap().clone();
+    let t = input.tenants.get_mut(&id).unwrap();
+    let r = t.spec.retraining.as_mut().expect("the tenant retrains");
+    r.work_gpu_s = 2.0;
+    let (default, r) = (r.epochs, r.clone());
+    t.accuracy = r.initial_accuracy.min(r.accuracy_after(0.5 * default) - 0.01).max(0.0);
+    t.forecast
+        .mean
+        .iter_mut()
+        .chain(t.forecast.low.iter_mut())
+        .chain(t.forecast.high.iter_mut())
+        .for_each(|x| *x = 1.0);
+    let tessera = planned("tessera", &input);
+    let plain = planned("tessera-default-epochs", &input);
+    let epochs = |report: &PlanReport| report.plan.gpus.values().find_map(|p| p.retraining_epochs.get(&id).copied());
+    let chosen = epochs(&tessera).expect("a small job on an idle GPU retrains at more epochs");
+    assert!(
+        goodput::EPOCH_FACTORS.iter().any(|f| (f * default - chosen).abs() < 1e-9) && chosen > default,
+        "{chosen} epochs (default {default}): {:?}",
+        tessera.plan
+    );
+    assert_eq!(epochs(&plain), None);
+    assert!(
+        tessera.stats.objective >= plain.stats.objective - 1e-9 * plain.stats.objective.abs().max(1.0),
+        "tessera {} < default epochs {}",
+        tessera.stats.objective,
+        plain.stats.objective
+    );
+    for name in ["migrator", "paris", "astraea", "static"] {
+        assert_eq!(epochs(&planned(name, &input)), None, "{name}");
+    }
+    // Under way at those epochs: the job keeps them, and the plan restates them.
+    let t = input.tenants.get_mut(&id).unwrap();
+    t.retraining_epochs = Some(chosen);
+    t.retraining_done_gpu_s = 0.1 * r.work_for_epochs(chosen);
+    let g = input.gpus.values_mut().next().unwrap();
+    g.layout = Layout::new([Placement::new(Profile::G7, 0)]);
+    g.assignments = vec![tessera_core::plan::Assignment {
+        placement: Placement::new(Profile::G7, 0),
+        tenant: id.clone(),
+        role: Role::Retraining,
+        preinit: false,
+    }];
+    let running = planned("tessera", &input);
+    assert_eq!(epochs(&running), Some(chosen), "{:?}", running.plan);
+}
+
 /// Consecutive rounds warm-started from the previous plan (as replay and the coordinator's leader run them) keep
 /// the invariants, are deterministic, and plan within the configured gap of a cold round of the same input; a warm
 /// start that no longer fits its GPU is used as far as it fits.

@@ -365,9 +365,10 @@ fn bad_input_is_named() {
     assert!(missing.contains("no/such/trace.csv"), "{missing}");
 }
 
-/// A generic trace with one far-off timestamp (a row out of order by far more than --max-reorder) is said so before
-/// the run, and its window is replayed: it used to lose every row after the far one without a word, and print
-/// goodput / bound and SLO attainment 1.0000 for an empty window.
+/// A generic trace with one far-off timestamp (a row out of order by far more than --max-reorder) is an error naming
+/// the first late row and the far one; with --skip-bad-rows it is said so before the run, and its window is replayed:
+/// it used to lose every row after the far one without a word, and print goodput / bound and SLO attainment 1.0000
+/// for an empty window.
 #[test]
 fn a_far_off_timestamp_is_said_and_loses_nothing() {
     let dir = scratch("far");
@@ -391,7 +392,14 @@ fn a_far_off_timestamp_is_said_and_loses_nothing() {
         "--json",
         "--trace",
     ];
-    let out = replay().args(args).arg(&trace).output().unwrap();
+    let refused = replay().args(args).arg(&trace).output().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("far.csv:4: time 0.5 s is ") && stderr.contains("before the time 900000 s of line 3"),
+        "{stderr}"
+    );
+    let out = replay().arg("--skip-bad-rows").args(args).arg(&trace).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(stderr.contains("out of order by more than --max-reorder"), "{stderr}");
     let v: Value = serde_json::from_str(&ok(&out)).unwrap();

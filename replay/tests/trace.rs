@@ -1007,8 +1007,13 @@ fn t10_2_llm_2024_timestamps_and_generic_tokens() {
     let s = scan(&u, &opts()).unwrap();
     assert_eq!(s.reorder_needed_s, 3.0);
     assert_eq!(all(&s).iter().map(|x| x.time_s).collect::<Vec<_>>(), [1.0, 3.0, 5.0, 6.0]);
-    // With the reorder horizon capped below what the file needs, late rows are counted and kept, in order.
-    let s = scan(&u, &TraceOptions { max_reorder_s: 0.0, ..opts() }).unwrap();
+    // With the reorder horizon capped below what the file needs, a late row is an error naming it and the line it
+    // is late behind...
+    let e = scan(&u, &TraceOptions { max_reorder_s: 0.0, ..opts() }).unwrap_err().to_string();
+    assert!(e.contains("u.csv:5: time 3 s is 3 s before the time 6 s of line 4"), "{e}");
+    assert!(e.contains("--max-reorder 0 s") && e.contains("--skip-bad-rows"), "{e}");
+    // ... and with --skip-bad-rows late rows are counted and kept, in order.
+    let s = scan(&u, &TraceOptions { max_reorder_s: 0.0, skip_bad_rows: true, ..opts() }).unwrap();
     let mut stream = s.arrivals(1.0).unwrap();
     let mut out = Vec::new();
     for until in [5.5, 10.0] {
@@ -1020,7 +1025,10 @@ fn t10_2_llm_2024_timestamps_and_generic_tokens() {
     // A row far ahead of the rest, beyond the window (a bad timestamp), does not stop the reading of the rows after
     // it: they used to be lost, and the whole window with them.
     let far = write(dir.path(), "far.csv", "timestamp_s,tenant\n0,a\n100000,b\n1,a\n2,b\n3,a\n200000,a\n");
-    let s = scan(&far, &TraceOptions { max_reorder_s: 10.0, window_duration_s: Some(50.0), ..opts() }).unwrap();
+    let capped = TraceOptions { max_reorder_s: 10.0, window_duration_s: Some(50.0), ..opts() };
+    let e = scan(&far, &capped).unwrap_err().to_string();
+    assert!(e.contains("far.csv:4: time 1 s is 99999 s before the time 100000 s of line 3"), "{e}");
+    let s = scan(&far, &TraceOptions { skip_bad_rows: true, ..capped }).unwrap();
     assert_eq!(s.late_rows, 3, "the rows after the far one are out of order by more than the cap");
     let mut stream = s.arrivals(1.0).unwrap();
     let mut out = Vec::new();

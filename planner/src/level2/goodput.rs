@@ -7,11 +7,13 @@
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{Assignment, Role};
 
-use crate::input::{PlannerInput, WarmStart, WarmTenant};
+use std::collections::BTreeMap;
+
+use crate::input::{PlannerInput, TenantInput, WarmStart, WarmTenant};
 use crate::level2::build::{Arrivals, gpu_problem};
 use crate::level2::cg;
 use crate::level2::evaluate;
-use crate::level2::problem::{GpuProblem, Schedule, describe_retraining};
+use crate::level2::problem::{GpuProblem, Schedule, TenantTask, describe_retraining};
 use crate::level2::realize::{Placed, realize};
 use crate::level2::solver::{SolveError, SolverConfig};
 use crate::level2::thief;
@@ -27,13 +29,16 @@ pub struct Features {
     /// Where the round allows sharing ([`crate::PlannerConfig::sharing`]), run a retraining the plan leaves
     /// without an instance beside its tenant's inference when that earns more ([`share_retraining`]).
     pub share: bool,
+    /// Choose each retraining's configuration (its epochs, from [`EPOCH_FACTORS`]) with the layout
+    /// ([`choose_epochs`]); without it every retraining runs the tenant's default epochs.
+    pub epochs: bool,
 }
 
 impl Features {
     /// Everything tessera does.
-    pub const ALL: Features = Features { tail: true, warm: true, share: true };
-    /// The problem as MIGRator states it: the horizon's goodput alone, every round solved cold.
-    pub const NONE: Features = Features { tail: false, warm: false, share: false };
+    pub const ALL: Features = Features { tail: true, warm: true, share: true, epochs: true };
+    /// The problem as MIGRator states it: the horizon's goodput alone, every round solved cold, default epochs.
+    pub const NONE: Features = Features { tail: false, warm: false, share: false, epochs: false };
 }
 
 /// The goodput plan of one GPU: build the problem from `arrivals`, credit retraining beyond the horizon, solve by
@@ -65,13 +70,16 @@ pub fn solve_with(
     if features.tail {
         tail_values(input, &mut problem);
     }
-    let mut seeds = vec![thief_seed(input, &problem)];
     let shifted = match (&input.gpus[gpu].warm, features.warm) {
-        (Some(w), true) => shift(w, input, &problem),
-        _ => Shifted::default(),
+        (Some(w), true) => Some(w),
+        _ => None,
     };
-    seeds.extend(shifted.schedule);
-    let cg::WarmSolved { solved, prices, .. } = cg::solve_warm(&problem, solver, &seeds, shifted.prices.as_deref())?;
+    let first = solve_one(input, &problem, shifted, None, None, solver)?;
+    let (problem, cg::WarmSolved { solved, prices, .. }, chosen) = if features.epochs {
+        choose_epochs(input, problem, first, shifted, solver, features.tail)?
+    } else {
+        (problem, first, Vec::new())
+    };
     let placed = realize(&problem, &solved.schedule);
     let mut note = describe_retraining(&problem, &solved.schedule);
     let sharing = input.config.sharing;
@@ -85,12 +93,161 @@ pub fn solve_with(
         note.push_str(&format!("; {sharing} sharing: retrain {} beside inference", names.join(", ")));
     }
     let warm = features.warm.then(|| warm_start(input, &problem, &solved.schedule, prices));
+    let retraining_epochs = planned_epochs(input, &problem, &chosen);
+    if !retraining_epochs.is_empty() {
+        let parts: Vec<String> = retraining_epochs.iter().map(|(t, e)| format!("{t} {e} epochs")).collect();
+        note.push_str(&format!("; retraining configured: {}", parts.join(", ")));
+    }
     let mut outcome = GpuOutcome::new(problem, placed, solved.bound, solved.status, note);
     outcome.warm = warm;
+    outcome.retraining_epochs = retraining_epochs;
     if !shared.is_empty() {
         outcome.sharing = sharing;
     }
     Ok(Some(outcome))
+}
+
+/// Retraining configurations tessera and the perfect-forecast reference choose from: the tenant's default epochs
+/// times these. Each has its work ([`tessera_core::tenant::RetrainingSpec::work_for_epochs`]) and the accuracy its
+/// curve gives ([`tessera_core::tenant::RetrainingSpec::accuracy_after`]). Ekya keeps its own set
+/// ([`crate::policies::ekya::EPOCH_CHOICES`]); the other baselines retrain with the default.
+pub const EPOCH_FACTORS: [f64; 4] = [0.5, 1.0, 2.0, 4.0];
+
+/// One column-generation solve of `pb`: seeded by the thief scheduler's allocation, the warm start shifted onto
+/// `pb`'s slots and `seed`, priced first at `prices` (else the warm start's).
+fn solve_one(
+    input: &PlannerInput,
+    pb: &GpuProblem,
+    warm: Option<&WarmStart>,
+    seed: Option<Schedule>,
+    prices: Option<&[Vec<f64>]>,
+    solver: &SolverConfig,
+) -> Result<cg::WarmSolved, SolveError> {
+    let shifted = warm.map(|w| shift(w, input, pb)).unwrap_or_default();
+    let mut seeds = vec![thief_seed(input, pb)];
+    seeds.extend(shifted.schedule);
+    seeds.extend(seed);
+    cg::solve_warm(pb, solver, &seeds, prices.or(shifted.prices.as_deref()))
+}
+
+/// The default epochs of tenant `i`'s retraining where the round may still choose its configuration: it is due, has
+/// not started (no instance, no work done) and no plan has configured it yet. `None` otherwise: a retraining under
+/// way keeps the configuration it started with.
+fn configurable(input: &PlannerInput, pb: &GpuProblem, i: usize) -> Option<f64> {
+    let t = &pb.tenants[i];
+    let ti = &input.tenants[&t.id];
+    let r = ti.spec.retraining.as_ref()?;
+    let task = t.retrain.as_ref()?;
+    (ti.retraining_due
+        && task.running_on.is_none()
+        && ti.retraining_done_gpu_s <= 0.0
+        && ti.retraining_epochs.is_none()
+        && task.work_s > 0.0)
+        .then_some(r.epochs)
+}
+
+/// `pb` with tenant `i`'s retraining at `epochs`: its work, the accuracy it reaches and (with `tail`) its tail value.
+fn with_epochs(input: &PlannerInput, pb: &GpuProblem, i: usize, epochs: f64, tail: bool) -> GpuProblem {
+    let mut pb = pb.clone();
+    let ti = &input.tenants[&pb.tenants[i].id];
+    let Some(r) = &ti.spec.retraining else { return pb };
+    let t = &mut pb.tenants[i];
+    t.acc_new = r.accuracy_after(epochs);
+    if let Some(task) = &mut t.retrain {
+        task.work_s = (r.work_for_epochs(epochs) - ti.retraining_done_gpu_s).max(0.0);
+    }
+    if tail {
+        t.tail_value = tail_value_of(ti, t);
+    }
+    pb
+}
+
+/// The planning value of `schedule` on `pb`, placed: exact goodput and the tail of the retrainings it completes.
+fn placed_value(pb: &GpuProblem, schedule: &Schedule) -> f64 {
+    let (goodput, tail) = evaluate::goodput_and_tail(pb, &realize(pb, schedule));
+    goodput + tail
+}
+
+/// Chooses each configurable retraining's epochs ([`configurable`], [`EPOCH_FACTORS`]) together with the layout:
+/// tenant by tenant, where the best plan so far starts the tenant's retraining now, the GPU is solved again with it
+/// at more epochs (2x, then 4x while that gains) or, where more does not gain, at fewer (0.5x); where the plan leaves
+/// the retraining out, at fewer only. Each solve is seeded by the best plan so far and priced at its prices; a
+/// configuration is kept only where its plan's exact planning value (goodput and tail) beats the best.
+/// More epochs cost more work on a longer-held instance and buy a better model: the solve decides whether the
+/// slices are there (idle slices buy accuracy, busy ones do not). Returns the problem and solve of the configuration
+/// chosen, and the tenants (by index) configured other than by default, with their epochs. `tail`: the problem
+/// credits retraining beyond the horizon ([`tail_values`]).
+fn choose_epochs(
+    input: &PlannerInput,
+    problem: GpuProblem,
+    first: cg::WarmSolved,
+    warm: Option<&WarmStart>,
+    solver: &SolverConfig,
+    tail: bool,
+) -> Result<(GpuProblem, cg::WarmSolved, Vec<(usize, f64)>), SolveError> {
+    let mut best_value = placed_value(&problem, &first.solved.schedule);
+    let (mut best_pb, mut best) = (problem, first);
+    let mut chosen: Vec<(usize, f64)> = Vec::new();
+    for i in 0..best_pb.tenants.len() {
+        let Some(default) = configurable(input, &best_pb, i) else { continue };
+        // Only a retraining that starts now takes its configuration this round; one planned to start later is
+        // configured in the round it starts. One the plan leaves out may fit at fewer epochs.
+        let up = EPOCH_FACTORS.iter().copied().filter(|f| *f > 1.0).collect::<Vec<_>>();
+        let down = EPOCH_FACTORS.iter().copied().rev().filter(|f| *f < 1.0).collect::<Vec<_>>();
+        let directions = match best.solved.schedule.retrain[i] {
+            Some(o) if o.start == 0 => vec![up, down],
+            Some(_) => continue,
+            None => vec![down],
+        };
+        for direction in directions {
+            let mut gained = false;
+            for factor in direction {
+                let alt = with_epochs(input, &best_pb, i, default * factor, tail);
+                if alt.tenants[i].acc_new <= alt.tenants[i].acc_old {
+                    break;
+                }
+                // The best plan so far, with this tenant's retraining moved to the same start and profile where
+                // that is still an option (and fits), else without it.
+                let mut seed = best.solved.schedule.clone();
+                let old = seed.retrain[i];
+                seed.retrain[i] = old.and_then(|o| {
+                    alt.retrain_options(i).into_iter().find(|n| n.profile == o.profile && n.start == o.start)
+                });
+                if !seed.feasible(&alt) {
+                    seed.retrain[i] = None;
+                }
+                let solved = solve_one(input, &alt, warm, Some(seed), Some(&best.prices), solver)?;
+                let value = placed_value(&alt, &solved.solved.schedule);
+                if value <= best_value + 1e-9 * best_value.abs().max(1.0) {
+                    break;
+                }
+                (best_value, best_pb, best) = (value, alt, solved);
+                chosen.retain(|(k, _)| *k != i);
+                chosen.push((i, default * factor));
+                gained = true;
+            }
+            if gained {
+                break;
+            }
+        }
+    }
+    Ok((best_pb, best, chosen))
+}
+
+/// The epochs a plan states per tenant, where other than the spec's default: those [`choose_epochs`] chose, and
+/// those of retrainings under way (the executor takes the epochs of the latest plan that gives the tenant a
+/// retraining instance, so a plan that did not restate them would reset the job to the default).
+fn planned_epochs(input: &PlannerInput, pb: &GpuProblem, chosen: &[(usize, f64)]) -> BTreeMap<TenantId, f64> {
+    let mut out = BTreeMap::new();
+    for (i, t) in pb.tenants.iter().enumerate() {
+        let ti = &input.tenants[&t.id];
+        let Some(r) = &ti.spec.retraining else { continue };
+        let epochs = chosen.iter().find(|(k, _)| *k == i).map(|(_, e)| *e).or(ti.retraining_epochs);
+        if let Some(e) = epochs.filter(|e| *e != r.epochs) {
+            out.insert(t.id.clone(), e);
+        }
+    }
+    out
 }
 
 /// Runs the retraining of tenants the plan leaves without a retraining instance now beside their inference instead
@@ -263,16 +420,21 @@ pub const TAIL_WINDOWS: f64 = 0.5;
 /// [`TAIL_WINDOWS`] retraining windows.
 pub fn tail_values(input: &PlannerInput, pb: &mut GpuProblem) {
     for t in &mut pb.tenants {
-        let Some(window_s) = input.tenants[&t.id].spec.retraining.as_ref().map(|r| r.window_ms as f64 / 1000.0) else {
-            continue;
-        };
-        if t.retrain.is_none() {
-            continue;
-        }
-        let best = t.cap.iter().copied().fold(0.0, f64::max);
-        let rate: f64 = t.scenarios.iter().map(|s| s.prob * s.rate.last().copied().unwrap_or(0.0).min(best)).sum();
-        t.tail_value = TAIL_WINDOWS * t.weight * (t.acc_new - t.acc_old).max(0.0) * rate * window_s;
+        t.tail_value = tail_value_of(&input.tenants[&t.id], t);
     }
+}
+
+/// [`tail_values`] of one tenant (0 without a retraining).
+fn tail_value_of(input: &TenantInput, t: &TenantTask) -> f64 {
+    let Some(window_s) = input.spec.retraining.as_ref().map(|r| r.window_ms as f64 / 1000.0) else {
+        return t.tail_value;
+    };
+    if t.retrain.is_none() {
+        return t.tail_value;
+    }
+    let best = t.cap.iter().copied().fold(0.0, f64::max);
+    let rate: f64 = t.scenarios.iter().map(|s| s.prob * s.rate.last().copied().unwrap_or(0.0).min(best)).sum();
+    TAIL_WINDOWS * t.weight * (t.acc_new - t.acc_old).max(0.0) * rate * window_s
 }
 
 /// The thief scheduler's allocation of the same problem (default epochs), a start for the local search: a rule-based

@@ -91,6 +91,11 @@ pub const ABLATIONS: &[Entry] = &[
         about: "ablation: tessera without replanning on bursts (where the run replans on bursts)",
         make: || Box::new(tessera::Tessera::without(tessera::Ablation::NoBurstReplans)),
     },
+    Entry {
+        name: "tessera-default-epochs",
+        about: "ablation: tessera retraining at the default epochs instead of choosing them with the layout",
+        make: || Box::new(tessera::Tessera::without(tessera::Ablation::DefaultEpochs)),
+    },
 ];
 
 /// The names of every registered policy, in registry order.

@@ -20,6 +20,11 @@
 //!   horizon's last arrival rate. A planner that counts the horizon alone never starts a retraining that ends
 //!   near the horizon's end, however many requests the better model would serve: on a heavy tenant it leaves the
 //!   accuracy of most of the traffic to drift.
+//! - **Retraining configurations chosen with the layout** ([`goodput::EPOCH_FACTORS`]): a due retraining may run at
+//!   0.5x, 1x, 2x or 4x its default epochs, each with its own work and the accuracy the tenant's curve gives; level 2
+//!   solves the GPU again for the configurations worth trying and keeps the one whose plan earns most, so idle
+//!   slices buy accuracy and busy ones do not. The chosen epochs travel in the plan (`GpuPlan::retraining_epochs`)
+//!   and a retraining under way keeps them.
 
 use crate::assign;
 use crate::input::PlannerInput;
@@ -43,6 +48,8 @@ pub enum Ablation {
     ColdStart,
     /// No replanning inside a window on bursts, even when the run asks for it.
     NoBurstReplans,
+    /// Every retraining at the tenant's default epochs: no configuration chosen with the layout.
+    DefaultEpochs,
 }
 
 /// Tessera's policy, or one of its ablations.
@@ -68,6 +75,7 @@ impl Policy for Tessera {
             Ablation::NoTail => "tessera-no-tail",
             Ablation::ColdStart => "tessera-cold",
             Ablation::NoBurstReplans => "tessera-no-burst",
+            Ablation::DefaultEpochs => "tessera-default-epochs",
         }
     }
 
@@ -82,6 +90,7 @@ impl Policy for Tessera {
             tail: self.ablation != Ablation::NoTail,
             warm: self.ablation != Ablation::ColdStart,
             share: true,
+            epochs: self.ablation != Ablation::DefaultEpochs,
         };
         plan_fleet(self.name(), input, l1, |gpu, tenants| {
             goodput::solve_with(input, gpu, tenants, arrivals, &input.config.solver, features)

@@ -34,7 +34,8 @@ pub struct TraceArgs {
 
     /// Count and skip malformed rows (the first few are reported) instead of stopping at the first.
     ///
-    /// Without it, the first malformed row stops the run with its file, line and column.
+    /// Without it, the first malformed row stops the run with its file, line and column, and so does the first row
+    /// out of order by more than --max-reorder; with it, such rows are replayed late and counted.
     #[arg(long)]
     pub skip_bad_rows: bool,
 
@@ -117,8 +118,8 @@ pub struct TraceArgs {
     /// Cap on the reorder buffer's horizon (per-row traces not in arrival order, e.g. Azure Functions 2021 which is
     /// ordered by end time).
     ///
-    /// The horizon the file needs is measured in the first pass; rows later than the cap are emitted at the current
-    /// time and counted.
+    /// The horizon the file needs is measured in the first pass; a row later than the cap is an error naming it and
+    /// the line it is late behind, or with --skip-bad-rows is emitted at the current time and counted.
     #[arg(long, value_name = "DURATION", default_value = "3600", value_parser = parse_seconds)]
     pub max_reorder: f64,
 

@@ -23,7 +23,8 @@
 //!   per stream; pass 2 keeps the window's counts of the sampled streams only.
 //! * **Azure Functions 2021**: times in seconds from the trace start. The file is ordered by end time, so arrivals
 //!   are reordered through a bounded buffer whose horizon pass 1 measures (the largest `running max end - arrival`);
-//!   it is capped by [`TraceOptions::max_reorder_s`], and a row later than the cap is emitted at the current time and
+//!   it is capped by [`TraceOptions::max_reorder_s`]. A row of the window later than the cap is an error naming it
+//!   and the line it is late behind; with [`TraceOptions::skip_bad_rows`] it is emitted at the current time and
 //!   counted in [`ArrivalStream::late_rows`]. The 2021 trace has no owner, so `owner` groups by app.
 //! * **Azure LLM 2023/2024**: timestamps `2023-11-16 18:17:03.9799600` (no zone) or `2024-05-10 00:00:00.009930+00:00`
 //!   (with or without fraction); time 0 is the first row's timestamp. Work = `prefill_weight * ContextTokens +
@@ -501,7 +502,7 @@ pub struct TraceScan {
     /// Per-row formats: the reorder horizon the file needs (above `reorder_horizon_s` when capped).
     pub reorder_needed_s: f64,
     /// Per-row formats: rows of the window more than `TraceOptions::max_reorder_s` before the latest time read
-    /// before them in the file. Any of them whose time was replayed already when it is read is replayed late, at
+    /// before them in the file (only with `TraceOptions::skip_bad_rows`: without it the first is an error). Any of them whose time was replayed already when it is read is replayed late, at
     /// the time replayed last ([`ArrivalStream::late_rows`] counts those).
     pub late_rows: u64,
     /// Formats with tokens: the window's mean weighted tokens per request (the unit of work).

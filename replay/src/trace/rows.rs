@@ -91,6 +91,8 @@ pub(crate) fn scan(mut csv: CsvFile, format: TraceFormat, opts: &TraceOptions) -
     let mut acc: HashMap<Box<[u8]>, Acc> = HashMap::new();
     let mut rows = 0u64;
     let mut running_max = f64::NEG_INFINITY;
+    // The line that set `running_max`: where a late row's culprit may be (a far-future timestamp).
+    let mut max_line = 0u64;
     let mut needed = 0.0f64;
     let mut late_rows = 0u64;
     let mut last_t = ws;
@@ -105,12 +107,17 @@ pub(crate) fn scan(mut csv: CsvFile, format: TraceFormat, opts: &TraceOptions) -
                 continue;
             }
         };
-        running_max = running_max.max(row.order_t);
+        if row.order_t > running_max {
+            (running_max, max_line) = (row.order_t, csv.line());
+        }
         needed = needed.max(running_max - row.t);
         if row.t < ws || row.t >= we {
             continue;
         }
         if running_max - row.t > opts.max_reorder_s {
+            if !opts.skip_bad_rows {
+                return Err(late_row(&csv, row.t, running_max, max_line, opts.max_reorder_s).into());
+            }
             late_rows += 1;
         }
         last_t = last_t.max(row.t);
@@ -159,6 +166,23 @@ pub(crate) fn scan(mut csv: CsvFile, format: TraceFormat, opts: &TraceOptions) -
     scan.reorder_horizon_s = needed.min(opts.max_reorder_s);
     scan.late_rows = late_rows;
     Ok(scan)
+}
+
+/// The error of a row (the current one of `csv`, at trace time `t`) out of order by more than `--max-reorder`
+/// behind the latest time read before it (`latest`, on line `latest_line`): either line may be the wrong one, so it
+/// names both.
+fn late_row(csv: &CsvFile, t: f64, latest: f64, latest_line: u64, max_reorder_s: f64) -> RowError {
+    RowError {
+        path: csv.path.clone(),
+        line: csv.line(),
+        column: None,
+        message: format!(
+            "time {t} s is {:.0} s before the time {latest} s of line {latest_line}, more out of order than \
+             --max-reorder {max_reorder_s} s allows: correct whichever of the two lines is wrong, sort the file, \
+             raise --max-reorder, or pass --skip-bad-rows to replay such rows late (counted and reported)",
+            latest - t
+        ),
+    }
 }
 
 /// An arrival waiting in a reorder buffer, ordered by time then by file order.
