@@ -26,7 +26,7 @@ use std::sync::Arc;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity as TlsIdentity, ServerTlsConfig};
 use tonic::{Request, Status};
 
-pub use reload::{ServerTls, incoming};
+pub use reload::{Admission, Admitted, Revoked, ServerTls, incoming, incoming_admitted};
 
 /// The DNS name every coordinator certificate carries; clients that do not know which member they reach (the CLI,
 /// agents) check the server against it.
@@ -100,9 +100,7 @@ impl Identity {
             .and_then(|a| a.as_str().ok())
             .ok_or("the certificate's subject has no CN (name)")?
             .to_string();
-        let hex: String = cert.raw_serial().iter().map(|b| format!("{b:02x}")).collect();
-        let serial = normalize_serial(&hex).unwrap_or(hex);
-        Ok(Identity { role, name, serial })
+        Ok(Identity { role, name, serial: serial_hex(cert.raw_serial()) })
     }
 
     /// The identity the first certificate of PEM file `path` names.
@@ -119,6 +117,18 @@ impl Identity {
     pub fn member_id(&self) -> Option<u64> {
         (self.role == Role::Coordinator).then(|| self.name.strip_prefix("node-")?.parse().ok()).flatten()
     }
+}
+
+/// The serial number of a DER certificate as [`normalize_serial`] writes it (`None`: not a certificate).
+pub fn serial_of(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(serial_hex(cert.raw_serial()))
+}
+
+/// Raw serial bytes as [`normalize_serial`] writes them.
+fn serial_hex(raw: &[u8]) -> String {
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    normalize_serial(&hex).unwrap_or(hex)
 }
 
 /// A certificate serial number as Tessera compares them: lowercase hex, without colons or leading zeros (`openssl x509

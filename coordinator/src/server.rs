@@ -100,6 +100,7 @@ pub async fn serve_on(
         Arc::clone(&metrics),
     )
     .map_err(|e| anyhow::anyhow!(e))?;
+    let mut admission = tessera_auth::Admission::default();
     let auth = match &config.tls {
         Some(_) => {
             let m = Arc::clone(&metrics);
@@ -119,6 +120,15 @@ pub async fn serve_on(
                 },
                 _ => Ok(()),
             });
+            // A revoked certificate fails its handshake too, before any request is read (a connection opened
+            // before the revocation meets the gate on each call); at most `MAX_CONNECTIONS_PER_IDENTITY`
+            // connections per certificate identity.
+            if let Some(tls) = &server_tls {
+                let list = node.clone();
+                tls.set_revoked(Arc::new(move |serial| list.is_revoked(serial)));
+            }
+            let counted = Arc::clone(&m);
+            admission.on_refusal = Some(Arc::new(move |kind, _| counted.auth_refusal(kind)));
             tessera_auth::Auth::mutual_tls().on_refusal(Arc::new(move |kind, _| m.auth_refusal(kind))).gate(gate)
         }
         None => {
@@ -236,7 +246,10 @@ pub async fn serve_on(
         )
         .add_service(raft);
     match server_tls {
-        Some(tls) => router.serve_with_incoming_shutdown(tessera_auth::incoming(listener, tls), shutdown).await?,
+        Some(tls) => {
+            let incoming = tessera_auth::incoming_admitted(listener, tls, admission);
+            router.serve_with_incoming_shutdown(incoming, shutdown).await?
+        }
         None => {
             let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             router.serve_with_incoming_shutdown(incoming, shutdown).await?;

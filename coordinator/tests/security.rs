@@ -370,21 +370,31 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     let (ok, _, err) = cli(&["certs", "issue", "--dir", &dir, "--name", "op2", "--role", "operator"]);
     assert!(ok, "{err}");
     add("op2", "by-op2").await.unwrap();
+    // Connections op2 opens before the revocation: they stay open, and each call on them meets the gate.
+    let mut before = Vec::new();
+    for id in [1, 2, 3] {
+        let mut client = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "op2"))));
+        client.list_tenants(v1::ListRequest { stale: true }).await.unwrap();
+        before.push(client);
+    }
     let [cert, key, ca] = flags("admin");
     let op2 = pki.path().join("op2.pem").to_string_lossy().into_owned();
     let admin = ["--endpoints", &endpoints, "--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
     let (ok, out, err) = cli(&[&["certs", "revoke", "--cert", &op2][..], &admin[..]].concat());
     assert!(ok && out.contains("revoked"), "{out}{err}");
-    for id in [1, 2, 3] {
-        let mut client = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "op2"))));
+    for (id, open) in [1, 2, 3].into_iter().zip(before) {
         let e = eventually(T, &format!("member {id} to refuse the revoked certificate"), || {
-            let mut client = client.clone();
+            let mut client = open.clone();
             async move { client.list_tenants(v1::ListRequest { stale: true }).await.err() }
         })
         .await;
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
         assert!(e.message().contains("revoked"), "{e:?}");
-        client = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "operator"))));
+        // A new connection does not get past its TLS handshake.
+        let mut fresh = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "op2"))));
+        let e = fresh.list_tenants(v1::ListRequest { stale: true }).await.unwrap_err();
+        assert!(format!("{e:?}").contains("CertificateRevoked"), "member {id}: {e:?}");
+        let mut client = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "operator"))));
         client.list_tenants(v1::ListRequest { stale: true }).await.unwrap();
     }
     let (ok, out, err) = cli(&[&["certs", "revoked"][..], &admin[..]].concat());

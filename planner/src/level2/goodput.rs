@@ -4,10 +4,10 @@
 //! allocation ([`crate::level2::thief`]) and the previous round's plan shifted onto this round's slots
 //! ([`WarmStart`]), which also brings the prices of its best bound.
 
+use std::collections::BTreeMap;
+
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{Assignment, Role};
-
-use std::collections::BTreeMap;
 
 use crate::input::{PlannerInput, TenantInput, WarmStart, WarmTenant};
 use crate::level2::build::{Arrivals, gpu_problem};
