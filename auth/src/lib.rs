@@ -81,6 +81,8 @@ pub struct Identity {
     pub name: String,
     /// The certificate's serial number as [`normalize_serial`] writes it.
     pub serial: String,
+    /// The certificate's fingerprint ([`fingerprint_of`]): what a pinned member must present.
+    pub fingerprint: String,
 }
 
 impl Identity {
@@ -100,7 +102,7 @@ impl Identity {
             .and_then(|a| a.as_str().ok())
             .ok_or("the certificate's subject has no CN (name)")?
             .to_string();
-        Ok(Identity { role, name, serial: serial_hex(cert.raw_serial()) })
+        Ok(Identity { role, name, serial: serial_hex(cert.raw_serial()), fingerprint: fingerprint_of(der) })
     }
 
     /// The identity the first certificate of PEM file `path` names.
@@ -117,6 +119,23 @@ impl Identity {
     pub fn member_id(&self) -> Option<u64> {
         (self.role == Role::Coordinator).then(|| self.name.strip_prefix("node-")?.parse().ok()).flatten()
     }
+}
+
+/// A DER certificate's fingerprint as Tessera writes and compares them: `sha256:` and the lowercase hex of the
+/// SHA-256 digest of the DER bytes (what `openssl x509 -fingerprint -sha256` prints, without colons, lowercased).
+pub fn fingerprint_of(der: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, der);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// A fingerprint as [`fingerprint_of`] writes it, from `sha256:HEX` or `HEX` with or without colons, any case;
+/// `None` unless it is 32 bytes of hex.
+pub fn normalize_fingerprint(text: &str) -> Option<String> {
+    let hex = text.trim();
+    let hex = hex.strip_prefix("sha256:").or_else(|| hex.strip_prefix("SHA256:")).unwrap_or(hex);
+    let hex: String = hex.chars().filter(|c| *c != ':').map(|c| c.to_ascii_lowercase()).collect();
+    (hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit())).then(|| format!("sha256:{hex}"))
 }
 
 /// The serial number of a DER certificate as [`normalize_serial`] writes it (`None`: not a certificate).
@@ -567,6 +586,23 @@ mod tests {
         assert_eq!(normalize_serial("0").as_deref(), Some("0"));
         for bad in ["", "xyz", &"f".repeat(41)] {
             assert_eq!(normalize_serial(bad), None, "{bad}");
+        }
+        // Fingerprints: one per certificate, as openssl prints them too.
+        assert!(node2.fingerprint.starts_with("sha256:") && node2.fingerprint.len() == 71, "{node2:?}");
+        assert_ne!(node2.fingerprint, who("node-1").fingerprint);
+        let openssl_style: String = node2.fingerprint[7..]
+            .to_uppercase()
+            .as_bytes()
+            .chunks(2)
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .collect::<Vec<_>>()
+            .join(":");
+        assert_eq!(
+            normalize_fingerprint(&format!("SHA256:{openssl_style}")).as_deref(),
+            Some(node2.fingerprint.as_str())
+        );
+        for bad in ["", "sha256:xyz", &"f".repeat(63)] {
+            assert_eq!(normalize_fingerprint(bad), None, "{bad}");
         }
         assert!(Need::Reader.allows(&reader) && !Need::Operator.allows(&reader));
         assert!(Need::Operator.allows(&operator) && !Need::Admin.allows(&operator));

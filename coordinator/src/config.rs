@@ -34,6 +34,9 @@
 //!
 //! insecure = false                         # plaintext beyond loopback needs this (or --insecure)
 //!
+//! member_pins = "1=sha256:ab12...,2=sha256:cd34..."   # optional: the one certificate each listed member may use
+//!                                          # (`coordinator certs fingerprint --cert node-1.pem` prints one)
+//!
 //! [tls]                                    # optional: mutual TLS on every connection (coordinator certs init)
 //! cert = "certs/node-1.pem"
 //! key = "certs/node-1.key"
@@ -117,6 +120,9 @@ pub struct CoordinatorConfig {
     pub sharing: tessera_core::sharing::Sharing,
     /// Mutual TLS (`None`: plaintext, every caller may do everything).
     pub tls: Option<tessera_auth::TlsFiles>,
+    /// Pinned member certificates: a member id listed here is believed only with the certificate of this
+    /// fingerprint ([`tessera_auth::fingerprint_of`]); members not listed, with any the CA issued to their name.
+    pub member_pins: BTreeMap<u64, String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -140,6 +146,7 @@ struct RawConfig {
     #[serde(default)]
     failure_detection: RawFailureDetection,
     tls: Option<tessera_auth::TlsFiles>,
+    member_pins: Option<String>,
     insecure: Option<bool>,
 }
 
@@ -234,12 +241,35 @@ pub struct Overrides {
     pub sharing: Option<String>,
     /// `--tls-cert`, `--tls-key`, `--tls-ca` (all three, or none: the file's `[tls]`).
     pub tls: Option<tessera_auth::TlsFiles>,
+    /// `--member-pins`.
+    pub member_pins: Option<String>,
     /// `--insecure` (true when given): plaintext beyond loopback.
     pub insecure: bool,
     /// `--join`.
     pub join: bool,
     /// `--allow-fault-injection`.
     pub allow_fault_injection: bool,
+}
+
+/// Parses `1=sha256:HEX,2=sha256:HEX` (fingerprints as [`tessera_auth::normalize_fingerprint`] reads them).
+pub fn parse_member_pins(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut pins = BTreeMap::new();
+    for (i, part) in text.split(',').map(str::trim).filter(|p| !p.is_empty()).enumerate() {
+        let (id, fp) = part.split_once('=').ok_or_else(|| format!("entry {} `{part}` is not ID=FINGERPRINT", i + 1))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(|| format!("entry {} `{part}`: the member id must be a number above 0", i + 1))?;
+        let fp = tessera_auth::normalize_fingerprint(fp).ok_or_else(|| {
+            format!("entry {} `{part}`: the fingerprint must be sha256:HEX (64 hex digits; certs fingerprint)", i + 1)
+        })?;
+        if pins.insert(id, fp).is_some() {
+            return Err(format!("entry {} `{part}`: member {id} is pinned twice", i + 1));
+        }
+    }
+    Ok(pins)
 }
 
 /// Parses `1=host:port,2=host:port`.
@@ -460,6 +490,16 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
             ),
         ));
     }
+    let member_pins = match over.member_pins.as_deref().or(raw.member_pins.as_deref()) {
+        Some(text) => parse_member_pins(text).map_err(|m| field("member_pins", m))?,
+        None => BTreeMap::new(),
+    };
+    if !member_pins.is_empty() && tls.is_none() {
+        return Err(field(
+            "member_pins",
+            "pins certificates, so it needs TLS (--tls-cert/--tls-key/--tls-ca or [tls])",
+        ));
+    }
     let failure_detection =
         detect.then_some(crate::planning::FailureDetection { suspect_after, fail_after, suspect_push_failures });
     Ok(CoordinatorConfig {
@@ -486,6 +526,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         interference,
         sharing,
         tls,
+        member_pins,
     })
 }
 
@@ -508,6 +549,18 @@ mod tests {
         assert!(parse_peers("1=a:1,x=b:2").unwrap_err().contains("entry 2"));
         assert!(parse_peers("1=a:1,1=b:2").unwrap_err().contains("twice"));
         assert!(parse_peers("1=nohost").unwrap_err().contains("HOST:PORT"));
+    }
+
+    #[test]
+    fn member_pins_parse_and_name_the_bad_entry() {
+        let fp = format!("sha256:{}", "ab".repeat(32));
+        let p = parse_member_pins(&format!("1={fp}, 3=SHA256:{}", "CD".repeat(32))).unwrap();
+        assert_eq!(p[&1], fp);
+        assert_eq!(p[&3], format!("sha256:{}", "cd".repeat(32)));
+        assert!(parse_member_pins(&format!("1={fp},2=sha256:12")).unwrap_err().contains("entry 2"));
+        assert!(parse_member_pins(&format!("0={fp}")).unwrap_err().contains("above 0"));
+        assert!(parse_member_pins(&format!("1={fp},1={fp}")).unwrap_err().contains("twice"));
+        assert!(parse_member_pins("1").unwrap_err().contains("ID=FINGERPRINT"));
     }
 
     #[test]

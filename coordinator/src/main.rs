@@ -166,6 +166,10 @@ struct ServeArgs {
     /// The cluster's CA certificate.
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<PathBuf>,
+    /// Pinned member certificates, `1=sha256:HEX,2=sha256:HEX` (`coordinator certs fingerprint` prints one): a
+    /// member whose id is pinned is believed only with exactly that certificate, whatever else the CA issued.
+    #[arg(long, value_name = "ID=FINGERPRINT,...")]
+    member_pins: Option<String>,
     /// Serve plaintext on an address beyond loopback (local development only: anyone who reaches the port may
     /// do anything).
     #[arg(long)]
@@ -321,6 +325,12 @@ enum CertsCmd {
         /// Further host names a coordinator or agent is reached at.
         #[arg(long = "host", value_name = "NAME")]
         hosts: Vec<String>,
+    },
+    /// Print a certificate's fingerprint (`sha256:HEX`), as `member_pins` takes it.
+    Fingerprint {
+        /// The certificate (PEM).
+        #[arg(long, value_name = "FILE")]
+        cert: PathBuf,
     },
     /// Revoke a certificate on a running cluster (admin): every member refuses its calls, Raft included, from then
     /// on. Give the certificate's PEM file, or its serial number (hex, as `openssl x509 -serial` prints it).
@@ -597,6 +607,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 sharing: a.sharing,
                 tls: tessera_auth::TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca)
                     .map_err(|e| anyhow::anyhow!(e))?,
+                member_pins: a.member_pins,
                 insecure: a.insecure,
                 join: a.join,
                 #[cfg(feature = "fault-injection")]
@@ -998,6 +1009,11 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             }
             let (cert, key) = tessera_auth::issue(&dir, &name, role, &hosts).map_err(|e| anyhow::anyhow!("{e}"))?;
             out(&format!("{name}: {} {}", cert.display(), key.display()));
+            Ok(())
+        }
+        Cmd::Certs(CertsCmd::Fingerprint { cert }) => {
+            let who = tessera_auth::Identity::from_pem_file(&cert).map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("{}", who.fingerprint);
             Ok(())
         }
         Cmd::Certs(CertsCmd::Revoke { cert, serial, c }) => {

@@ -107,11 +107,17 @@ pub async fn serve_on(
             // A revoked certificate speaks for nobody; a coordinator certificate is a member's only while its CN
             // names a current member: one the CA issued to `node-9`, or to a member since removed, is nobody's.
             let members = node.clone();
+            let pins = config.member_pins.clone();
             let gate: tessera_auth::Gate = Arc::new(move |who| match who.role {
                 _ if members.is_revoked(&who.serial) => {
                     Err(format!("its certificate (serial {}) was revoked (coordinator certs revoked)", who.serial))
                 }
                 tessera_auth::Role::Coordinator => match who.member_id() {
+                    // A pinned member is itself only with the one certificate pinned for it.
+                    Some(id) if pins.get(&id).is_some_and(|pin| *pin != who.fingerprint) => Err(format!(
+                        "its certificate ({}) is not the one pinned for member {id} (member_pins)",
+                        who.fingerprint
+                    )),
                     Some(id) if members.is_member(id) => Ok(()),
                     _ => Err(format!(
                         "it is not a member of this cluster (members: {})",
