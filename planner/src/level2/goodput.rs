@@ -75,10 +75,10 @@ pub fn solve_with(
         _ => None,
     };
     let first = solve_one(input, &problem, shifted, None, None, solver)?;
-    let (problem, cg::WarmSolved { solved, prices, .. }, chosen) = if features.epochs {
+    let Configured { problem, solved: cg::WarmSolved { solved, prices, .. }, chosen } = if features.epochs {
         choose_epochs(input, problem, first, shifted, solver, features.tail)?
     } else {
-        (problem, first, Vec::new())
+        Configured { problem, solved: first, chosen: Vec::new() }
     };
     let placed = realize(&problem, &solved.schedule);
     let mut note = describe_retraining(&problem, &solved.schedule);
@@ -168,15 +168,24 @@ fn placed_value(pb: &GpuProblem, schedule: &Schedule) -> f64 {
     goodput + tail
 }
 
+/// The retraining configurations [`choose_epochs`] settled on.
+struct Configured {
+    /// The problem with them.
+    problem: GpuProblem,
+    /// Its solve.
+    solved: cg::WarmSolved,
+    /// The tenants (by index) configured other than by default, with their epochs.
+    chosen: Vec<(usize, f64)>,
+}
+
 /// Chooses each configurable retraining's epochs ([`configurable`], [`EPOCH_FACTORS`]) together with the layout:
 /// tenant by tenant, where the best plan so far starts the tenant's retraining now, the GPU is solved again with it
 /// at more epochs (2x, then 4x while that gains) or, where more does not gain, at fewer (0.5x); where the plan leaves
 /// the retraining out, at fewer only. Each solve is seeded by the best plan so far and priced at its prices; a
 /// configuration is kept only where its plan's exact planning value (goodput and tail) beats the best.
 /// More epochs cost more work on a longer-held instance and buy a better model: the solve decides whether the
-/// slices are there (idle slices buy accuracy, busy ones do not). Returns the problem and solve of the configuration
-/// chosen, and the tenants (by index) configured other than by default, with their epochs. `tail`: the problem
-/// credits retraining beyond the horizon ([`tail_values`]).
+/// slices are there (idle slices buy accuracy, busy ones do not). `tail`: the problem credits retraining beyond the
+/// horizon ([`tail_values`]).
 fn choose_epochs(
     input: &PlannerInput,
     problem: GpuProblem,
@@ -184,7 +193,7 @@ fn choose_epochs(
     warm: Option<&WarmStart>,
     solver: &SolverConfig,
     tail: bool,
-) -> Result<(GpuProblem, cg::WarmSolved, Vec<(usize, f64)>), SolveError> {
+) -> Result<Configured, SolveError> {
     let mut best_value = placed_value(&problem, &first.solved.schedule);
     let (mut best_pb, mut best) = (problem, first);
     let mut chosen: Vec<(usize, f64)> = Vec::new();
@@ -231,7 +240,7 @@ fn choose_epochs(
             }
         }
     }
-    Ok((best_pb, best, chosen))
+    Ok(Configured { problem: best_pb, solved: best, chosen })
 }
 
 /// The epochs a plan states per tenant, where other than the spec's default: those [`choose_epochs`] chose, and
