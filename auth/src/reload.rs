@@ -496,8 +496,11 @@ mod tests {
         TlsFiles { cert: dir.join(format!("{name}.pem")), key: dir.join(format!("{name}.key")), ca: dir.join("ca.pem") }
     }
 
-    /// Connects as `client` and returns the name on the server's certificate.
-    async fn server_name(addr: std::net::SocketAddr, client: &TlsFiles) -> String {
+    /// A TLS connection to `addr` as `client`, handshake done (or what it failed with).
+    async fn connect(
+        addr: std::net::SocketAddr,
+        client: &TlsFiles,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
         let mut roots = rustls::RootCertStore::empty();
         for ca in CertificateDer::pem_file_iter(&client.ca).unwrap() {
             roots.add(ca.unwrap()).unwrap();
@@ -514,7 +517,12 @@ mod tests {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = TcpStream::connect(addr).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from(COORDINATOR_SERVER_NAME).unwrap();
-        let stream = connector.connect(name, tcp).await.unwrap();
+        connector.connect(name, tcp).await.map_err(|e| format!("{e:?}"))
+    }
+
+    /// Connects as `client` and returns the name on the server's certificate.
+    async fn server_name(addr: std::net::SocketAddr, client: &TlsFiles) -> String {
+        let stream = connect(addr, client).await.unwrap();
         let der = stream.get_ref().1.peer_certificates().unwrap()[0].clone();
         Identity::from_der(&der).unwrap().name
     }
@@ -527,23 +535,7 @@ mod tests {
         kept: &mut mpsc::Receiver<String>,
     ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
         use tokio::io::AsyncReadExt;
-        let mut roots = rustls::RootCertStore::empty();
-        for ca in CertificateDer::pem_file_iter(&client.ca).unwrap() {
-            roots.add(ca.unwrap()).unwrap();
-        }
-        let certs: Vec<_> = CertificateDer::pem_file_iter(&client.cert).unwrap().map(Result::unwrap).collect();
-        let key = PrivateKeyDer::from_pem_file(&client.key).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_client_auth_cert(certs, key)
-            .unwrap();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        let name = rustls::pki_types::ServerName::try_from(COORDINATOR_SERVER_NAME).unwrap();
-        let mut stream = connector.connect(name, tcp).await.map_err(|e| format!("{e:?}"))?;
+        let mut stream = connect(addr, client).await?;
         let mut byte = [0u8; 1];
         tokio::select! {
             who = kept.recv() => {
