@@ -636,9 +636,16 @@ impl Planner {
             .iter()
             .filter_map(|(id, t)| {
                 let before = old_targets.get(id).cloned().flatten();
-                if before.as_ref().is_some_and(|b| b.layout == t.layout && b.assignments == t.assignments) {
+                let same_work = |b: &GpuPlan| b.layout == t.layout && b.assignments == t.assignments;
+                if before.as_ref().is_some_and(|b| {
+                    // A plan that changes only a retraining's configuration (its epochs) or the sharing mode is
+                    // pushed too: the agent runs its retraining at the epochs of the latest plan it took, as the
+                    // in-process executor does.
+                    same_work(b) && b.retraining_epochs == t.retraining_epochs && b.sharing == t.sharing
+                }) {
                     return None;
                 }
+                let reconfigures = !before.as_ref().is_some_and(same_work);
                 // Without an earlier target, the agent starts from the layout it reported, running nothing of ours.
                 let (from, work) = match before {
                     Some(b) => (b.layout, b.assignments),
@@ -659,7 +666,7 @@ impl Planner {
                         .map_or_else(|_| layout_steps(&from, &t.layout), |p| p.steps.len())
                     },
                 );
-                Some(Change { gpu: id.clone(), from: from.to_string(), to: t.layout.to_string(), steps })
+                Some(Change { gpu: id.clone(), from: from.to_string(), to: t.layout.to_string(), steps, reconfigures })
             })
             .collect();
         self.node.propose(Op::Fleet { command: Command::CommitPlan { plan } }).await?;
@@ -670,7 +677,7 @@ impl Planner {
         let (pushed, push_failures) = self.push_all(Some(span), &changed).await;
         span.record("tessera.push.ok", i64::from(pushed));
         span.record("tessera.push.failed", i64::from(push_failures));
-        self.metrics.reconfigurations(changed.len() as u64);
+        self.metrics.reconfigurations(changed.iter().filter(|c| c.reconfigures).count() as u64);
         Ok(RoundResult {
             outcome: "planned".into(),
             epoch,
@@ -1050,6 +1057,9 @@ pub struct Change {
     /// The steps the agent's reconciler takes from the previous target to the new one: the same diff
     /// (`tessera_core::reconfig::diff_assigned`), reassignments included.
     pub steps: usize,
+    /// Whether the layout or the assignments change (else only a retraining's configuration or the sharing mode:
+    /// pushed, but not counted as a reconfiguration).
+    pub reconfigures: bool,
 }
 
 /// Placements that differ between two layouts (the step count when a layout does not fit its GPU's model).

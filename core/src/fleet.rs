@@ -854,15 +854,17 @@ impl FleetState {
         self.tenants.values().filter(|t| !self.retiring.contains(&t.id))
     }
 
-    /// The epochs of `tenant`'s retraining as the target that gives it a retraining instance chose them
-    /// (`GpuPlan::retraining_epochs`): the configuration its agent runs. `None` where no target gives it one or the
-    /// target keeps the spec's default.
+    /// The epochs of `tenant`'s retraining where a GPU reports it on a retraining instance, as that GPU's target
+    /// chose them (`GpuPlan::retraining_epochs`; the agent takes the epochs of each plan that gives the tenant a
+    /// retraining instance, its later steps included): the configuration its agent runs. `None` where no GPU
+    /// reports one (in-process replay reads the executor alike: a retraining on an instance now) or the target
+    /// keeps the spec's default.
     pub fn retraining_epochs(&self, tenant: &TenantId) -> Option<f64> {
-        self.gpus.values().filter_map(|g| g.target.as_ref()).find_map(|t| {
-            t.assignments
+        self.gpus.values().find_map(|g| {
+            g.applied_assignments
                 .iter()
                 .any(|a| &a.tenant == tenant && a.role == Role::Retraining)
-                .then(|| t.retraining_epochs.get(tenant).copied())
+                .then(|| g.target.as_ref()?.retraining_epochs.get(tenant).copied())
                 .flatten()
         })
     }
