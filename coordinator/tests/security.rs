@@ -390,10 +390,13 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         .await;
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
         assert!(e.message().contains("revoked"), "{e:?}");
-        // A new connection does not get past its TLS handshake.
+        // A new connection does not get past its TLS handshake: the call fails in the transport (the client sees the
+        // `certificate_revoked` alert, or the connection closed under a request that raced the alert; auth's reload
+        // test checks the alert itself), never at the gate.
         let mut fresh = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "op2"))));
         let e = fresh.list_tenants(v1::ListRequest { stale: true }).await.unwrap_err();
-        assert!(format!("{e:?}").contains("CertificateRevoked"), "member {id}: {e:?}");
+        assert!(matches!(e.code(), Code::Unavailable | Code::Unknown | Code::Cancelled), "member {id}: {e:?}");
+        assert!(format!("{e:?}").contains("tonic::transport::Error"), "member {id}: {e:?}");
         let mut client = CoordinatorApiClient::new(c.channel_as(id, Some(&tls_files(pki.path(), "operator"))));
         client.list_tenants(v1::ListRequest { stale: true }).await.unwrap();
     }
