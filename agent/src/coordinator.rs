@@ -153,10 +153,13 @@ async fn call(
     let blocking_failed = |e: tokio::task::JoinError| tonic::Status::internal(format!("agent task failed: {e}"));
     if registered {
         let status = tokio::task::spawn_blocking(move || r.status()).await.map_err(blocking_failed)?;
-        let req = v1::HeartbeatRequest { state: Some(node_state_to_wire(&status, &node_id)) };
+        let req = v1::HeartbeatRequest {
+            state: Some(node_state_to_wire(&status, &node_id)),
+            revocations_index: authority.revocations_index(),
+        };
         let resp = client.heartbeat(req).await?.into_inner();
         if let Some(l) = &resp.leadership {
-            authority.learn(Leadership::from(l));
+            learn(authority, l);
         }
         Ok(Step::Heartbeat { known: resp.registered })
     } else {
@@ -171,11 +174,45 @@ async fn call(
         };
         let resp = client.register(req).await?.into_inner();
         if let Some(l) = &resp.leadership {
-            authority.learn(Leadership::from(l));
+            learn(authority, l);
         }
         Ok(Step::Registered(
             (resp.heartbeat_interval_ms > 0).then(|| Duration::from_millis(resp.heartbeat_interval_ms)),
         ))
+    }
+}
+
+/// Asks every member who leads, at once, each within `timeout`: the answers of those that answered.
+async fn ask_every_member(
+    clients: &[(String, CoordinatorClient<Channel>)],
+    node_id: &str,
+    timeout: Duration,
+) -> Vec<Leadership> {
+    let mut asked = tokio::task::JoinSet::new();
+    for (address, client) in clients {
+        let (address, mut client) = (address.clone(), client.clone());
+        let req = v1::LeadershipRequest { node_id: node_id.to_string() };
+        asked.spawn(async move {
+            match tokio::time::timeout(timeout, client.get_leadership(req)).await {
+                Ok(Ok(answer)) => Some(Leadership::from(&answer.into_inner())),
+                Ok(Err(e)) => {
+                    tracing::debug!(%address, "no leadership answer: {}: {}", e.code(), e.message());
+                    None
+                }
+                Err(_) => None,
+            }
+        });
+    }
+    asked.join_all().await.into_iter().flatten().collect()
+}
+
+/// Records what an answer says about who leads, and the revocation list it carries, if any.
+fn learn(authority: &Authority, l: &v1::Leadership) {
+    authority.learn(Leadership::from(l));
+    if let Some(list) = &l.revocations
+        && let Err(e) = authority.learn_revocations(list)
+    {
+        tracing::warn!("{e}; keeping the list held");
     }
 }
 
@@ -245,13 +282,18 @@ pub async fn run(
                 stamped = Some(stamp);
             }
         }
-        let (address, client) = &mut clients[current];
-        let address = address.clone();
+        let address = clients[current].0.clone();
         // Requests made before this call starts are answered when it returns.
         while let Ok(r) = refresh.try_recv() {
             waiting.push(r);
         }
         let answering = std::mem::take(&mut waiting);
+        if !answering.is_empty() && authority.quorum_of().is_some() {
+            // A push waits to be checked: ask every member who leads.
+            let answers = ask_every_member(&clients, reconciler.node().as_str(), options.rpc_timeout).await;
+            authority.confirm(&answers);
+        }
+        let client = &mut clients[current].1;
         let outcome = call(client, &reconciler, &options, registered, &authority).await;
         for r in answering {
             let _ = r.send(());

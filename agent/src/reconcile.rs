@@ -36,6 +36,10 @@
 //! refused ([`Acceptance::Stale`]); the same epoch with the same targets is a no-op (a retried push); a newer one
 //! replaces the targets of the GPUs it names (others keep theirs, as `core::plan::Plan` says) and is written to the
 //! state file before it is acknowledged, so a restarted agent still refuses older epochs.
+//!
+//! A held epoch the coordinators say was never committed (beyond their newest plan epoch: a forged push, or a
+//! cluster whose state was reset) cannot freeze the node: [`Reconciler::accept_within`] then takes the push the
+//! agent has checked against them, and drops the targets of that uncommitted epoch.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -352,11 +356,29 @@ impl Reconciler {
         targets: BTreeMap<u32, GpuPlan>,
         jobs: BTreeMap<TenantId, TenantJobs>,
     ) -> Result<Acceptance, ReconcileError> {
+        self.accept_within(epoch, targets, jobs, None)
+    }
+
+    /// [`Reconciler::accept_with_jobs`] for a push checked against the coordinators, whose newest committed plan
+    /// epoch is `committed`: if the epoch held is beyond it, it was never committed, so it does not make this push
+    /// stale, and its targets are dropped (see "Epochs" in the module doc).
+    pub fn accept_within(
+        &self,
+        epoch: u64,
+        targets: BTreeMap<u32, GpuPlan>,
+        jobs: BTreeMap<TenantId, TenantJobs>,
+        committed: Option<u64>,
+    ) -> Result<Acceptance, ReconcileError> {
         if epoch == 0 {
             return Err(ReconcileError::ZeroEpoch);
         }
         let mut desired = lock(&self.desired);
-        if epoch < desired.epoch {
+        let uncommitted = committed.filter(|c| desired.epoch > *c && epoch <= *c);
+        if let Some(committed) = uncommitted {
+            tracing::warn!(node = %self.node, held = desired.epoch, committed, epoch,
+                "the epoch held was never committed (beyond the coordinators' newest): taking this push instead");
+        }
+        if uncommitted.is_none() && epoch < desired.epoch {
             return Ok(Acceptance::Stale { current: desired.epoch });
         }
         if epoch == desired.epoch {
@@ -378,6 +400,9 @@ impl Reconciler {
                 .map_err(|violation| ReconcileError::InvalidTarget { gpu: *gpu, violation })?;
         }
         let mut next = desired.clone();
+        if let Some(committed) = uncommitted {
+            next.gpus.retain(|_, t| t.epoch <= committed);
+        }
         next.epoch = epoch;
         let assigned: Vec<TenantId> =
             targets.values().flat_map(|p| p.assignments.iter().map(|a| a.tenant.clone())).collect();

@@ -28,6 +28,10 @@ pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 32;
 /// How often an idle connection is pinged, and how long a ping may go unanswered before it is closed.
 pub const KEEPALIVE: Duration = Duration::from_secs(20);
+/// How long a call to the agent may take, its body read included: a push is checked, saved and answered well
+/// within it (a body sent all but its last byte is dropped then).
+pub const UNARY_DEADLINE: Duration = Duration::from_secs(30);
+
 /// How the runtime paces itself and whom it reports to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeOptions {
@@ -149,7 +153,12 @@ pub fn start(
         Some(c) => {
             let mut c = c.clone();
             c.tls = c.tls.or_else(|| options.tls.clone());
-            let (authority, refresh) = Authority::with_client(c.rpc_timeout);
+            let (mut authority, refresh) = Authority::with_client(c.rpc_timeout);
+            // With identities, who leads is what a majority of the members say (a member's certificate could lie).
+            let members = c.endpoint.split(',').filter(|a| !a.trim().is_empty()).count();
+            if c.tls.is_some() && members > 1 {
+                authority = authority.with_quorum(members);
+            }
             let authority = Arc::new(authority);
             let learner = coordinator::Learner { authority: authority.clone(), refresh };
             tasks.push(tokio::spawn(coordinator::run(c, reconciler.clone(), client.clone(), learner, shutdown)));
@@ -170,26 +179,46 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RuntimeError> {
     let addr = listener.local_addr().map_or_else(|_| "?".to_string(), |a: SocketAddr| a.to_string());
-    let auth = if handles.tls.is_some() { Auth::mutual_tls() } else { Auth::insecure() };
+    let auth = if handles.tls.is_some() {
+        // A certificate the cluster revoked (a retired member's) is refused on every call, as the coordinators
+        // refuse it.
+        let authority = handles.authority.clone();
+        Auth::mutual_tls().gate(Arc::new(move |who| {
+            if authority.is_revoked(&who.serial) {
+                Err(format!("its certificate (serial {}) was revoked (coordinator certs revoked)", who.serial))
+            } else {
+                Ok(())
+            }
+        }))
+    } else {
+        Auth::insecure()
+    };
     let service = AgentService::new(handles.reconciler.clone(), handles.wake.clone())
         .with_auth(auth)
         .with_authority(handles.authority.clone())
         .with_metrics(handles.metrics.clone())
         .into_server();
     // Bounded like the coordinator's: a push is small (tonic's 4 MiB decoding limit), one connection holds few
-    // streams and requests, and a dead connection is closed.
+    // streams and requests, a call is answered within a deadline (its body read included), and a dead connection
+    // is closed.
     let router = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(MAX_IN_FLIGHT_PER_CONNECTION)
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .http2_keepalive_interval(Some(KEEPALIVE))
         .http2_keepalive_timeout(Some(KEEPALIVE))
+        .layer(tessera_auth::deadline::UnaryDeadline { limit: UNARY_DEADLINE, long_lived: &[] })
         .add_service(service);
     match &handles.tls {
         Some(files) => {
-            // Certificates are reloaded on SIGHUP or when their files change: new connections get the new one.
+            // Certificates are reloaded on SIGHUP or when their files change: new connections get the new one. A
+            // revoked certificate fails its handshake; one identity holds at most
+            // `tessera_auth::reload::MAX_CONNECTIONS_PER_IDENTITY` connections.
             let tls = ServerTls::new(files.clone()).map_err(|e| RuntimeError::Tls(e.to_string()))?;
+            let authority = handles.authority.clone();
+            tls.set_revoked(Arc::new(move |serial| authority.is_revoked(serial)));
             let watch = tls.watch(|| {});
-            let served = router.serve_with_incoming_shutdown(tessera_auth::incoming(listener, tls), shutdown).await;
+            let incoming = tessera_auth::incoming_admitted(listener, tls, tessera_auth::Admission::default());
+            let served = router.serve_with_incoming_shutdown(incoming, shutdown).await;
             watch.abort();
             served
         }

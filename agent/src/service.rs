@@ -355,7 +355,10 @@ impl AgentService {
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
         self.reconciler.follow_trace(epoch, targets.keys().copied(), &span.context());
         // Checking targets reads the GPUs and saving syncs a file: both block.
-        let outcome = tokio::task::spawn_blocking(move || reconciler.accept_with_jobs(epoch, targets, jobs))
+        // The push was checked against the coordinators' newest committed epoch: an epoch held beyond it was never
+        // committed and does not make this push stale.
+        let committed = if pusher.is_some() { self.authority.known().map(|k| k.plan_epoch) } else { None };
+        let outcome = tokio::task::spawn_blocking(move || reconciler.accept_within(epoch, targets, jobs, committed))
             .await
             .map_err(|e| Status::internal(format!("apply task failed: {e}")))
             .and_then(|r| r.map_err(Status::from));

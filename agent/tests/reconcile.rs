@@ -346,6 +346,32 @@ fn case_03_an_older_epoch_never_overrides_a_newer_one_even_after_a_restart() {
     assert!(matches!(restarted.accept(0, BTreeMap::new()), Err(ReconcileError::ZeroEpoch)));
 }
 
+/// A held epoch the coordinators never committed (a forged push) does not freeze the node: the next push checked
+/// against them replaces it, and the uncommitted targets go, even across a restart.
+#[test]
+fn case_03b_an_epoch_never_committed_does_not_make_committed_pushes_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Arc::new(Node::default());
+    let r = reconciler(&node, dir.path());
+    let none = BTreeMap::new;
+    assert_eq!(r.accept(5, BTreeMap::from([(0, first())])).unwrap(), Acceptance::Accepted);
+    assert_eq!(r.accept(1 << 63, BTreeMap::from([(0, second())])).unwrap(), Acceptance::Accepted, "forged");
+    drop(r);
+    let r = reconciler(&node, dir.path());
+    // Unchecked, the forged epoch holds; checked against a committed epoch of 6, it is known forged.
+    assert_eq!(r.accept(6, BTreeMap::new()).unwrap(), Acceptance::Stale { current: 1 << 63 });
+    assert_eq!(r.accept_within(6, BTreeMap::new(), none(), Some(6)).unwrap(), Acceptance::Accepted);
+    assert_eq!(r.desired().epoch, 6);
+    assert!(r.desired().gpus.is_empty(), "the forged target went: {:?}", r.desired().gpus);
+    // A committed epoch held still makes older pushes stale, checked or not.
+    assert_eq!(r.accept_within(4, BTreeMap::new(), none(), Some(6)).unwrap(), Acceptance::Stale { current: 6 });
+    assert_eq!(
+        r.accept_within(7, BTreeMap::from([(0, first())]), none(), Some(6)).unwrap(),
+        Acceptance::Accepted,
+        "the reconciler takes what the authority passed"
+    );
+}
+
 #[test]
 fn case_04_invalid_targets_are_refused_before_anything_changes() {
     let dir = tempfile::tempdir().unwrap();

@@ -12,12 +12,14 @@
 //! - [`Auth`]: the check every RPC makes ([`Auth::check`]): [`Need`] says which role may call it; a refusal is
 //!   `UNAUTHENTICATED` (no certificate) or `PERMISSION_DENIED` naming the role needed.
 //! - [`init_pki`]: a development PKI in one call (`coordinator certs init`).
+//! - [`deadline`]: every unary call answered within a limit, its body read included.
 //! - [`reload`]: serving mutual TLS with certificates rotated without a restart (on `SIGHUP` or a changed file).
 //!
 //! Roles nest: `admin` may do what an `operator` may, and an `operator` what a `reader` may. A `coordinator` is a
 //! member of the cluster: peers exchange Raft messages, and a follower forwards calls it has already checked to the
 //! leader, so a coordinator identity passes every check but an agent's own-node check.
 
+pub mod deadline;
 pub mod reload;
 
 use std::path::{Path, PathBuf};

@@ -22,7 +22,6 @@
 
 pub mod client;
 pub mod config;
-pub mod deadline;
 pub mod dev_cluster;
 pub mod logging;
 pub mod metrics;

@@ -429,6 +429,14 @@ impl Replica {
         self.shared.state.read().expect("state lock").revoked.contains_key(serial)
     }
 
+    /// The revocation list as agents get it: `None` when `known` (the index of the caller's copy) is current,
+    /// otherwise the list's index (that of its newest revocation; 0 when nothing is revoked) and every serial.
+    pub fn revocations_unless(&self, known: Option<u64>) -> Option<(u64, Vec<String>)> {
+        let state = self.shared.state.read().expect("state lock");
+        let index = state.revoked.values().map(|r| r.index).max().unwrap_or(0);
+        (known != Some(index)).then(|| (index, state.revoked.keys().cloned().collect()))
+    }
+
     /// The ids [`Replica::is_member`] accepts, in order.
     pub fn members_known(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.shared.members.read().expect("members lock").keys().copied().collect();

@@ -242,7 +242,10 @@ pub async fn serve_on(
         .http2_keepalive_timeout(Some(KEEPALIVE))
         // A unary call, its body read included, is answered within the deadline or ended (a half-sent body once
         // held 1 MiB per stream for as long as its sender liked).
-        .layer(crate::deadline::UnaryDeadline { limit: UNARY_DEADLINE })
+        .layer(tessera_auth::deadline::UnaryDeadline {
+            limit: UNARY_DEADLINE,
+            long_lived: &tessera_auth::deadline::LONG_LIVED,
+        })
         .add_service(
             v1::coordinator_api_server::CoordinatorApiServer::new(services.clone())
                 .max_decoding_message_size(MAX_API_REQUEST_BYTES),

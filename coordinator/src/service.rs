@@ -716,7 +716,17 @@ impl Services {
     fn leadership(&self) -> v1::Leadership {
         let status = self.node.status();
         let plan_epoch = self.node.read(|s| s.fleet.plan_epoch);
-        v1::Leadership { leader_id: status.leader_id, term: status.term, plan_epoch }
+        v1::Leadership { leader_id: status.leader_id, term: status.term, plan_epoch, revocations: None }
+    }
+
+    /// [`Services::leadership`] with the revocation list, unless the agent's copy (index `revocations_known`) is
+    /// current.
+    fn leadership_with_list(&self, revocations_known: Option<u64>) -> v1::Leadership {
+        let revocations = self
+            .node
+            .revocations_unless(revocations_known)
+            .map(|(index, serials)| v1::RevocationList { index, serials });
+        v1::Leadership { revocations, ..self.leadership() }
     }
 }
 
@@ -743,7 +753,16 @@ impl v1::coordinator_server::Coordinator for Services {
             .collect::<Result<Vec<_>, _>>()?;
         let at = SimTime::from_ms(self.planner.now_ms());
         self.propose(Command::RegisterNode { node, address: r.address, gpus, at }).await?;
-        Ok(Response::new(v1::RegisterResponse { heartbeat_interval_ms: 0, leadership: Some(self.leadership()) }))
+        Ok(Response::new(v1::RegisterResponse {
+            heartbeat_interval_ms: 0,
+            leadership: Some(self.leadership_with_list(None)),
+        }))
+    }
+
+    async fn get_leadership(&self, req: Request<v1::LeadershipRequest>) -> Result<Response<v1::Leadership>, Status> {
+        self.auth.check(&req, Need::AgentOf(&req.get_ref().node_id))?;
+        // This member's own view: an agent counts the members that agree, so a follower must not relay another's.
+        Ok(Response::new(self.leadership()))
     }
 
     async fn heartbeat(&self, req: Request<v1::HeartbeatRequest>) -> Result<Response<v1::HeartbeatResponse>, Status> {
@@ -753,10 +772,15 @@ impl v1::coordinator_server::Coordinator for Services {
         if let Some(channel) = self.leader_channel()? {
             return v1::coordinator_client::CoordinatorClient::new(channel).heartbeat(req.into_inner()).await;
         }
-        let mut state = req.into_inner().state.ok_or_else(|| bad("state", "is required"))?;
+        let req = req.into_inner();
+        let known = Some(req.revocations_index);
+        let mut state = req.state.ok_or_else(|| bad("state", "is required"))?;
         let node = NodeId::new(state.node_id.clone()).map_err(|e| bad("state.node_id", e))?;
         if !self.node.read(|s| s.fleet.nodes.contains_key(&node)) {
-            return Ok(Response::new(v1::HeartbeatResponse { registered: false, leadership: Some(self.leadership()) }));
+            return Ok(Response::new(v1::HeartbeatResponse {
+                registered: false,
+                leadership: Some(self.leadership_with_list(known)),
+            }));
         }
         self.planner.saw(&node);
         // The node's endpoints become its tenants' routes, for the tenants the committed targets place on it.
@@ -810,7 +834,10 @@ impl v1::coordinator_server::Coordinator for Services {
                 Err(_) => tracing::debug!("heartbeat report not replicated within 1 s; the next beat retries"),
             }
         }
-        Ok(Response::new(v1::HeartbeatResponse { registered: true, leadership: Some(self.leadership()) }))
+        Ok(Response::new(v1::HeartbeatResponse {
+            registered: true,
+            leadership: Some(self.leadership_with_list(known)),
+        }))
     }
 }
 
@@ -995,7 +1022,7 @@ impl RaftService {
 /// carries nothing for this long (or trickles one batch's body over it) is ended, its partial body dropped, and the
 /// peer's transport opens a new one when it next has something to send (raft resends what was lost). This bounds
 /// what a member certificate can pin with a slow body on a long-lived stream, which the unary calls' deadline
-/// (`crate::deadline`) does not cover.
+/// (`tessera_auth::deadline`) does not cover.
 pub const STREAM_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The next message of a peer's stream, or `DEADLINE_EXCEEDED` when no whole message arrives within `within`.

@@ -121,7 +121,8 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         metrics: Some(v1::WorkloadMetrics { now_ms: 1_000, tenants: vec![forged] }),
         ..Default::default()
     };
-    let r = agent.heartbeat(v1::HeartbeatRequest { state: Some(state) }).await.unwrap().into_inner();
+    let r =
+        agent.heartbeat(v1::HeartbeatRequest { state: Some(state), revocations_index: 0 }).await.unwrap().into_inner();
     assert!(r.registered, "{r:?}");
     // A client certificate cannot speak Raft for a member.
     let mut raft = v1::raft_client::RaftClient::new(c.channel_as(via, Some(&tls_files(pki.path(), "admin"))));
@@ -377,6 +378,8 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
         client.list_tenants(v1::ListRequest { stale: true }).await.unwrap();
         before.push(client);
     }
+    let mut op2_at_agent = v1::agent_client::AgentClient::new(agent_channel("op2"));
+    op2_at_agent.get_state(v1::GetStateRequest {}).await.expect("a reader's call to the agent");
     let [cert, key, ca] = flags("admin");
     let op2 = pki.path().join("op2.pem").to_string_lossy().into_owned();
     let admin = ["--endpoints", &endpoints, "--tls-cert", &cert, "--tls-key", &key, "--tls-ca", &ca];
@@ -402,6 +405,19 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     }
     let (ok, out, err) = cli(&[&["certs", "revoked"][..], &admin[..]].concat());
     assert!(ok && out.contains("operator op2"), "{out}{err}");
+    // The agent learns the list from its next heartbeat's answer: the connection op2 opened before is refused at
+    // the gate, and a new one in its handshake.
+    let e = eventually(T, "the agent to refuse the revoked certificate", || {
+        let mut open = op2_at_agent.clone();
+        async move { open.get_state(v1::GetStateRequest {}).await.err() }
+    })
+    .await;
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("revoked"), "{e:?}");
+    let mut fresh = v1::agent_client::AgentClient::new(agent_channel("op2"));
+    let e = fresh.get_state(v1::GetStateRequest {}).await.unwrap_err();
+    assert!(format!("{e:?}").contains("tonic::transport::Error"), "{e:?}");
+    reader.get_state(v1::GetStateRequest {}).await.expect("an unrevoked certificate is still served");
 
     // Refusals are counted.
     let body = http_get(&c.metrics_addr(via).unwrap()).await;

@@ -14,6 +14,7 @@
 //! | `layout_str` | text | `Layout::parse_for` (short names and every model's names) |
 //! | `load_exposition` | text | the agent's load scraper: `load::parse_sample` on each line, `load::counter_value` |
 //! | `proto_*_requests` | request kind byte, then the protobuf message | `prost::Message::decode`, then what the server converts it into |
+//! | `proto_coordinator_answers` | answer kind byte, then a register or heartbeat answer | what an agent learns from it: `Authority::learn`, `learn_revocations`, then a push checked |
 //! | `raft_log` | mode byte, then bytes for a log segment | `wal::Wal::open` (the coordinator's Raft log), then an append and a reopen |
 
 use std::path::{Path, PathBuf};
@@ -335,6 +336,29 @@ pub fn proto_coordinator_requests(data: &[u8]) {
     }
 }
 
+/// What an agent takes from the coordinators' answers to its register and heartbeat calls: who leads and the
+/// revocation list (a lying or broken member answers too). A list the agent takes holds only well-formed serials.
+pub fn proto_coordinator_answers(data: &[u8]) {
+    use tessera_agent::authority::{Authority, MAX_REVOKED, MAX_SERIAL_HEX};
+    let Some((&kind, bytes)) = data.split_first() else { return };
+    let leadership = if kind % 2 == 0 {
+        v1::RegisterResponse::decode(bytes).ok().and_then(|r| r.leadership)
+    } else {
+        v1::HeartbeatResponse::decode(bytes).ok().and_then(|r| r.leadership)
+    };
+    let Some(l) = leadership else { return };
+    let authority = Authority::standalone();
+    authority.learn((&l).into());
+    if let Some(list) = &l.revocations
+        && authority.learn_revocations(list).is_ok()
+    {
+        assert!(list.serials.len() <= MAX_REVOKED);
+        assert!(list.serials.iter().all(|s| s.len() <= MAX_SERIAL_HEX && authority.is_revoked(&s.to_ascii_lowercase())));
+        assert_eq!(authority.revocations_index(), list.index);
+    }
+    let _ = authority.check_known(Some(l.leader_id), l.term, l.plan_epoch);
+}
+
 /// `tessera.v1.CoordinatorApi` (what operators call): every request type.
 pub fn proto_coordinator_api_requests(data: &[u8]) {
     let Some((&kind, bytes)) = data.split_first() else { return };
@@ -445,7 +469,7 @@ pub fn raft_log(data: &[u8]) {
 }
 
 /// Every target by name, for the corpus test.
-pub const TARGETS: [(&str, fn(&[u8])); 19] = [
+pub const TARGETS: [(&str, fn(&[u8])); 20] = [
     ("trace_azure2019", trace_azure2019),
     ("trace_azure2021", trace_azure2021),
     ("trace_azure_llm", trace_azure_llm),
@@ -462,6 +486,7 @@ pub const TARGETS: [(&str, fn(&[u8])); 19] = [
     ("load_exposition", load_exposition),
     ("proto_agent_requests", proto_agent_requests),
     ("proto_coordinator_requests", proto_coordinator_requests),
+    ("proto_coordinator_answers", proto_coordinator_answers),
     ("proto_coordinator_api_requests", proto_coordinator_api_requests),
     ("proto_raft_requests", proto_raft_requests),
     ("raft_log", raft_log),

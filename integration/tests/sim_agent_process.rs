@@ -359,6 +359,13 @@ impl v1::coordinator_server::Coordinator for TestCoordinator {
         r.heartbeats.push(state);
         Ok(tonic::Response::new(v1::HeartbeatResponse { registered: known, leadership: None }))
     }
+
+    async fn get_leadership(
+        &self,
+        _: tonic::Request<v1::LeadershipRequest>,
+    ) -> Result<tonic::Response<v1::Leadership>, tonic::Status> {
+        Err(tonic::Status::unimplemented("this test coordinator names no leader"))
+    }
 }
 
 async fn wait_recorded(rec: &TestCoordinator, what: &str, done: impl Fn(&Recorded) -> bool) -> Result<()> {

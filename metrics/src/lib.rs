@@ -6,11 +6,18 @@
 //! - `GET /healthz`: 200 while the process serves;
 //! - `GET /readyz`: 200 when the service can do its work ([`Exposition::ready`]), 503 with the reason otherwise.
 //!
+//! The server is bounded like every Tessera server, though it speaks plain HTTP/1.1 to anyone who reaches its port
+//! ([`Limits`]): a fixed number of connections (in all and per peer address), request headers read within a few
+//! seconds and at most 16 KiB of them, and a connection's whole life bounded (a scraper reconnects).
+//!
 //! `prometheus-client` encodes OpenMetrics only. The text format differs in what matters here: a counter's `# HELP`
 //! and `# TYPE` lines name the sample (`x_total`, not `x`), there are no `# UNIT` lines and no `# EOF`
 //! ([`to_prometheus_text`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -93,9 +100,117 @@ pub fn router<E: Exposition>(exposition: Arc<E>) -> Router {
         .with_state(exposition)
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` for `exposition` on `listener` until the listener fails.
+/// What one metrics server allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once, in all (a scraper or two and a probe need a handful).
+    pub max_connections: usize,
+    /// Connections open at once from one peer address.
+    pub max_per_peer: usize,
+    /// How long a request's headers may take to arrive (and an idle kept-alive connection may wait for the next).
+    pub header_read_timeout: Duration,
+    /// Most bytes of request headers buffered (the least hyper allows is 8 KiB).
+    pub max_header_bytes: usize,
+    /// How long a connection may live, whatever it does.
+    pub connection_lifetime: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 64,
+            max_per_peer: 16,
+            header_read_timeout: Duration::from_secs(5),
+            max_header_bytes: 16 * 1024,
+            connection_lifetime: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` for `exposition` on `listener`, within the default [`Limits`], until
+/// the listener fails.
 pub async fn serve<E: Exposition>(listener: tokio::net::TcpListener, exposition: Arc<E>) -> std::io::Result<()> {
-    axum::serve(listener, router(exposition)).await
+    serve_within(listener, router(exposition), Limits::default()).await
+}
+
+/// Serves `router` over HTTP/1.1 on `listener` within `limits` until the listener fails. A connection beyond a
+/// limit is closed at once, before anything is read from it.
+pub async fn serve_within(listener: tokio::net::TcpListener, router: Router, limits: Limits) -> std::io::Result<()> {
+    let open = Arc::new(Open::default());
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            // A connection that failed before it was accepted, or no descriptors left for a moment: not fatal.
+            Err(e) if is_transient(&e) => {
+                tracing::debug!(error = %e, "metrics: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(slot) = Open::admit(&open, peer.ip(), &limits) else {
+            tracing::debug!(%peer, "metrics: connection refused (too many open)");
+            drop(stream);
+            continue;
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .max_buf_size(limits.max_header_bytes.max(8192));
+            let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            match tokio::time::timeout(limits.connection_lifetime, conn).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics: connection ended"),
+                Err(_) => tracing::debug!(%peer, "metrics: connection closed at the end of its lifetime"),
+            }
+        });
+    }
+}
+
+fn is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock)
+        || e.raw_os_error().is_some_and(|c| c == 23 || c == 24) // ENFILE, EMFILE
+}
+
+/// Connections open, in all and per peer address.
+#[derive(Debug, Default)]
+struct Open(Mutex<(usize, HashMap<IpAddr, usize>)>);
+
+/// One admitted connection: counted until dropped.
+struct Slot {
+    open: Arc<Open>,
+    peer: IpAddr,
+}
+
+impl Open {
+    fn admit(open: &Arc<Open>, peer: IpAddr, limits: &Limits) -> Option<Slot> {
+        let mut counts = open.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let from_peer = counts.1.get(&peer).copied().unwrap_or(0);
+        if counts.0 >= limits.max_connections || from_peer >= limits.max_per_peer {
+            return None;
+        }
+        counts.0 += 1;
+        *counts.1.entry(peer).or_insert(0) += 1;
+        Some(Slot { open: Arc::clone(open), peer })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.open.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.0 -= 1;
+        if let Some(n) = counts.1.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                counts.1.remove(&self.peer);
+            }
+        }
+    }
 }
 
 async fn get_metrics<E: Exposition>(State(e): State<Arc<E>>, headers: HeaderMap) -> impl IntoResponse {
@@ -144,6 +259,7 @@ mod tests {
     use prometheus_client::metrics::gauge::Gauge;
     use prometheus_client::metrics::histogram::Histogram;
     use prometheus_client::registry::Unit;
+    use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     struct Sample {
@@ -230,5 +346,71 @@ mod tests {
             assert!(http_get(addr, "/nope", "*/*").await.starts_with("HTTP/1.1 404"));
             server.abort();
         }
+    }
+
+    /// Reads until the server closes the connection (or resets it), and returns what it sent.
+    async fn until_closed(s: &mut tokio::net::TcpStream) -> String {
+        let mut out = Vec::new();
+        // Bounded only so that a broken server fails the test rather than hanging it.
+        let read = tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut out)).await;
+        assert!(read.is_ok(), "the server never closed the connection");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slow_headers_big_headers_and_extra_connections_are_cut() {
+        let limits = Limits {
+            max_connections: 3,
+            max_per_peer: 2,
+            header_read_timeout: Duration::from_millis(300),
+            max_header_bytes: 8192,
+            connection_lifetime: Duration::from_secs(600),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve_within(listener, router(Arc::new(sample(true))), limits));
+        // Headers that never end: the connection is closed once the header timeout passes.
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        let answer = until_closed(&mut slow).await;
+        assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
+        // Headers beyond the buffer: refused (431) or the connection closed, never buffered.
+        let mut big = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let header = format!("GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n", "a".repeat(64 * 1024));
+        let _ = big.write_all(header.as_bytes()).await;
+        let answer = until_closed(&mut big).await;
+        assert!(!answer.contains("200 OK"), "{answer}");
+        server.abort();
+        // Two idle connections from this address fill its share: a third is closed before anything is read.
+        let limits = Limits { header_read_timeout: Duration::from_secs(600), ..limits };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve_within(listener, router(Arc::new(sample(true))), limits));
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            // A request answered shows the connection was admitted (and keeps it open: keep-alive).
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&buf[..n]));
+            held.push(s);
+        }
+        let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert_eq!(until_closed(&mut third).await, "", "refused unread");
+        // Once one closes, a new connection is served again (the count follows connections, not requests).
+        drop(held.pop());
+        loop {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+            let answer = until_closed(&mut s).await;
+            if answer.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            assert_eq!(answer, "", "refused connections are closed unread");
+            tokio::task::yield_now().await;
+        }
+        server.abort();
     }
 }

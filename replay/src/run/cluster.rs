@@ -317,7 +317,7 @@ async fn report_and_advance(
     for n in nodes {
         n.pass()?;
         agents_api
-            .heartbeat(v1::HeartbeatRequest { state: Some(n.state()) })
+            .heartbeat(v1::HeartbeatRequest { state: Some(n.state()), revocations_index: 0 })
             .await
             .map_err(|s| status_err("heartbeat", s))?;
     }
