@@ -332,7 +332,6 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
             .then_some(())
     })
     .await;
-    sim.stop().await;
 
     // Admin and operator actions are in the audit log, on every member, with who did them and the result.
     let [cert, key, ca] = flags("admin");
@@ -418,6 +417,7 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     let e = fresh.get_state(v1::GetStateRequest {}).await.unwrap_err();
     assert!(format!("{e:?}").contains("tonic::transport::Error"), "{e:?}");
     reader.get_state(v1::GetStateRequest {}).await.expect("an unrevoked certificate is still served");
+    sim.stop().await;
 
     // Refusals are counted.
     let body = http_get(&c.metrics_addr(via).unwrap()).await;
@@ -676,4 +676,110 @@ async fn one_leader(c: &Cluster, at_least: u64) -> Option<u64> {
     }
     let one = seen.iter().all(|s| s.leader_id != 0 && (s.leader_id, s.term) == (seen[0].leader_id, seen[0].term));
     (one && seen[0].term >= at_least).then_some(seen[0].term)
+}
+
+/// A member's certificate lying to an agent about who leads (the attacker answers the agent's register and heartbeat
+/// calls, as a compromised member would): the agent believes what a majority of the members say, so the liar's push
+/// at a made-up term and epoch is refused, and the real leader's is taken though the agent never heartbeats to it.
+/// Before, the agent took the liar's word from its heartbeat answer, and the forged epoch 2^40 froze the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_lies_to_an_agent_about_who_leads_moves_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let pki = tempfile::tempdir().unwrap();
+    let dir = pki.path().to_string_lossy().into_owned();
+    let (ok, _, err) = cli(&["certs", "init", "--out", &dir, "--nodes", "3", "--agent", "node-0", "--agent", "lied-0"]);
+    assert!(ok, "{err}");
+    let c = Cluster::start_tls(3, &[], pki.path());
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    // A node the cluster plans for, so that plans are committed.
+    let planned =
+        start_sim_tls(&c.endpoints(), 1, 1, tessera_sim::node::ClockKind::Wall, "node", Some(pki.path())).await;
+    let liar_id = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
+    let mut operator = CoordinatorApiClient::new(c.channel_as(leader, Some(&tls_files(pki.path(), "operator"))));
+    // A committed plan, so that the leader has an epoch to push.
+    eventually(T, "a plan to be committed", || {
+        let mut operator = operator.clone();
+        async move {
+            let spec = tenant("t1", "resnet50", 1.0);
+            operator.create_tenant(v1::TenantRequest { spec: Some(spec), ..Default::default() }).await.ok();
+            operator.trigger_plan(v1::TriggerPlanRequest {}).await.ok()?;
+            let s = operator.cluster_status(v1::ClusterStatusRequest {}).await.ok()?.into_inner();
+            (s.plan_epoch > 0 && s.leader_id == leader).then_some(())
+        }
+    })
+    .await;
+    let status = operator.cluster_status(v1::ClusterStatusRequest {}).await.unwrap().into_inner();
+
+    /// The compromised member: it says it leads, 50 terms on, with epoch 2^40 committed.
+    #[derive(Clone)]
+    struct Liar {
+        lie: v1::Leadership,
+        heard: Arc<AtomicU64>,
+    }
+    #[tonic::async_trait]
+    impl v1::coordinator_server::Coordinator for Liar {
+        async fn register(
+            &self,
+            _: tonic::Request<v1::RegisterRequest>,
+        ) -> Result<tonic::Response<v1::RegisterResponse>, tonic::Status> {
+            self.heard.fetch_add(1, Ordering::SeqCst);
+            Ok(tonic::Response::new(v1::RegisterResponse {
+                heartbeat_interval_ms: 0,
+                leadership: Some(self.lie.clone()),
+            }))
+        }
+        async fn heartbeat(
+            &self,
+            _: tonic::Request<v1::HeartbeatRequest>,
+        ) -> Result<tonic::Response<v1::HeartbeatResponse>, tonic::Status> {
+            self.heard.fetch_add(1, Ordering::SeqCst);
+            Ok(tonic::Response::new(v1::HeartbeatResponse { registered: true, leadership: Some(self.lie.clone()) }))
+        }
+        async fn get_leadership(
+            &self,
+            _: tonic::Request<v1::LeadershipRequest>,
+        ) -> Result<tonic::Response<v1::Leadership>, tonic::Status> {
+            Ok(tonic::Response::new(self.lie.clone()))
+        }
+    }
+    let lie = v1::Leadership { leader_id: liar_id, term: status.term + 50, plan_epoch: 1 << 40, revocations: None };
+    let liar = Liar { lie: lie.clone(), heard: Arc::default() };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let liar_addr = listener.local_addr().unwrap();
+    let tls = tessera_auth::ServerTls::new(tls_files(pki.path(), &format!("node-{liar_id}"))).unwrap();
+    let served = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(v1::coordinator_server::CoordinatorServer::new(liar.clone()))
+            .serve_with_incoming(tessera_auth::incoming(listener, tls)),
+    );
+    // The agent's first address is the liar's: every register and heartbeat goes to it.
+    let endpoints = format!("{liar_addr},{}", c.endpoints());
+    let sim = start_sim_tls(&endpoints, 1, 1, tessera_sim::node::ClockKind::Wall, "lied", Some(pki.path())).await;
+    eventually(T, "the agent to heartbeat to the liar", || async {
+        (liar.heard.load(Ordering::SeqCst) >= 2).then_some(())
+    })
+    .await;
+    let push_as = |member: u64| {
+        let f = tls_files(pki.path(), &format!("node-{member}"));
+        let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", sim.addr(0)))
+            .unwrap()
+            .tls_config(f.client("lied-0").unwrap())
+            .unwrap()
+            .connect_lazy();
+        v1::agent_client::AgentClient::new(channel)
+    };
+    let forged = v1::ApplyLayoutRequest { epoch: lie.plan_epoch, targets: vec![], term: lie.term, jobs: vec![] };
+    let e = push_as(liar_id).apply_layout(forged).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("beyond the known term"), "{e:?}");
+    // The real leader, at its term, with the epoch it committed: taken.
+    let real = v1::ApplyLayoutRequest { epoch: status.plan_epoch, targets: vec![], term: status.term, jobs: vec![] };
+    let r = push_as(leader).apply_layout(real).await.unwrap().into_inner();
+    assert_eq!(r.status(), v1::ApplyStatus::Accepted, "{r:?}");
+    assert_eq!(r.epoch, status.plan_epoch);
+    served.abort();
+    sim.stop().await;
+    planned.stop().await;
 }
