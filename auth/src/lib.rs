@@ -400,6 +400,12 @@ impl Auth {
     }
 }
 
+/// How long the certificates of identities last by default, in days: short, so that a stolen key stops working by
+/// itself (rotate with `coordinator certs issue`, which servers pick up without a restart).
+pub const CERT_LIFETIME_DAYS: u32 = 90;
+/// How long the development CA lasts, in days; no certificate it issues outlives it.
+pub const CA_LIFETIME_DAYS: u32 = 3 * 365;
+
 /// What [`init_pki`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pki {
@@ -412,8 +418,10 @@ pub struct Pki {
 /// Writes a development PKI to `out`: `ca.pem` and `ca.key`, and for each identity `NAME.pem` and `NAME.key`:
 /// coordinators `node-1`..`node-<nodes>` (server and client, DNS names `node-<i>`, [`COORDINATOR_SERVER_NAME`],
 /// `localhost` and `hosts`), agents named `agents` (server and client, DNS names the agent's name, `localhost` and
-/// `hosts`), and the clients `admin`, `operator` and `reader`. Keys are written readable by their owner only.
-pub fn init_pki(out: &Path, nodes: u32, agents: &[String], hosts: &[String]) -> Result<Pki, AuthError> {
+/// `hosts`), and the clients `admin`, `operator` and `reader`, each valid for `days` days (at most
+/// [`CA_LIFETIME_DAYS`]; [`CERT_LIFETIME_DAYS`] is the default). Keys are written readable by their owner only.
+pub fn init_pki(out: &Path, nodes: u32, agents: &[String], hosts: &[String], days: u32) -> Result<Pki, AuthError> {
+    check_days(days)?;
     std::fs::create_dir_all(out)
         .map_err(|e| AuthError::File { path: out.to_path_buf(), message: format!("cannot create: {e}") })?;
     // Every identity is a file NAME.pem: an agent named like a member or a client would overwrite its certificate.
@@ -428,7 +436,7 @@ pub fn init_pki(out: &Path, nodes: u32, agents: &[String], hosts: &[String]) -> 
         )));
     }
     let ca_key = rcgen::KeyPair::generate().map_err(gen_err)?;
-    let ca_params = ca_params();
+    let ca_params = ca_params(CA_LIFETIME_DAYS);
     let ca_cert = ca_params.self_signed(&ca_key).map_err(gen_err)?;
     let ca = write_file(&out.join("ca.pem"), &ca_cert.pem(), false)?;
     write_file(&out.join("ca.key"), &ca_key.serialize_pem(), true)?;
@@ -442,7 +450,7 @@ pub fn init_pki(out: &Path, nodes: u32, agents: &[String], hosts: &[String]) -> 
     );
     let mut identities = Vec::new();
     for (name, role) in wanted {
-        let (cert, key) = issue_with(&issuer, out, &name, role, hosts)?;
+        let (cert, key) = issue_with(&issuer, out, &name, role, hosts, days)?;
         identities.push((name, cert, key));
     }
     Ok(Pki { ca, identities })
@@ -450,8 +458,10 @@ pub fn init_pki(out: &Path, nodes: u32, agents: &[String], hosts: &[String]) -> 
 
 /// Issues (or re-issues, to rotate it) the certificate of one identity with the CA of a PKI that [`init_pki`] wrote
 /// to `dir` (`ca.pem`, `ca.key`): a new key and certificate, `NAME.pem` and `NAME.key`, each replaced in one rename
-/// so a server reloading them never reads half a file. Returns their paths.
-pub fn issue(dir: &Path, name: &str, role: Role, hosts: &[String]) -> Result<(PathBuf, PathBuf), AuthError> {
+/// so a server reloading them never reads half a file, valid for `days` days (as [`init_pki`]'s). Returns their
+/// paths.
+pub fn issue(dir: &Path, name: &str, role: Role, hosts: &[String], days: u32) -> Result<(PathBuf, PathBuf), AuthError> {
+    check_days(days)?;
     let key_path = dir.join("ca.key");
     let pem = String::from_utf8(read(&key_path)?)
         .map_err(|_| AuthError::File { path: key_path.clone(), message: "not a PEM key".into() })?;
@@ -480,23 +490,34 @@ pub fn issue(dir: &Path, name: &str, role: Role, hosts: &[String]) -> Result<(Pa
             )));
         }
     }
-    let issuer = rcgen::Issuer::new(ca_params(), ca_key);
-    issue_with(&issuer, dir, name, role, hosts)
+    let issuer = rcgen::Issuer::new(ca_params(CA_LIFETIME_DAYS), ca_key);
+    issue_with(&issuer, dir, name, role, hosts, days)
 }
 
 fn gen_err(e: rcgen::Error) -> AuthError {
     AuthError::Generate(e.to_string())
 }
 
-/// A year from now.
-fn validity(p: &mut rcgen::CertificateParams) {
+/// From now for `days` days.
+fn validity(p: &mut rcgen::CertificateParams, days: u32) {
     let now = std::time::SystemTime::now();
     p.not_before = now.into();
-    p.not_after = (now + std::time::Duration::from_secs(366 * 24 * 3600)).into();
+    p.not_after = (now + std::time::Duration::from_secs(u64::from(days) * 24 * 3600)).into();
+}
+
+/// A certificate lifetime is 1 day to [`CA_LIFETIME_DAYS`].
+fn check_days(days: u32) -> Result<(), AuthError> {
+    if (1..=CA_LIFETIME_DAYS).contains(&days) {
+        Ok(())
+    } else {
+        Err(AuthError::Generate(format!(
+            "a certificate lasts 1 to {CA_LIFETIME_DAYS} days (the CA's life), not {days}"
+        )))
+    }
 }
 
 /// The development CA's settings (its name is what issued certificates name as their issuer).
-fn ca_params() -> rcgen::CertificateParams {
+fn ca_params(days: u32) -> rcgen::CertificateParams {
     use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyUsagePurpose};
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
@@ -504,7 +525,7 @@ fn ca_params() -> rcgen::CertificateParams {
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    validity(&mut params);
+    validity(&mut params, days);
     params
 }
 
@@ -530,6 +551,7 @@ fn issue_with(
     name: &str,
     role: Role,
     hosts: &[String],
+    days: u32,
 ) -> Result<(PathBuf, PathBuf), AuthError> {
     use rcgen::{CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose};
     let mut sans = match role {
@@ -553,7 +575,7 @@ fn issue_with(
         }
         _ => vec![ExtendedKeyUsagePurpose::ClientAuth],
     };
-    validity(&mut params);
+    validity(&mut params, days);
     let key = KeyPair::generate().map_err(gen_err)?;
     let cert = params.signed_by(&key, issuer).map_err(gen_err)?;
     // The key first: a reload between the two renames fails (they do not match) and keeps the old pair.
@@ -569,7 +591,7 @@ mod tests {
     #[test]
     fn the_pki_names_roles_and_members_and_roles_nest() {
         let dir = tempfile::tempdir().unwrap();
-        let pki = init_pki(dir.path(), 2, &["agent-1".into()], &[]).unwrap();
+        let pki = init_pki(dir.path(), 2, &["agent-1".into()], &[], CERT_LIFETIME_DAYS).unwrap();
         let names: Vec<&str> = pki.identities.iter().map(|(n, _, _)| n.as_str()).collect();
         assert_eq!(names, ["node-1", "node-2", "agent-1", "admin", "operator", "reader"]);
         let who = |name: &str| {
@@ -622,23 +644,44 @@ mod tests {
     }
 
     #[test]
+    fn certificates_are_short_lived_and_never_outlive_the_ca() {
+        let days_of = |path: &Path| {
+            let der = pem_to_der(&std::fs::read(path).unwrap()).unwrap();
+            let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+            let v = cert.validity();
+            (v.not_after.timestamp() - v.not_before.timestamp()) / (24 * 3600)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        init_pki(dir.path(), 1, &[], &[], CERT_LIFETIME_DAYS).unwrap();
+        assert_eq!(days_of(&dir.path().join("node-1.pem")), i64::from(CERT_LIFETIME_DAYS));
+        assert_eq!(days_of(&dir.path().join("ca.pem")), i64::from(CA_LIFETIME_DAYS));
+        let (cert, _) = issue(dir.path(), "ops-bot", Role::Operator, &[], 7).unwrap();
+        assert_eq!(days_of(&cert), 7);
+        for days in [0, CA_LIFETIME_DAYS + 1] {
+            let e = issue(dir.path(), "ops-bot", Role::Operator, &[], days).unwrap_err().to_string();
+            assert!(e.contains("1 to 1095 days"), "{e}");
+            assert!(init_pki(&dir.path().join("x"), 1, &[], &[], days).is_err());
+        }
+    }
+
+    #[test]
     fn a_reissued_certificate_is_new_signed_by_the_same_ca_and_keeps_its_role() {
         let dir = tempfile::tempdir().unwrap();
-        init_pki(dir.path(), 2, &[], &[]).unwrap();
+        init_pki(dir.path(), 2, &[], &[], CERT_LIFETIME_DAYS).unwrap();
         let before = std::fs::read(dir.path().join("node-2.pem")).unwrap();
-        let (cert, key) = issue(dir.path(), "node-2", Role::Coordinator, &[]).unwrap();
+        let (cert, key) = issue(dir.path(), "node-2", Role::Coordinator, &[], CERT_LIFETIME_DAYS).unwrap();
         assert_ne!(std::fs::read(&cert).unwrap(), before);
         let files = TlsFiles { cert, key, ca: dir.path().join("ca.pem") };
         assert_eq!(files.own_identity().unwrap().member_id(), Some(2));
         crate::reload::server_config(&files).expect("the new pair matches and the CA verifies it");
-        let e = issue(dir.path(), "node-2", Role::Admin, &[]).unwrap_err().to_string();
+        let e = issue(dir.path(), "node-2", Role::Admin, &[], CERT_LIFETIME_DAYS).unwrap_err().to_string();
         assert!(e.contains("coordinator's certificate"), "{e}");
-        issue(dir.path(), "ops-bot", Role::Operator, &[]).unwrap();
+        issue(dir.path(), "ops-bot", Role::Operator, &[], CERT_LIFETIME_DAYS).unwrap();
         // A CA key that is not ca.pem's is refused.
         let other = tempfile::tempdir().unwrap();
-        init_pki(other.path(), 1, &[], &[]).unwrap();
+        init_pki(other.path(), 1, &[], &[], CERT_LIFETIME_DAYS).unwrap();
         std::fs::copy(other.path().join("ca.key"), dir.path().join("ca.key")).unwrap();
-        let e = issue(dir.path(), "node-1", Role::Coordinator, &[]).unwrap_err().to_string();
+        let e = issue(dir.path(), "node-1", Role::Coordinator, &[], CERT_LIFETIME_DAYS).unwrap_err().to_string();
         assert!(e.contains("is not the key of ca.pem"), "{e}");
     }
 
@@ -646,10 +689,10 @@ mod tests {
     fn agents_may_not_take_a_member_or_client_name() {
         let dir = tempfile::tempdir().unwrap();
         for bad in ["node-1", "admin", "ca"] {
-            let e = init_pki(dir.path(), 3, &[bad.to_string()], &[]).unwrap_err().to_string();
+            let e = init_pki(dir.path(), 3, &[bad.to_string()], &[], CERT_LIFETIME_DAYS).unwrap_err().to_string();
             assert!(e.contains(&format!("`{bad}`")), "{e}");
         }
-        init_pki(dir.path(), 3, &["node-0".into(), "node-4".into()], &[]).unwrap();
+        init_pki(dir.path(), 3, &["node-0".into(), "node-4".into()], &[], CERT_LIFETIME_DAYS).unwrap();
     }
 
     #[test]

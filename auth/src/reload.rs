@@ -555,7 +555,7 @@ mod tests {
     #[tokio::test]
     async fn revoked_certificates_fail_their_handshake_and_connections_are_limited_per_identity() {
         let dir = tempfile::tempdir().unwrap();
-        init_pki(dir.path(), 2, &[], &[]).unwrap();
+        init_pki(dir.path(), 2, &[], &[], crate::CERT_LIFETIME_DAYS).unwrap();
         let tls = ServerTls::new(files(dir.path(), "node-1")).unwrap();
         let reader = files(dir.path(), "reader");
         let member = files(dir.path(), "node-2");
@@ -612,7 +612,7 @@ mod tests {
     #[tokio::test]
     async fn new_connections_get_the_reloaded_certificate_and_a_bad_one_is_not_taken() {
         let dir = tempfile::tempdir().unwrap();
-        init_pki(dir.path(), 2, &[], &[]).unwrap();
+        init_pki(dir.path(), 2, &[], &[], crate::CERT_LIFETIME_DAYS).unwrap();
         // The server reads its own copy of node-1's files, which are then replaced by node-2's.
         let served = tempfile::tempdir().unwrap();
         let own = files(served.path(), "server");

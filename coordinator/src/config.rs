@@ -15,6 +15,7 @@
 //! plan_every = "60s"                       # optional: planning window
 //! metrics_listen = "127.0.0.1:9101"        # optional: Prometheus /metrics over HTTP
 //! otlp_endpoint = "http://127.0.0.1:4317"  # optional: OTLP/gRPC traces (off when absent)
+//! call_deadline = "90s"                    # optional: a unary call, its body read included, is answered within it
 //!
 //! [raft]                                   # optional
 //! tick = "100ms"
@@ -123,6 +124,8 @@ pub struct CoordinatorConfig {
     /// Pinned member certificates: a member id listed here is believed only with the certificate of this
     /// fingerprint ([`tessera_auth::fingerprint_of`]); members not listed, with any the CA issued to their name.
     pub member_pins: BTreeMap<u64, String>,
+    /// How long a unary call may take, its body read included ([`crate::server::UNARY_DEADLINE`] by default).
+    pub call_deadline: Duration,
 }
 
 #[derive(Deserialize, Default)]
@@ -147,6 +150,7 @@ struct RawConfig {
     failure_detection: RawFailureDetection,
     tls: Option<tessera_auth::TlsFiles>,
     member_pins: Option<String>,
+    call_deadline: Option<String>,
     insecure: Option<bool>,
 }
 
@@ -243,6 +247,8 @@ pub struct Overrides {
     pub tls: Option<tessera_auth::TlsFiles>,
     /// `--member-pins`.
     pub member_pins: Option<String>,
+    /// `--call-deadline`.
+    pub call_deadline: Option<String>,
     /// `--insecure` (true when given): plaintext beyond loopback.
     pub insecure: bool,
     /// `--join`.
@@ -500,6 +506,10 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
             "pins certificates, so it needs TLS (--tls-cert/--tls-key/--tls-ca or [tls])",
         ));
     }
+    let call_deadline = match over.call_deadline.as_deref().or(raw.call_deadline.as_deref()) {
+        Some(d) => duration("call_deadline", Some(d), "")?,
+        None => crate::server::UNARY_DEADLINE,
+    };
     let failure_detection =
         detect.then_some(crate::planning::FailureDetection { suspect_after, fail_after, suspect_push_failures });
     Ok(CoordinatorConfig {
@@ -527,6 +537,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         sharing,
         tls,
         member_pins,
+        call_deadline,
     })
 }
 
@@ -617,6 +628,23 @@ mod tests {
         std::fs::write(&file, "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\nbogus = 1\n").unwrap();
         let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn the_call_deadline_is_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let base = "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\n";
+        std::fs::write(&file, base).unwrap();
+        let c = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap();
+        assert_eq!(c.call_deadline, crate::server::UNARY_DEADLINE);
+        std::fs::write(&file, format!("{base}call_deadline = \"2s\"\n")).unwrap();
+        assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().call_deadline.as_secs(), 2);
+        let over = Overrides { call_deadline: Some("500ms".into()), ..Default::default() };
+        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().call_deadline.as_millis(), 500);
+        std::fs::write(&file, format!("{base}call_deadline = \"0s\"\n")).unwrap();
+        let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("call_deadline"), "{e}");
     }
 
     #[test]

@@ -170,6 +170,10 @@ struct ServeArgs {
     /// member whose id is pinned is believed only with exactly that certificate, whatever else the CA issued.
     #[arg(long, value_name = "ID=FINGERPRINT,...")]
     member_pins: Option<String>,
+    /// How long a unary call may take, its body read included: one not answered by then ends with
+    /// `DEADLINE_EXCEEDED`, which drops a half-sent body (default 90s; `call_deadline` in the file).
+    #[arg(long, value_name = "DURATION")]
+    call_deadline: Option<String>,
     /// Serve plaintext on an address beyond loopback (local development only: anyone who reaches the port may
     /// do anything).
     #[arg(long)]
@@ -309,6 +313,10 @@ enum CertsCmd {
         /// localhost and 127.0.0.1).
         #[arg(long = "host", value_name = "NAME")]
         hosts: Vec<String>,
+        /// How long each certificate lasts (short, so that a stolen key stops working by itself; rotate with
+        /// `certs issue`). The CA lasts 1,095 days.
+        #[arg(long, default_value_t = tessera_auth::CERT_LIFETIME_DAYS)]
+        days: u32,
     },
     /// Issue a new key and certificate for one identity with the CA that `certs init` wrote to DIR: to rotate a
     /// certificate (servers reload theirs on SIGHUP or when the files change) or to add an agent or client.
@@ -325,6 +333,9 @@ enum CertsCmd {
         /// Further host names a coordinator or agent is reached at.
         #[arg(long = "host", value_name = "NAME")]
         hosts: Vec<String>,
+        /// How long the certificate lasts.
+        #[arg(long, default_value_t = tessera_auth::CERT_LIFETIME_DAYS)]
+        days: u32,
     },
     /// Print a certificate's fingerprint (`sha256:HEX`), as `member_pins` takes it.
     Fingerprint {
@@ -608,6 +619,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 tls: tessera_auth::TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca)
                     .map_err(|e| anyhow::anyhow!(e))?,
                 member_pins: a.member_pins,
+                call_deadline: a.call_deadline,
                 insecure: a.insecure,
                 join: a.join,
                 #[cfg(feature = "fault-injection")]
@@ -989,16 +1001,16 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             print(c.json(), json!(js), if lines.is_empty() { "(no audited actions)".into() } else { lines.join("\n") });
             Ok(())
         }
-        Cmd::Certs(CertsCmd::Init { out: dir, nodes, agents, agent_names, hosts }) => {
+        Cmd::Certs(CertsCmd::Init { out: dir, nodes, agents, agent_names, hosts, days }) => {
             let mut names: Vec<String> = (1..=agents).map(|i| format!("agent-{i}")).collect();
             names.extend(agent_names);
-            let pki = tessera_auth::init_pki(&dir, nodes, &names, &hosts).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let pki = tessera_auth::init_pki(&dir, nodes, &names, &hosts, days).map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut lines = vec![format!("CA: {}", pki.ca.display())];
             lines.extend(pki.identities.iter().map(|(n, c, k)| format!("{n}: {} {}", c.display(), k.display())));
             out(&lines.join("\n"));
             Ok(())
         }
-        Cmd::Certs(CertsCmd::Issue { dir, name, role, hosts }) => {
+        Cmd::Certs(CertsCmd::Issue { dir, name, role, hosts, days }) => {
             let role = tessera_auth::Role::parse(&role).ok_or_else(|| {
                 Failure::usage(format!("--role `{role}`: one of coordinator, agent, admin, operator, reader"))
             })?;
@@ -1007,7 +1019,8 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
             {
                 return Err(Failure::usage(format!("--name `{name}`: a coordinator is node-N, N its member id")));
             }
-            let (cert, key) = tessera_auth::issue(&dir, &name, role, &hosts).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (cert, key) =
+                tessera_auth::issue(&dir, &name, role, &hosts, days).map_err(|e| anyhow::anyhow!("{e}"))?;
             out(&format!("{name}: {} {}", cert.display(), key.display()));
             Ok(())
         }

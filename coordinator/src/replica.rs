@@ -7,9 +7,9 @@
 //! leader by raft-rs itself; each entry names its origin node and request number, so the node that proposed it
 //! answers its client when it applies the entry, whoever the leader was.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use protobuf::Message as _;
@@ -192,7 +192,13 @@ struct Shared {
     members: RwLock<BTreeMap<u64, String>>,
     /// Voters as of the last applied configuration change.
     voters: RwLock<Vec<u64>>,
+    /// The serials of the certificates each peer has spoken Raft to this member with (at most
+    /// [`MAX_SERIALS_SEEN`] per peer, newest kept): removing a member revokes them.
+    serials_seen: Mutex<BTreeMap<u64, VecDeque<String>>>,
 }
+
+/// Certificates remembered per peer ([`Replica::saw_certificate`]).
+pub const MAX_SERIALS_SEEN: usize = 8;
 
 /// A handle on the Raft node (cheap to clone).
 #[derive(Clone)]
@@ -279,6 +285,7 @@ impl Replica {
             status: watch::Sender::new(status),
             applied: watch::Sender::new(applied),
             members: RwLock::new(members),
+            serials_seen: Mutex::default(),
         });
         let (tx, rx) = std_mpsc::channel();
         let (jobs, job_rx) = std_mpsc::channel();
@@ -435,6 +442,27 @@ impl Replica {
         let state = self.shared.state.read().expect("state lock");
         let index = state.revoked.values().map(|r| r.index).max().unwrap_or(0);
         (known != Some(index)).then(|| (index, state.revoked.keys().cloned().collect()))
+    }
+
+    /// Records that member `id` spoke Raft to this member with the certificate whose serial is `serial`.
+    pub fn saw_certificate(&self, id: u64, serial: &str) {
+        let mut seen = self.shared.serials_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let serials = seen.entry(id).or_default();
+        if serials.back().is_some_and(|s| s == serial) {
+            return;
+        }
+        serials.retain(|s| s != serial);
+        serials.push_back(serial.to_string());
+        while serials.len() > MAX_SERIALS_SEEN {
+            serials.pop_front();
+        }
+    }
+
+    /// The serials of the certificates member `id` has spoken Raft to this member with since it started, oldest
+    /// first.
+    pub fn certificates_seen(&self, id: u64) -> Vec<String> {
+        let seen = self.shared.serials_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        seen.get(&id).map(|s| s.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// The ids [`Replica::is_member`] accepts, in order.

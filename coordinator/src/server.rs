@@ -24,7 +24,8 @@ pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 256;
 /// HTTP/2 streams one connection may have open at once (a member keeps one Raft stream per peer; a client needs
 /// a handful): beyond it the client waits, so one connection cannot pin hundreds of half-sent bodies.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 64;
-/// How long a unary call may take, its body read included: a forwarded planning round over a large fleet fits.
+/// How long a unary call may take by default, its body read included (`call_deadline`): a forwarded planning round
+/// over a large fleet fits.
 pub const UNARY_DEADLINE: Duration = Duration::from_secs(90);
 /// How often an idle connection is pinged, and how long a ping may go unanswered before the connection is closed.
 pub const KEEPALIVE: Duration = Duration::from_secs(20);
@@ -243,7 +244,7 @@ pub async fn serve_on(
         // A unary call, its body read included, is answered within the deadline or ended (a half-sent body once
         // held 1 MiB per stream for as long as its sender liked).
         .layer(tessera_auth::deadline::UnaryDeadline {
-            limit: UNARY_DEADLINE,
+            limit: config.call_deadline,
             long_lived: &tessera_auth::deadline::LONG_LIVED,
         })
         .add_service(

@@ -548,6 +548,19 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
             if !self.node.status().voters.contains(&r.id) {
                 return Err(Status::not_found(format!("node {} is not a member", r.id)));
             }
+            // A removed member's certificates are revoked: were its id added again, they would speak for it.
+            for serial in self.member_certificates(r.id) {
+                let audit = Some(
+                    self.audit(&who, format!("revoke_certificate {serial} (coordinator node-{}) on removal", r.id)),
+                );
+                let certificate = crate::state::Revocation {
+                    serial,
+                    name: format!("node-{}", r.id),
+                    role: "coordinator".into(),
+                    index: 0,
+                };
+                self.node.propose_request(Op::Revoke { certificate }, None, audit).await.map_err(status)?;
+            }
             let index = self.node.remove_member(r.id).await.map_err(status)?;
             let members = self.node.members().into_iter().map(|(id, address)| v1::Member { id, address }).collect();
             Ok(Response::new(v1::MembersResponse { members, index }))
@@ -710,6 +723,18 @@ impl Services {
             None => Ok(()),
             Some(e) => Err(status(e)),
         }
+    }
+
+    /// The serials of member `id`'s certificates this member knows: those it spoke Raft with here, and this
+    /// member's own.
+    fn member_certificates(&self, id: u64) -> Vec<String> {
+        let mut serials = self.node.certificates_seen(id);
+        if id == self.node.id()
+            && let Some(own) = self.tls.as_ref().and_then(|f| tessera_auth::Identity::from_pem_file(&f.cert).ok())
+        {
+            serials.push(own.serial);
+        }
+        serials
     }
 
     /// Who leads as this member knows it, for an agent to check the pushes it gets against.
@@ -1043,7 +1068,10 @@ where
 #[tonic::async_trait]
 impl v1::raft_server::Raft for RaftService {
     async fn step(&self, req: Request<v1::RaftBatch>) -> Result<Response<v1::RaftAck>, Status> {
-        self.auth.check(&req, Need::Member(req.get_ref().from))?;
+        let from = req.get_ref().from;
+        if let Some(who) = self.auth.check(&req, Need::Member(from))? {
+            self.node.saw_certificate(from, &who.serial);
+        }
         self.accept(req.into_inner())?;
         Ok(Response::new(v1::RaftAck {}))
     }
@@ -1063,7 +1091,9 @@ impl v1::raft_server::Raft for RaftService {
         };
         // The certificate is checked once, against the first batch's sender; every later batch must name the same.
         let from = first.from;
-        self.auth.check(&req, Need::Member(from))?;
+        if let Some(who) = self.auth.check(&req, Need::Member(from))? {
+            self.node.saw_certificate(from, &who.serial);
+        }
         self.accept(first)?;
         let stream = req.get_mut();
         loop {

@@ -275,7 +275,7 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
     assert!(st.epoch > 0 && st.epoch < 1 << 63, "the rogue push changed nothing: {}", st.epoch);
     // A certificate from another CA is refused in the handshake.
     let other = tempfile::tempdir().unwrap();
-    tessera_auth::init_pki(other.path(), 1, &[], &[]).unwrap();
+    tessera_auth::init_pki(other.path(), 1, &[], &[], tessera_auth::CERT_LIFETIME_DAYS).unwrap();
     let f = tls_files(other.path(), "node-1");
     let foreign = tonic::transport::Endpoint::from_shared(format!("https://{agent_addr}"))
         .unwrap()
@@ -438,6 +438,24 @@ async fn callers_may_do_what_their_certificates_allow_and_nothing_more() {
             .unwrap_or(0.0);
     }
     assert!(foreign >= 1.0, "a heartbeat's counters for a tenant not on its node were refused");
+
+    // Removing a member revokes the certificates it spoke Raft with, so that were its id added again, they would not
+    // speak for it: a connection it opened before is refused as revoked, not only as a non-member.
+    let gone = bystander;
+    let mut as_gone =
+        CoordinatorApiClient::new(c.channel_as(via, Some(&tls_files(pki.path(), &format!("node-{gone}")))));
+    as_gone.list_tenants(v1::ListRequest { stale: true }).await.expect("a member reads");
+    let (ok, out, err) = cli(&[&["member", "rm", &gone.to_string()][..], &admin[..]].concat());
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = cli(&[&["certs", "revoked"][..], &admin[..]].concat());
+    assert!(ok && out.contains(&format!("coordinator node-{gone}")), "{out}{err}");
+    let e = eventually(T, "the removed member's certificate to be refused", || {
+        let mut open = as_gone.clone();
+        async move { open.list_tenants(v1::ListRequest { stale: true }).await.err() }
+    })
+    .await;
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("revoked"), "{e:?}");
 }
 
 /// Rotating a member's certificate: `certs issue` writes a new key and certificate, the member serves the new one
@@ -575,23 +593,32 @@ fn pem_der(path: &std::path::Path) -> Vec<u8> {
 
 /// The certificate the server at `addr` presents to a client holding `client`'s files.
 async fn presented_certificate(addr: &str, client: &tessera_auth::TlsFiles) -> Option<Vec<u8>> {
+    let stream = tls_connect(addr, client).await?;
+    Some(stream.get_ref().1.peer_certificates()?.first()?.to_vec())
+}
+
+/// A mutual TLS connection to the coordinator at `addr` with `client`'s files, offering HTTP/2.
+async fn tls_connect(
+    addr: &str,
+    client: &tessera_auth::TlsFiles,
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::pem_file_iter(&client.ca).ok()?.next()?.ok()?).ok()?;
     let certs = vec![CertificateDer::pem_file_iter(&client.cert).ok()?.next()?.ok()?];
     let key = PrivateKeyDer::from_pem_file(&client.key).ok()?;
-    let config =
+    let mut config =
         rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .ok()?
             .with_root_certificates(roots)
             .with_client_auth_cert(certs, key)
             .ok()?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
     let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
     let name = ServerName::try_from(tessera_auth::COORDINATOR_SERVER_NAME).ok()?;
-    let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.ok()?;
-    Some(stream.get_ref().1.peer_certificates()?.first()?.to_vec())
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.ok()
 }
 
 async fn http_get(addr: &str) -> String {
@@ -782,4 +809,55 @@ async fn a_member_that_lies_to_an_agent_about_who_leads_moves_nothing() {
     served.abort();
     sim.stop().await;
     planned.stop().await;
+}
+
+/// Bodies sent all but their last bytes and then held, on raw HTTP/2 streams (the report's attack: 256 x 1 MiB per
+/// connection on the API and 4 x 200 MiB on the Raft path, pinned for as long as the sender liked): every unary
+/// call is ended at the call deadline (`--call-deadline`, 1 s here) with `DEADLINE_EXCEEDED`, which drops what was
+/// sent, and the member keeps answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_bodies_are_dropped_at_the_call_deadline() {
+    let pki = tempfile::tempdir().unwrap();
+    let dir = pki.path().to_string_lossy().into_owned();
+    let (ok, _, err) = cli(&["certs", "init", "--out", &dir, "--nodes", "3"]);
+    assert!(ok, "{err}");
+    let c = Cluster::start_tls(3, &["--call-deadline", "1s"], pki.path());
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    let api_max = tessera_coordinator::server::MAX_API_REQUEST_BYTES;
+    let raft_max = tessera_coordinator::transport::MAX_MESSAGE_BYTES;
+    for (who, path, declared) in [
+        ("reader", "/tessera.v1.CoordinatorApi/ListTenants", api_max - 16),
+        ("node-2", "/tessera.v1.Raft/Step", raft_max - 16),
+    ] {
+        let files = tls_files(pki.path(), who);
+        let tls = tls_connect(&c.addr(leader), &files).await.expect("a TLS connection");
+        let (h2, connection) = h2::client::handshake(tls).await.unwrap();
+        let driven = tokio::spawn(connection);
+        let mut h2 = h2.ready().await.unwrap();
+        let mut held = Vec::new();
+        for _ in 0..16 {
+            let request = http::Request::post(format!("https://{}{path}", tessera_auth::COORDINATOR_SERVER_NAME))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap();
+            let (response, mut body) = h2.send_request(request, false).unwrap();
+            // A gRPC frame that announces `declared` bytes, and 1 KiB of them.
+            let mut frame = vec![0u8];
+            frame.extend(u32::try_from(declared).unwrap().to_be_bytes());
+            frame.extend(vec![0u8; 1024]);
+            body.send_data(frame.into(), false).unwrap();
+            held.push((response, body));
+            h2 = h2.ready().await.unwrap();
+        }
+        for (response, _body) in held {
+            // The bound only keeps a broken server from hanging the test.
+            let answer = tokio::time::timeout(T, response).await.expect("an answer").expect("a response");
+            let status = answer.headers().get("grpc-status").and_then(|v| v.to_str().ok()).map(str::to_string);
+            assert_eq!(status.as_deref(), Some("4"), "{who} {path}: DEADLINE_EXCEEDED: {answer:?}");
+        }
+        driven.abort();
+    }
+    let mut reader = CoordinatorApiClient::new(c.channel_as(leader, Some(&tls_files(pki.path(), "reader"))));
+    reader.list_tenants(v1::ListRequest { stale: false }).await.expect("the member still answers");
 }

@@ -296,9 +296,15 @@ fn address_ok(address: &str) -> bool {
         && !address.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
-/// `tessera.v1.Coordinator` (what agents call): `Register`, `Heartbeat`.
+/// `tessera.v1.Coordinator` (what agents call): `Register`, `Heartbeat`, and `GetLeadership` (kind byte 255).
 pub fn proto_coordinator_requests(data: &[u8]) {
     let Some((&kind, bytes)) = data.split_first() else { return };
+    if kind == u8::MAX {
+        // GetLeadership: the asking node's id, checked against its certificate.
+        let Ok(r) = v1::LeadershipRequest::decode(bytes) else { return };
+        let _ = NodeId::new(r.node_id);
+        return;
+    }
     if kind % 2 == 0 {
         let Ok(r) = v1::RegisterRequest::decode(bytes) else { return };
         if NodeId::new(r.node_id).is_err()
