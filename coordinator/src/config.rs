@@ -30,6 +30,8 @@
 //! slot = "10s"
 //! horizon_slots = 12
 //! target_utilization = 0.8                 # share of an instance's SLO throughput plans use, (0, 1]
+//! replan_band = 1.0                        # incremental rounds: solve a GPU again once a forecast leaves this
+//!                                          # share of its planned band (0: every GPU every round)
 //! forecaster = "ewma"                      # last | ewma | seasonal (as replay's --forecaster)
 //! replan_on_burst = false                  # on a virtual clock, also plan when a slot's bursts leave the bands
 //!
@@ -101,6 +103,8 @@ pub struct CoordinatorConfig {
     pub target_utilization: f64,
     /// Relative optimality gap of each GPU's solve (`SolverConfig::mip_rel_gap`).
     pub gap: f64,
+    /// Incremental rounds' band (`PlannerConfig::replan_band`).
+    pub replan_band: f64,
     /// Forecaster of every tenant.
     pub forecaster: tessera_planner::forecast::ForecasterConfig,
     /// Also plan inside a window when a reported slot rate leaves the last plan's forecast band (virtual clock).
@@ -182,6 +186,7 @@ struct RawPlanner {
     horizon_slots: Option<usize>,
     target_utilization: Option<f64>,
     gap: Option<f64>,
+    replan_band: Option<f64>,
     forecaster: Option<String>,
     replan_on_burst: Option<bool>,
     interference: Option<String>,
@@ -229,6 +234,8 @@ pub struct Overrides {
     pub target_utilization: Option<f64>,
     /// `--gap`.
     pub gap: Option<f64>,
+    /// `--replan-band`.
+    pub replan_band: Option<f64>,
     /// `--keep-tail`.
     pub keep_tail: Option<u64>,
     /// `--replan-on-burst` (true when given).
@@ -450,6 +457,10 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     if !(0.0..1.0).contains(&gap) {
         return Err(field("planner.gap", "must be in [0, 1)"));
     }
+    let replan_band = over.replan_band.or(raw.planner.replan_band).unwrap_or(planning.planner.replan_band);
+    if !(replan_band.is_finite() && (0.0..=100.0).contains(&replan_band)) {
+        return Err(field("planner.replan_band", "must be in [0, 100] (0: every GPU solved every round)"));
+    }
     let forecaster_name =
         over.forecaster.clone().or(raw.planner.forecaster).unwrap_or_else(|| planning.forecaster.clone());
     let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
@@ -529,6 +540,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         horizon_slots,
         target_utilization,
         gap,
+        replan_band,
         metrics_listen,
         otlp_endpoint,
         allow_fault_injection: over.allow_fault_injection,

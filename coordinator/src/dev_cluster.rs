@@ -43,6 +43,9 @@ pub struct DevClusterArgs {
     /// Relative optimality gap of each GPU's solve (give `replay --mode cluster` the same --gap).
     #[arg(long, default_value_t = RoundSettings::default().planner.solver.mip_rel_gap)]
     pub gap: f64,
+    /// Incremental rounds' band (give `replay --mode cluster` the same --replan-band).
+    #[arg(long, default_value_t = RoundSettings::default().planner.replan_band, value_name = "SHARE")]
+    pub replan_band: f64,
     /// Forecaster of every tenant: last, ewma or seasonal (give `replay --mode cluster` the same --forecaster).
     #[arg(long, default_value_t = RoundSettings::default().forecaster)]
     pub forecaster: String,
@@ -136,6 +139,7 @@ pub async fn start(args: &DevClusterArgs) -> anyhow::Result<DevCluster> {
             target_utilization: Some(args.target_utilization),
             replan_on_burst: args.replan_on_burst,
             gap: Some(args.gap),
+            replan_band: Some(args.replan_band),
             forecaster: Some(args.forecaster.clone()),
             interference: args.interference.as_ref().map(|p| p.to_string_lossy().into_owned()),
             sharing: args.sharing.clone(),

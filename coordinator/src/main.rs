@@ -126,6 +126,11 @@ struct ServeArgs {
     /// Relative optimality gap at which each GPU's solve stops, in [0, 1) (default 0.01).
     #[arg(long)]
     gap: Option<f64>,
+    /// Incremental rounds: a GPU is solved again once a tenant's forecast leaves this share of the band its last
+    /// plan was made for (or its tenants, health, instances or retraining changed, or the plan's horizon ran out);
+    /// 0 solves every GPU every round (default: the planner's, as replay's --replan-band).
+    #[arg(long, value_name = "SHARE")]
+    replan_band: Option<f64>,
     /// Forecaster of every tenant: last, ewma or seasonal.
     #[arg(long)]
     forecaster: Option<String>,
@@ -610,6 +615,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<()> {
                 horizon_slots: a.horizon_slots,
                 target_utilization: a.target_utilization,
                 gap: a.gap,
+                replan_band: a.replan_band,
                 replan_on_burst: a.replan_on_burst,
                 suspect_after: a.suspect_after,
                 fail_after: a.fail_after,

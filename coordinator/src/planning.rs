@@ -57,6 +57,8 @@ pub struct PlanningSettings {
     pub target_utilization: f64,
     /// Relative optimality gap of each GPU's solve (`SolverConfig::mip_rel_gap`).
     pub gap: f64,
+    /// Incremental rounds' band (`PlannerConfig::replan_band`).
+    pub replan_band: f64,
     /// Forecaster of every tenant.
     pub forecaster: ForecasterConfig,
     /// On a virtual clock, also plan when the clock moves past a slot whose reported rates left the bands of the
@@ -475,6 +477,7 @@ impl Planner {
             slot_s: self.settings.slot.as_secs_f64(),
             horizon_slots: self.settings.horizon_slots,
             target_utilization: self.settings.target_utilization,
+            replan_band: self.settings.replan_band,
             sharing: self.settings.sharing,
             solver: tessera_planner::level2::solver::SolverConfig {
                 mip_rel_gap: self.settings.gap,

@@ -90,6 +90,7 @@ pub async fn serve_on(
             horizon_slots: config.horizon_slots,
             target_utilization: config.target_utilization,
             gap: config.gap,
+            replan_band: config.replan_band,
             forecaster: config.forecaster.clone(),
             replan_on_burst: config.replan_on_burst,
             push_timeout: Duration::from_secs(5),

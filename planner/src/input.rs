@@ -43,6 +43,14 @@ pub struct PlannerConfig {
     pub sharing: tessera_core::sharing::Sharing,
     /// Seed for any randomised choice (ties are broken deterministically without it).
     pub seed: u64,
+    /// Incremental rounds: how far a tenant's forecast may move, as a share of the band its GPU's last plan was made
+    /// for, before the GPU is solved again (`0`: every GPU is solved every round). A GPU whose tenants' forecasts
+    /// all stay within `replan_band` x their planned band (the mean, widened by that share of its distance to the
+    /// band's low and high edges), on which no tenant arrived or left, no retraining became due, finished, started
+    /// or stalled against the plan, whose health and instances are as planned and whose plan's horizon has not run
+    /// out, keeps its last plan shifted forward ([`crate::level2::goodput`]). Policies that warm-start read it
+    /// (tessera and its ablations).
+    pub replan_band: f64,
 }
 
 impl Default for PlannerConfig {
@@ -57,6 +65,7 @@ impl Default for PlannerConfig {
             placement: crate::assign::Placement::Fleet,
             sharing: tessera_core::sharing::Sharing::Exclusive,
             seed: 0,
+            replan_band: 1.0,
         }
     }
 }
@@ -77,6 +86,9 @@ impl PlannerConfig {
         }
         if !(self.target_utilization > 0.0 && self.target_utilization <= 1.0) {
             return Err(format!("config.target_utilization must be in (0, 1] (got {})", self.target_utilization));
+        }
+        if !(self.replan_band.is_finite() && (0.0..=100.0).contains(&self.replan_band)) {
+            return Err(format!("config.replan_band must be in [0, 100] (got {})", self.replan_band));
         }
         if !(self.solver.time_limit_s.is_finite() && self.solver.time_limit_s > 0.0) {
             return Err(format!("config.solver.time_limit_s must be > 0 (got {})", self.solver.time_limit_s));
@@ -127,6 +139,9 @@ pub struct WarmStart {
     /// [`crate::level2::cg::WarmSolved::prices`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prices: Vec<Vec<f64>>,
+    /// The GPU's health when the plan was made (incremental rounds solve a GPU whose health changed again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<GpuHealth>,
 }
 
 /// One tenant's part of a [`WarmStart`].
@@ -139,6 +154,21 @@ pub struct WarmTenant {
     /// Its retraining: profile, first slot and the slot after the last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retraining: Option<(Profile, usize, usize)>,
+    /// What the tenant's plan was made for, where the policy plans incrementally ([`PlannerConfig::replan_band`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_for: Option<PlannedFor>,
+}
+
+/// What one tenant's part of a plan was made for: the inputs that, moved beyond the band, call a new solve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedFor {
+    /// The forecast over the plan's slots.
+    pub forecast: Forecast,
+    /// Whether a retraining was due.
+    pub retraining_due: bool,
+    /// The epochs of that retraining, where a plan had chosen them ([`TenantInput::retraining_epochs`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retraining_epochs: Option<f64>,
 }
 
 impl WarmStart {
@@ -156,6 +186,16 @@ impl WarmStart {
         }
         if self.prices.iter().flatten().any(|v| !v.is_finite()) {
             return Err("prices must be finite".into());
+        }
+        for t in &self.tenants {
+            let Some(p) = &t.planned_for else { continue };
+            let f = &p.forecast;
+            if f.mean.len() != slots || f.low.len() != slots || f.high.len() != slots {
+                return Err(format!("tenants.{}.planned_for.forecast does not cover the {slots} slots", t.id));
+            }
+            if f.mean.iter().chain(&f.low).chain(&f.high).any(|v| !v.is_finite()) {
+                return Err(format!("tenants.{}.planned_for.forecast: rates must be finite", t.id));
+            }
         }
         Ok(())
     }

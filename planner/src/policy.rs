@@ -91,6 +91,9 @@ pub struct GpuStats {
     pub objective: f64,
     /// Proven upper bound on the planning value of any plan for these tenants on this GPU.
     pub bound: f64,
+    /// Why incremental rounds solved it again rather than keep its last plan, where it had one to keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replanned: Option<crate::level2::goodput::Replan>,
 }
 
 /// Figures of a planning round.
@@ -180,6 +183,9 @@ pub struct GpuOutcome {
     /// How instances that hold one tenant's inference and retraining share them (the placed assignments put
     /// both roles on one placement only under a sharing mode).
     pub sharing: Sharing,
+    /// Why incremental rounds solved the GPU again rather than keep its last plan, where it had one to keep
+    /// ([`crate::input::PlannerConfig::replan_band`]).
+    pub replanned: Option<crate::level2::goodput::Replan>,
 }
 
 impl GpuOutcome {
@@ -195,6 +201,7 @@ impl GpuOutcome {
             retraining_epochs: BTreeMap::new(),
             sharing: Default::default(),
             warm: None,
+            replanned: None,
         }
     }
 
@@ -302,6 +309,7 @@ pub fn plan_fleet(
             status: o.status,
             objective: value,
             bound,
+            replanned: o.replanned,
         });
         gpus.insert(
             gpu.clone(),

@@ -952,3 +952,94 @@ fn operators_pins_hold_under_every_policy() {
         }
     }
 }
+
+/// The statuses of a report's GPUs.
+fn statuses(report: &PlanReport) -> BTreeMap<tessera_core::ids::GpuId, tessera_planner::level2::solver::SolveStatus> {
+    report.stats.gpus.iter().map(|g| (g.gpu.clone(), g.status)).collect()
+}
+
+#[test]
+fn incremental_rounds_keep_a_plan_only_while_its_inputs_hold() {
+    use tessera_planner::level2::solver::SolveStatus;
+    use tessera_planner::synthetic::next_round;
+    let spec = SyntheticSpec { gpus: 6, tenants: 18, slots: 12, gpu_model: GpuModel::A100_40GB, seed: 9 };
+    let config = PlannerConfig { replan_band: 1.0, ..PlannerConfig::default() };
+    let first = synthetic(&spec, &models(), config);
+    let cold = planned("tessera", &first);
+    assert!(statuses(&cold).values().all(|s| *s != SolveStatus::Shifted), "a cold round keeps nothing");
+
+    // Six slots on, forecasts revised by 0.9-1.1 (inside the synthetic +-25 % band): GPUs whose retrainings did not
+    // change state keep their plans, shifted forward; the others are solved again.
+    let second = next_round(&first, &cold.outcomes, 6, 1);
+    let kept = planned("tessera", &second);
+    let full = planned("tessera-full-rounds", &second);
+    let shifted: Vec<_> = statuses(&kept).into_iter().filter(|(_, s)| *s == SolveStatus::Shifted).collect();
+    assert!(!shifted.is_empty(), "no plan was kept: {:?}", statuses(&kept));
+    assert!(statuses(&full).values().all(|s| *s != SolveStatus::Shifted));
+    assert_eq!(kept.plan.gpus.keys().collect::<Vec<_>>(), full.plan.gpus.keys().collect::<Vec<_>>());
+    for (gpu, _) in &shifted {
+        let (k, f, c) = (&kept.outcomes[gpu], &full.outcomes[gpu], &cold.outcomes[gpu]);
+        // The same tenants (level 1 does not depend on the rounds), the last plan moved on by six slots...
+        assert_eq!(k.problem.tenants.len(), f.problem.tenants.len());
+        for t in 0..6 {
+            let inference = |p: &tessera_planner::level2::realize::Placed, s: usize| {
+                p.slots[s]
+                    .iter()
+                    .filter(|a| a.role == Role::Inference)
+                    .map(|a| (a.tenant.clone(), a.placement.profile))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(inference(&k.placed, t), inference(&c.placed, t + 6), "{gpu}: slot {t} is not the last plan's");
+        }
+        // ...bounded by a valid bound: no plan of this round's problem, the full solve's included, beats it.
+        let stats = |r: &PlanReport| r.stats.gpus.iter().find(|g| &g.gpu == gpu).unwrap().clone();
+        assert!(stats(&kept).bound + 1e-6 * stats(&kept).bound.abs() >= stats(&full).objective, "{gpu}");
+        assert!(stats(&kept).bound + 1e-6 >= stats(&kept).objective);
+        // The warm start is the last plan's, so that its horizon runs out.
+        assert_eq!(k.warm.as_ref().unwrap().at, first.now);
+        let plan = &kept.plan.gpus[gpu];
+        check_gpu_plan(gpu, second.gpus[gpu].model, plan).unwrap();
+        assert!(plan.explanation.contains("kept the plan"), "{}", plan.explanation);
+    }
+    // GPUs solved again plan as the full round does, bit for bit.
+    for (gpu, s) in statuses(&kept) {
+        if s != SolveStatus::Shifted {
+            assert_eq!(same_plan(&kept, &gpu), same_plan(&full, &gpu), "{gpu}");
+        }
+    }
+
+    // Six more slots: the kept plans' horizon has run out, so every one of them is solved again.
+    let third = next_round(&second, &kept.outcomes, 6, 1);
+    let again = statuses(&planned("tessera", &third));
+    for (gpu, _) in &shifted {
+        assert_ne!(again[gpu], SolveStatus::Shifted, "{gpu}: a plan past its horizon was kept");
+    }
+
+    // A forecast beyond the band, or a GPU whose health changed, is solved again.
+    let (gpu, _) = &shifted[0];
+    let tenant = kept.outcomes[gpu].problem.tenants[0].id.clone();
+    let mut burst = second.clone();
+    let f = &mut burst.tenants.get_mut(&tenant).unwrap().forecast;
+    f.mean.iter_mut().for_each(|m| *m *= 1.5);
+    f.high.iter_mut().for_each(|m| *m *= 1.5);
+    assert_ne!(statuses(&planned("tessera", &burst))[gpu], SolveStatus::Shifted, "a burst was not replanned");
+    let mut draining = second.clone();
+    draining.gpus.get_mut(gpu).unwrap().health = GpuHealth::Draining;
+    assert_ne!(statuses(&planned("tessera", &draining)).get(gpu), Some(&SolveStatus::Shifted));
+
+    // Band 0 (the setting off): every GPU is solved, and the round is the full round, bit for bit.
+    let mut off = second.clone();
+    off.config.replan_band = 0.0;
+    let off = planned("tessera", &off);
+    assert!(statuses(&off).values().all(|s| *s != SolveStatus::Shifted));
+    for gpu in full.plan.gpus.keys() {
+        assert_eq!(same_plan(&off, gpu), same_plan(&full, gpu), "{gpu}");
+    }
+}
+
+/// What a GPU's plan does, whichever policy's name it carries: its layout and assignments now and later, and its
+/// expected goodput, as JSON.
+fn same_plan(report: &PlanReport, gpu: &tessera_core::ids::GpuId) -> String {
+    let p = &report.plan.gpus[gpu];
+    serde_json::to_string(&(&p.layout, &p.assignments, &p.upcoming, p.expected_goodput, &p.retraining_epochs)).unwrap()
+}

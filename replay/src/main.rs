@@ -127,6 +127,10 @@ struct PlanArgs {
     /// Branch-and-bound nodes per MILP solve, the deterministic budget [default: 500, or the input's].
     #[arg(long)]
     max_nodes: Option<u64>,
+    /// Incremental rounds: the share of the planned forecast band a forecast may move before its GPU is solved
+    /// again (`PlannerConfig::replan_band`; 0 solves every GPU every round) [default: the planner's, or the input's].
+    #[arg(long, value_name = "SHARE")]
+    replan_band: Option<f64>,
     /// Model profiles for the synthetic input.
     #[arg(long = "models-dir", alias = "models", default_value = "configs/models", value_name = "DIR")]
     models: PathBuf,
@@ -164,6 +168,9 @@ fn plan(a: PlanArgs) -> anyhow::Result<String> {
     }
     if let Some(n) = a.max_nodes {
         input.config.solver.max_nodes = n;
+    }
+    if let Some(b) = a.replan_band {
+        input.config.replan_band = b;
     }
     input.config.validate().map_err(|e| anyhow::anyhow!(e))?;
     if let Some(path) = &a.dump {

@@ -47,8 +47,13 @@ pub struct PlanRun {
     pub bound: f64,
     /// Relative gap `(bound - objective) / bound`.
     pub gap: f64,
-    /// Per-GPU solve outcomes, counted.
+    /// Per-GPU solve outcomes of the last round, counted.
     pub statuses: BTreeMap<String, usize>,
+    /// GPUs that kept their last plan shifted forward (incremental rounds), in each round `solve_ms_all` times.
+    pub kept_all: Vec<usize>,
+    /// Over the rounds `solve_ms_all` times, why GPUs that could have kept their last plan were solved again.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub replanned: BTreeMap<String, usize>,
     /// Tenants level 1 could not place.
     pub unplaced: usize,
     /// Set when the policy found the input infeasible.
@@ -81,6 +86,8 @@ pub fn run(policy: &str, input: &PlannerInput, repeat: usize, warm: Option<usize
     }
     let p = by_name(policy).map_err(|e| anyhow::anyhow!(e))?;
     let mut times = Vec::with_capacity(repeat.max(1));
+    let mut kept_all = Vec::with_capacity(repeat.max(1));
+    let mut replanned: BTreeMap<String, usize> = BTreeMap::new();
     let mut last = None;
     let mut cold_ms = None;
     let mut round = input.clone();
@@ -95,6 +102,14 @@ pub fn run(policy: &str, input: &PlannerInput, repeat: usize, warm: Option<usize
             cold_ms = Some(ms);
         } else {
             times.push(ms);
+            let gpus = match &outcome {
+                PlanOutcome::Planned(r) => r.stats.gpus.as_slice(),
+                PlanOutcome::Infeasible { .. } => &[],
+            };
+            kept_all.push(gpus.iter().filter(|g| g.status == SolveStatus::Shifted).count());
+            for why in gpus.iter().filter_map(|g| g.replanned) {
+                *replanned.entry(why.name().to_string()).or_default() += 1;
+            }
         }
         last = Some(outcome);
     }
@@ -115,6 +130,8 @@ pub fn run(policy: &str, input: &PlannerInput, repeat: usize, warm: Option<usize
         bound: 0.0,
         gap: 0.0,
         statuses: BTreeMap::new(),
+        kept_all,
+        replanned,
         unplaced: 0,
         infeasible: None,
     };
@@ -139,6 +156,7 @@ fn status_name(s: SolveStatus) -> &'static str {
         SolveStatus::GapLimit => "gap_limit",
         SolveStatus::Budget => "budget",
         SolveStatus::Rule => "rule",
+        SolveStatus::Shifted => "shifted",
     }
 }
 

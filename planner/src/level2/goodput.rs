@@ -6,16 +6,19 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{Assignment, Role};
 
-use crate::input::{PlannerInput, TenantInput, WarmStart, WarmTenant};
+use crate::forecast::Forecast;
+use crate::input::{PlannedFor, PlannerInput, TenantInput, WarmStart, WarmTenant};
 use crate::level2::build::{Arrivals, gpu_problem};
 use crate::level2::cg;
 use crate::level2::evaluate;
 use crate::level2::problem::{GpuProblem, Schedule, TenantTask, describe_retraining};
 use crate::level2::realize::{Placed, realize};
-use crate::level2::solver::{SolveError, SolverConfig};
+use crate::level2::solver::{SolveError, SolveStatus, SolverConfig};
 use crate::level2::thief;
 use crate::policy::GpuOutcome;
 
@@ -32,13 +35,16 @@ pub struct Features {
     /// Choose each retraining's configuration (its epochs, from [`EPOCH_FACTORS`]) with the layout
     /// ([`choose_epochs`]); without it every retraining runs the tenant's default epochs.
     pub epochs: bool,
+    /// Incremental rounds: with a warm start, keep the last plan shifted forward where nothing it depends on moved
+    /// beyond [`PlannerConfig::replan_band`](crate::input::PlannerConfig::replan_band) ([`still_planned`]).
+    pub incremental: bool,
 }
 
 impl Features {
     /// Everything tessera does.
-    pub const ALL: Features = Features { tail: true, warm: true, share: true, epochs: true };
+    pub const ALL: Features = Features { tail: true, warm: true, share: true, epochs: true, incremental: true };
     /// The problem as MIGRator states it: the horizon's goodput alone, every round solved cold, default epochs.
-    pub const NONE: Features = Features { tail: false, warm: false, share: false, epochs: false };
+    pub const NONE: Features = Features { tail: false, warm: false, share: false, epochs: false, incremental: false };
 }
 
 /// The goodput plan of one GPU: build the problem from `arrivals`, credit retraining beyond the horizon, solve by
@@ -74,17 +80,69 @@ pub fn solve_with(
         (Some(w), true) => Some(w),
         _ => None,
     };
+    let mut replanned = None;
+    if features.incremental
+        && input.config.replan_band > 0.0
+        && let Some(w) = shifted
+    {
+        match still_planned(input, gpu, &problem, w, solver) {
+            Ok(kept) => return Ok(Some(kept_outcome(input, problem, kept, w, features))),
+            Err(why) => replanned = Some(why),
+        }
+    }
     let first = solve_one(input, &problem, shifted, None, None, solver)?;
     let Configured { problem, solved: cg::WarmSolved { solved, prices, .. }, chosen } = if features.epochs {
         choose_epochs(input, problem, first, shifted, solver, features.tail)?
     } else {
         Configured { problem, solved: first, chosen: Vec::new() }
     };
-    let placed = realize(&problem, &solved.schedule);
+    let warm = features.warm.then(|| warm_start(input, gpu, &problem, &solved.schedule, prices));
     let mut note = describe_retraining(&problem, &solved.schedule);
+    if let Some(why) = replanned {
+        note = format!("solved again: {why}; {note}");
+    }
+    let mut outcome =
+        outcome(input, problem, &solved.schedule, solved.bound, solved.status, note, &chosen, warm, features);
+    outcome.replanned = replanned;
+    Ok(Some(outcome))
+}
+
+/// The outcome of a GPU that keeps its last plan `w`, shifted forward ([`still_planned`]).
+fn kept_outcome(
+    input: &PlannerInput,
+    problem: GpuProblem,
+    kept: Kept,
+    w: &WarmStart,
+    features: Features,
+) -> GpuOutcome {
+    let note = format!(
+        "kept the plan of {} shifted forward (inputs within {} of its band); {}",
+        w.at,
+        input.config.replan_band,
+        describe_retraining(&problem, &kept.schedule)
+    );
+    // The warm start stays the last plan's, so that its horizon runs out.
+    outcome(input, problem, &kept.schedule, kept.bound, SolveStatus::Shifted, note, &[], Some(w.clone()), features)
+}
+
+/// The GPU's outcome for `schedule` on `problem`: placed, its retrainings run beside inference where the round
+/// shares and that earns more, described, with the epochs it plans and the warm start it leaves.
+#[allow(clippy::too_many_arguments)]
+fn outcome(
+    input: &PlannerInput,
+    problem: GpuProblem,
+    schedule: &Schedule,
+    bound: f64,
+    status: SolveStatus,
+    mut note: String,
+    chosen: &[(usize, f64)],
+    warm: Option<WarmStart>,
+    features: Features,
+) -> GpuOutcome {
+    let placed = realize(&problem, schedule);
     let sharing = input.config.sharing;
     let (placed, shared) = if features.share && !sharing.is_exclusive() {
-        share_retraining(&problem, &solved.schedule, placed, features.tail)
+        share_retraining(&problem, schedule, placed, features.tail)
     } else {
         (placed, Vec::new())
     };
@@ -92,19 +150,183 @@ pub fn solve_with(
         let names: Vec<String> = shared.iter().map(ToString::to_string).collect();
         note.push_str(&format!("; {sharing} sharing: retrain {} beside inference", names.join(", ")));
     }
-    let warm = features.warm.then(|| warm_start(input, &problem, &solved.schedule, prices));
-    let retraining_epochs = planned_epochs(input, &problem, &chosen);
+    let retraining_epochs = planned_epochs(input, &problem, chosen);
     if !retraining_epochs.is_empty() {
         let parts: Vec<String> = retraining_epochs.iter().map(|(t, e)| format!("{t} {e} epochs")).collect();
         note.push_str(&format!("; retraining configured: {}", parts.join(", ")));
     }
-    let mut outcome = GpuOutcome::new(problem, placed, solved.bound, solved.status, note);
+    let mut outcome = GpuOutcome::new(problem, placed, bound, status, note);
     outcome.warm = warm;
     outcome.retraining_epochs = retraining_epochs;
     if !shared.is_empty() {
         outcome.sharing = sharing;
     }
-    Ok(Some(outcome))
+    outcome
+}
+
+/// Why incremental rounds solve a GPU again rather than keep its last plan ([`still_planned`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Replan {
+    /// Every slot the last plan covered is past, or it left no prices to bound it with.
+    HorizonOut,
+    /// The slots do not line up with the last plan's (another slot length, a round between slots).
+    SlotsMoved,
+    /// A tenant arrived or left (level 1 moved one, or one was added or removed).
+    Tenants,
+    /// The GPU's health changed.
+    Health,
+    /// A tenant serves from another instance than the plan runs now (a failed or lagging reconfiguration).
+    Instances,
+    /// A retraining became due or finished, or its epochs changed.
+    RetrainingDue,
+    /// A retraining runs where the plan did not start it, or does not run where the plan did.
+    RetrainingRuns,
+    /// The shifted plan starts a retraining now whose configuration this round chooses.
+    RetrainingStarts,
+    /// A tenant's forecast left the band its plan was made for.
+    Forecast,
+    /// The shifted plan is not feasible on this round's problem.
+    Infeasible,
+}
+
+impl Replan {
+    /// Every reason, in order.
+    pub const ALL: [Replan; 10] = [
+        Replan::HorizonOut,
+        Replan::SlotsMoved,
+        Replan::Tenants,
+        Replan::Health,
+        Replan::Instances,
+        Replan::RetrainingDue,
+        Replan::RetrainingRuns,
+        Replan::RetrainingStarts,
+        Replan::Forecast,
+        Replan::Infeasible,
+    ];
+
+    /// Its name, as JSON and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Replan::HorizonOut => "horizon_out",
+            Replan::SlotsMoved => "slots_moved",
+            Replan::Tenants => "tenants",
+            Replan::Health => "health",
+            Replan::Instances => "instances",
+            Replan::RetrainingDue => "retraining_due",
+            Replan::RetrainingRuns => "retraining_runs",
+            Replan::RetrainingStarts => "retraining_starts",
+            Replan::Forecast => "forecast",
+            Replan::Infeasible => "infeasible",
+        }
+    }
+}
+
+impl std::fmt::Display for Replan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Replan::HorizonOut => "the last plan's horizon ran out",
+            Replan::SlotsMoved => "the slots moved against the last plan's",
+            Replan::Tenants => "its tenants changed",
+            Replan::Health => "its health changed",
+            Replan::Instances => "a tenant serves from another instance than planned",
+            Replan::RetrainingDue => "a retraining became due or finished",
+            Replan::RetrainingRuns => "a retraining runs otherwise than planned",
+            Replan::RetrainingStarts => "a retraining whose configuration is chosen starts now",
+            Replan::Forecast => "a forecast left its planned band",
+            Replan::Infeasible => "the shifted plan is not feasible",
+        })
+    }
+}
+
+/// A previous plan that still holds this round ([`still_planned`]).
+struct Kept {
+    /// Its schedule, shifted onto this round's slots.
+    schedule: Schedule,
+    /// The Lagrangian bound at its prices, shifted likewise: a valid bound on this round's problem.
+    bound: f64,
+}
+
+/// Incremental rounds ([`PlannerConfig::replan_band`](crate::input::PlannerConfig::replan_band)): the GPU's last
+/// plan, shifted onto this round's slots, where nothing it depends on moved beyond the band, so that solving again
+/// is not worth its cost. The reason to solve again ([`Replan`]) where:
+/// - the plan's horizon has run out (every slot it planned is past), or it has no prices to bound it with;
+/// - a tenant arrived or left (level 1 moved one, or one was added or removed);
+/// - the GPU's health changed, or a tenant's inference instance is not the one the plan runs now (a failed or
+///   lagging reconfiguration, a restarted node);
+/// - a tenant's retraining became due or finished, its epochs changed, or it runs where the plan did not expect
+///   it, or does not run where the plan started it; or the shifted plan starts now a retraining whose configuration
+///   this round would choose ([`configurable`]);
+/// - a tenant's forecast, in any slot, leaves its planned mean widened by `replan_band` times the distance to the
+///   planned band's edges (slots beyond the plan's horizon are held against its last, as the shift repeats it);
+/// - the shifted schedule is not feasible on this round's problem.
+///
+/// The plan is valued exactly on this round's problem (its forecasts, accuracies and dead times), and bounded by the
+/// Lagrangian bound at its shifted prices, so the gap a kept plan reports is a proven one. The warm start is left
+/// as it was, so that its horizon runs out and the GPU is solved again at the latest once every slot it planned
+/// is past.
+fn still_planned(
+    input: &PlannerInput,
+    gpu: &GpuId,
+    pb: &GpuProblem,
+    w: &WarmStart,
+    solver: &SolverConfig,
+) -> Result<Kept, Replan> {
+    let band = input.config.replan_band;
+    if w.prices.is_empty() {
+        return Err(Replan::HorizonOut);
+    }
+    if w.tenants.len() != pb.tenants.len() {
+        return Err(Replan::Tenants);
+    }
+    if w.health != Some(input.gpus[gpu].health) {
+        return Err(Replan::Health);
+    }
+    let d = slots_since(w, input, pb).ok_or(Replan::SlotsMoved)?;
+    let len = w.prices.len();
+    if d >= len {
+        return Err(Replan::HorizonOut);
+    }
+    for t in &pb.tenants {
+        let old = w.tenants.iter().find(|o| o.id == t.id).ok_or(Replan::Tenants)?;
+        let planned = old.planned_for.as_ref().ok_or(Replan::Tenants)?;
+        let ti = &input.tenants[&t.id];
+        if ti.retraining_due != planned.retraining_due || ti.retraining_epochs != planned.retraining_epochs {
+            return Err(Replan::RetrainingDue);
+        }
+        // The instance it serves from now is the one the plan gave it for the slot just ended or the one starting.
+        let now = t.current_inference.map(|p| p.profile);
+        let planned_now = |s: usize| old.inference.get(s.min(old.inference.len() - 1)).copied().flatten();
+        if now != planned_now(d.saturating_sub(1)) && now != planned_now(d) {
+            return Err(Replan::Instances);
+        }
+        // A retraining runs now exactly where the plan started it before now and had not yet finished it.
+        let running = t.retrain.as_ref().is_some_and(|r| r.running_on.is_some());
+        let expected = old.retraining.is_some_and(|(_, start, end)| start < d && end > d);
+        if planned.retraining_due && running != expected {
+            return Err(Replan::RetrainingRuns);
+        }
+        let f = &ti.forecast;
+        let p = &planned.forecast;
+        for s in 0..pb.slots.min(f.mean.len()) {
+            let k = (s + d).min(len - 1);
+            let (lo, hi) = (p.mean[k] - band * (p.mean[k] - p.low[k]), p.mean[k] + band * (p.high[k] - p.mean[k]));
+            let tolerance = 1e-9 * p.mean[k].abs().max(1.0);
+            if f.mean[s] < lo - tolerance || f.mean[s] > hi + tolerance {
+                return Err(Replan::Forecast);
+            }
+        }
+    }
+    let shifted = shift(w, input, pb);
+    let schedule = shifted.schedule.ok_or(Replan::Infeasible)?;
+    let starts_configurable = (0..pb.tenants.len())
+        .any(|i| schedule.retrain[i].is_some_and(|o| o.start == 0) && configurable(input, pb, i).is_some());
+    if starts_configurable {
+        return Err(Replan::RetrainingStarts);
+    }
+    let prices = shifted.prices.as_deref().ok_or(Replan::HorizonOut)?;
+    let bound = cg::bound_at(pb, solver, prices).ok_or(Replan::HorizonOut)?;
+    Ok(Kept { schedule, bound })
 }
 
 /// Retraining configurations tessera and the perfect-forecast reference choose from: the tenant's default epochs
@@ -352,8 +574,14 @@ fn place_shared(pb: &GpuProblem, schedule: &Schedule, shared: &[usize]) -> Place
     placed
 }
 
-/// What the next round starts from: this round's schedule and best-bound prices.
-fn warm_start(input: &PlannerInput, pb: &GpuProblem, schedule: &Schedule, prices: Vec<Vec<f64>>) -> WarmStart {
+/// What the next round starts from: this round's schedule and best-bound prices, and what they were made for.
+fn warm_start(
+    input: &PlannerInput,
+    gpu: &GpuId,
+    pb: &GpuProblem,
+    schedule: &Schedule,
+    prices: Vec<Vec<f64>>,
+) -> WarmStart {
     WarmStart {
         at: input.now,
         slot_s: pb.slot_s,
@@ -365,10 +593,23 @@ fn warm_start(input: &PlannerInput, pb: &GpuProblem, schedule: &Schedule, prices
                 id: t.id.clone(),
                 inference: schedule.inference.iter().map(|row| row[i].map(|p| pb.profiles[p])).collect(),
                 retraining: schedule.retrain[i].map(|o| (pb.profiles[o.profile], o.start, o.end)),
+                planned_for: input.tenants.get(&t.id).map(|ti| PlannedFor {
+                    forecast: planned_forecast(&ti.forecast, pb.slots),
+                    retraining_due: ti.retraining_due,
+                    retraining_epochs: ti.retraining_epochs,
+                }),
             })
             .collect(),
         prices,
+        health: input.gpus.get(gpu).map(|g| g.health),
     }
+}
+
+/// `forecast` over exactly `slots` slots (its last repeated, as the problem reads a short one).
+fn planned_forecast(forecast: &Forecast, slots: usize) -> Forecast {
+    let at = |v: &[f64], t: usize| v.get(t.min(v.len().saturating_sub(1))).copied().unwrap_or(0.0);
+    let over = |v: &[f64]| (0..slots).map(|t| at(v, t)).collect();
+    Forecast { mean: over(&forecast.mean), low: over(&forecast.low), high: over(&forecast.high) }
 }
 
 /// A [`WarmStart`] on this round's slots.
@@ -383,15 +624,7 @@ struct Shifted {
 /// A warm start moved onto `pb`'s slots, which begin `d` of its slots later: slot `t` takes its slot `t + d`,
 /// and slots beyond its horizon repeat its last. Nothing where the slots do not line up.
 fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Shifted {
-    let slot_ms = pb.slot_s * 1000.0;
-    let Some(elapsed) = input.now.as_ms().checked_sub(w.at.as_ms()).map(|e| e as f64) else {
-        return Shifted::default();
-    };
-    let d = (elapsed / slot_ms).round();
-    if (w.slot_s - pb.slot_s).abs() > 1e-9 || (elapsed - d * slot_ms).abs() > 1.0 {
-        return Shifted::default();
-    }
-    let d = d as usize;
+    let Some(d) = slots_since(w, input, pb) else { return Shifted::default() };
     let from = |t: usize, len: usize| (t + d).min(len.saturating_sub(1));
     let prices = (!w.prices.is_empty() && d < w.prices.len())
         .then(|| (0..pb.slots).map(|t| w.prices[from(t, w.prices.len())].clone()).collect());
@@ -417,6 +650,15 @@ fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Shifted {
         };
     }
     Shifted { schedule: schedule.feasible(pb).then_some(schedule), prices }
+}
+
+/// How many of `pb`'s slots this round starts after `w`'s slot 0: `None` where the slots do not line up (another
+/// slot length, a time between slots, a warm start from the future).
+fn slots_since(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Option<usize> {
+    let slot_ms = pb.slot_s * 1000.0;
+    let elapsed = input.now.as_ms().checked_sub(w.at.as_ms())? as f64;
+    let d = (elapsed / slot_ms).round();
+    ((w.slot_s - pb.slot_s).abs() <= 1e-9 && (elapsed - d * slot_ms).abs() <= 1.0).then_some(d as usize)
 }
 
 /// How long, in retraining windows, level 2 counts the accuracy a retraining buys beyond the horizon: the gain lasts

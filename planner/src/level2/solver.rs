@@ -77,6 +77,10 @@ pub enum SolveStatus {
     Budget,
     /// A rule-based policy decided (the baselines): nothing was optimised, so there is no bound and no gap.
     Rule,
+    /// Incremental rounds kept the GPU's last plan, shifted forward, since nothing it depends on moved beyond the
+    /// band ([`crate::input::PlannerConfig::replan_band`]); its bound is the Lagrangian bound at the last plan's
+    /// prices, a proven one.
+    Shifted,
 }
 
 impl SolveStatus {

@@ -96,6 +96,11 @@ pub const ABLATIONS: &[Entry] = &[
         about: "ablation: tessera retraining at the default epochs instead of choosing them with the layout",
         make: || Box::new(tessera::Tessera::without(tessera::Ablation::DefaultEpochs)),
     },
+    Entry {
+        name: "tessera-full-rounds",
+        about: "ablation: tessera solving every GPU every round instead of only those whose inputs left the band",
+        make: || Box::new(tessera::Tessera::without(tessera::Ablation::FullRounds)),
+    },
 ];
 
 /// The names of every registered policy, in registry order.

@@ -10,7 +10,7 @@ use crate::assign;
 use crate::forecast::Forecast;
 use crate::input::PlannerInput;
 use crate::level2::build::Arrivals;
-use crate::level2::goodput;
+use crate::level2::goodput::{self, Features};
 use crate::level2::solver::SolverConfig;
 use crate::policy::{PlanError, PlanOutcome, Policy, plan_fleet};
 
@@ -48,7 +48,9 @@ impl Policy for PerfectForecast {
             ..truth.config.solver
         };
         plan_fleet(self.name(), &truth, l1, |gpu, tenants| {
-            goodput::solve(&truth, gpu, tenants, Arrivals::Actual, &solver)
+            // A reference solves every GPU every round: it keeps no plan for a cheaper round.
+            let features = Features { incremental: false, ..Features::ALL };
+            goodput::solve_with(&truth, gpu, tenants, Arrivals::Actual, &solver, features)
         })
     }
 }

@@ -25,6 +25,10 @@
 //!   solves the GPU again for the configurations worth trying and keeps the one whose plan earns most, so idle
 //!   slices buy accuracy and busy ones do not. The chosen epochs travel in the plan (`GpuPlan::retraining_epochs`)
 //!   and a retraining under way keeps them.
+//! - **Incremental rounds** ([`crate::input::PlannerConfig::replan_band`]): a GPU is solved again only when something
+//!   its plan depends on moved beyond a band (a forecast, its tenants, a retraining's state, its health or
+//!   instances) or its plan's horizon ran out; otherwise it keeps its last plan shifted forward, valued on this
+//!   round's inputs and bounded at its prices. A planning round costs what changed, not the fleet's size.
 
 use crate::assign;
 use crate::input::PlannerInput;
@@ -50,6 +54,8 @@ pub enum Ablation {
     NoBurstReplans,
     /// Every retraining at the tenant's default epochs: no configuration chosen with the layout.
     DefaultEpochs,
+    /// Every GPU solved every round, whatever the round's `replan_band`: no incremental rounds.
+    FullRounds,
 }
 
 /// Tessera's policy, or one of its ablations.
@@ -76,6 +82,7 @@ impl Policy for Tessera {
             Ablation::ColdStart => "tessera-cold",
             Ablation::NoBurstReplans => "tessera-no-burst",
             Ablation::DefaultEpochs => "tessera-default-epochs",
+            Ablation::FullRounds => "tessera-full-rounds",
         }
     }
 
@@ -91,6 +98,7 @@ impl Policy for Tessera {
             warm: self.ablation != Ablation::ColdStart,
             share: true,
             epochs: self.ablation != Ablation::DefaultEpochs,
+            incremental: self.ablation != Ablation::FullRounds,
         };
         plan_fleet(self.name(), input, l1, |gpu, tenants| {
             goodput::solve_with(input, gpu, tenants, arrivals, &input.config.solver, features)

@@ -101,6 +101,13 @@ pub struct RunArgs {
     /// comparison is between the per-GPU policies; vary it to study placement.
     #[arg(long, default_value = "fleet", value_name = "RULE")]
     pub placement: String,
+    /// Incremental rounds: a GPU is solved again only when a tenant's forecast leaves its planned mean widened by
+    /// this share of the distance to the planned band's edges (or its tenants, a retraining's state, its health or
+    /// instances changed, or its plan's horizon ran out); otherwise it keeps its last plan shifted forward. 0 solves
+    /// every GPU every round. Tessera and its ablations read it (`tessera-full-rounds` never keeps a plan). In
+    /// cluster mode, give `coordinator dev-cluster` the same value.
+    #[arg(long, default_value_t = RoundSettings::default().planner.replan_band, value_name = "SHARE")]
+    pub replan_band: f64,
     /// Forecaster of every tenant: last, ewma or seasonal (a day of slots).
     #[arg(long, default_value_t = RoundSettings::default().forecaster)]
     pub forecaster: String,
@@ -257,6 +264,7 @@ impl RunArgs {
                 solver: SolverConfig { mip_rel_gap: self.gap, ..defaults.solver },
                 placement: self.placement.parse().map_err(|e| ReplayError::Usage(format!("--placement: {e}")))?,
                 sharing: self.sharing,
+                replan_band: self.replan_band,
                 ..defaults
             },
             forecaster,
@@ -436,6 +444,7 @@ fn reproduce(spec: &super::RunSpec) -> serde_json::Value {
         "horizon_slots": spec.planner.horizon_slots,
         "target_utilization": spec.planner.target_utilization,
         "gap": spec.planner.solver.mip_rel_gap,
+        "replan_band": spec.planner.replan_band,
         "forecaster": spec.forecaster.to_string(),
         "tlb": spec.tlb.name(),
         "tlb_blind": spec.tlb_blind,

@@ -125,6 +125,19 @@ pub fn solve_warm(
     solve_warm_on(pb, config, seeds, prices, MASTER_PIVOTS)
 }
 
+/// A valid upper bound on `pb`'s planning value: the Lagrangian bound at capacity `prices` (per slot, as
+/// [`WarmSolved::prices`] gives them). `None` where the prices do not fit `pb`'s rows. One pricing of every
+/// tenant, no master: what incremental rounds bound a kept plan with.
+pub fn bound_at(pb: &GpuProblem, config: &SolverConfig, prices: &[Vec<f64>]) -> Option<f64> {
+    let cx = Context::new(pb, config);
+    let k = 2 * cx.l.k;
+    if prices.len() != pb.slots || prices.iter().any(|s| s.len() != k || s.iter().any(|v| !v.is_finite())) {
+        return None;
+    }
+    let pi: Vec<f64> = prices.iter().flatten().map(|v| v.max(0.0)).collect();
+    Some(cx.lagrangian_at(&pi).0)
+}
+
 /// [`solve_warm`], with `master_pivots` pivots per master solve before HiGHS takes over (tests of the fallback): the
 /// phases in order (see the module doc).
 fn solve_warm_on(
