@@ -618,7 +618,17 @@ mod tests {
         let over = Overrides { gap: Some(1.0), ..Default::default() };
         let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
         assert!(e.contains("planner.gap"), "{e}");
+        assert_eq!(c.replan_band, tessera_planner::PlannerConfig::default().replan_band);
+        let over = Overrides { replan_band: Some(0.0), ..Default::default() };
+        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().replan_band, 0.0);
+        for bad in [-1.0, f64::NAN, 101.0] {
+            let over = Overrides { replan_band: Some(bad), ..Default::default() };
+            let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
+            assert!(e.contains("planner.replan_band"), "{e}");
+        }
         let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, format!("{text}[planner]\nreplan_band = 2.5\n")).unwrap();
+        assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().replan_band, 2.5);
         std::fs::write(&file, format!("{text}[planner]\ngap = 0.02\n")).unwrap();
         assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().gap, 0.02);
         assert!(!c.replan_on_burst);

@@ -351,6 +351,8 @@ fn bad_input_is_named() {
     assert!(err.contains("target_utilization") && err.contains("1.5"), "{err}");
     let err = failed(&replay().args(["--gap", "1", "--duration", "1m"]).output().unwrap());
     assert!(err.contains("--gap") && err.contains("[0, 1)"), "{err}");
+    let err = failed(&replay().args(["--replan-band", "101", "--duration", "1m"]).output().unwrap());
+    assert!(err.contains("replan_band") && err.contains("[0, 100]"), "{err}");
     let err = failed(&replay().args(["--tlb", "l2", "--duration", "1m"]).output().unwrap());
     assert!(err.contains("--tlb") && err.contains("off, baseline, star"), "{err}");
 

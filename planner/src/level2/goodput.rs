@@ -178,7 +178,7 @@ pub enum Replan {
     Health,
     /// A tenant serves from another instance than the plan runs now (a failed or lagging reconfiguration).
     Instances,
-    /// A retraining became due or finished, or its epochs changed.
+    /// A retraining became due, or finished other than when the plan had it finish, or its epochs changed.
     RetrainingDue,
     /// A retraining runs where the plan did not start it, or does not run where the plan did.
     RetrainingRuns,
@@ -230,7 +230,7 @@ impl std::fmt::Display for Replan {
             Replan::Tenants => "its tenants changed",
             Replan::Health => "its health changed",
             Replan::Instances => "a tenant serves from another instance than planned",
-            Replan::RetrainingDue => "a retraining became due or finished",
+            Replan::RetrainingDue => "a retraining became due, or finished other than planned",
             Replan::RetrainingRuns => "a retraining runs otherwise than planned",
             Replan::RetrainingStarts => "a retraining whose configuration is chosen starts now",
             Replan::Forecast => "a forecast left its planned band",
@@ -254,9 +254,9 @@ struct Kept {
 /// - a tenant arrived or left (level 1 moved one, or one was added or removed);
 /// - the GPU's health changed, or a tenant's inference instance is not the one the plan runs now (a failed or
 ///   lagging reconfiguration, a restarted node);
-/// - a tenant's retraining became due or finished, its epochs changed, or it runs where the plan did not expect
-///   it, or does not run where the plan started it; or the shifted plan starts now a retraining whose configuration
-///   this round would choose ([`configurable`]);
+/// - a tenant's retraining became due, or finished other than when the plan had it finish, its epochs changed, or
+///   it runs where the plan did not expect it, or does not run where the plan started it; or the shifted plan
+///   starts now a retraining whose configuration this round would choose ([`configurable`]);
 /// - a tenant's forecast, in any slot, leaves its planned mean widened by `replan_band` times the distance to the
 ///   planned band's edges (slots beyond the plan's horizon are held against its last, as the shift repeats it);
 /// - the shifted schedule is not feasible on this round's problem.
@@ -291,7 +291,13 @@ fn still_planned(
         let old = w.tenants.iter().find(|o| o.id == t.id).ok_or(Replan::Tenants)?;
         let planned = old.planned_for.as_ref().ok_or(Replan::Tenants)?;
         let ti = &input.tenants[&t.id];
-        if ti.retraining_due != planned.retraining_due || ti.retraining_epochs != planned.retraining_epochs {
+        // A retraining that finished when the plan had it finish (its last slot is past) is what the plan planned
+        // for: the plan already serves the new accuracy from then on.
+        let finished_as_planned = planned.retraining_due
+            && !ti.retraining_due
+            && old.retraining.is_some_and(|(_, _, end)| end <= d);
+        let moved = ti.retraining_due != planned.retraining_due || ti.retraining_epochs != planned.retraining_epochs;
+        if moved && !finished_as_planned {
             return Err(Replan::RetrainingDue);
         }
         // The instance it serves from now is the one the plan gave it for the slot just ended or the one starting.
