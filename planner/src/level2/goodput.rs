@@ -293,9 +293,8 @@ fn still_planned(
         let ti = &input.tenants[&t.id];
         // A retraining that finished when the plan had it finish (its last slot is past) is what the plan planned
         // for: the plan already serves the new accuracy from then on.
-        let finished_as_planned = planned.retraining_due
-            && !ti.retraining_due
-            && old.retraining.is_some_and(|(_, _, end)| end <= d);
+        let finished_as_planned =
+            planned.retraining_due && !ti.retraining_due && old.retraining.is_some_and(|(_, _, end)| end <= d);
         let moved = ti.retraining_due != planned.retraining_due || ti.retraining_epochs != planned.retraining_epochs;
         if moved && !finished_as_planned {
             return Err(Replan::RetrainingDue);
