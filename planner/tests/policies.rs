@@ -962,6 +962,7 @@ fn statuses(report: &PlanReport) -> BTreeMap<tessera_core::ids::GpuId, tessera_p
 
 #[test]
 fn incremental_rounds_keep_a_plan_only_while_its_inputs_hold() {
+    use tessera_planner::level2::goodput::Replan;
     use tessera_planner::level2::solver::SolveStatus;
     use tessera_planner::synthetic::next_round;
     let spec = SyntheticSpec { gpus: 6, tenants: 18, slots: 12, gpu_model: GpuModel::A100_40GB, seed: 9 };
@@ -1012,10 +1013,16 @@ fn incremental_rounds_keep_a_plan_only_while_its_inputs_hold() {
 
     // Six more slots: the kept plans' horizon has run out, so every one of them is solved again.
     let third = next_round(&second, &kept.outcomes, 6, 1);
-    let again = statuses(&planned("tessera", &third));
+    let third = planned("tessera", &third);
+    let again = statuses(&third);
     for (gpu, _) in &shifted {
         assert_ne!(again[gpu], SolveStatus::Shifted, "{gpu}: a plan past its horizon was kept");
+        // Each says why it was solved again, in its stats and to the operator.
+        let why = replanned(&third, gpu).unwrap_or_else(|| panic!("{gpu}: solved again for no reason given"));
+        assert!(third.plan.gpus[gpu].explanation.contains("solved again: "), "{}", third.plan.gpus[gpu].explanation);
+        assert!(matches!(why, Replan::HorizonOut | Replan::Tenants), "{gpu}: {why:?}");
     }
+    assert!(shifted.iter().any(|(gpu, _)| replanned(&third, gpu) == Some(Replan::HorizonOut)));
 
     // A forecast beyond the band, or a GPU whose health changed, is solved again.
     let (gpu, _) = &shifted[0];
@@ -1024,10 +1031,16 @@ fn incremental_rounds_keep_a_plan_only_while_its_inputs_hold() {
     let f = &mut burst.tenants.get_mut(&tenant).unwrap().forecast;
     f.mean.iter_mut().for_each(|m| *m *= 1.5);
     f.high.iter_mut().for_each(|m| *m *= 1.5);
-    assert_ne!(statuses(&planned("tessera", &burst))[gpu], SolveStatus::Shifted, "a burst was not replanned");
+    let burst = planned("tessera", &burst);
+    assert_ne!(statuses(&burst)[gpu], SolveStatus::Shifted, "a burst was not replanned");
+    assert!(matches!(replanned(&burst, gpu), Some(Replan::Forecast | Replan::Tenants)), "{:?}", replanned(&burst, gpu));
     let mut draining = second.clone();
     draining.gpus.get_mut(gpu).unwrap().health = GpuHealth::Draining;
-    assert_ne!(statuses(&planned("tessera", &draining)).get(gpu), Some(&SolveStatus::Shifted));
+    let draining = planned("tessera", &draining);
+    assert_ne!(statuses(&draining).get(gpu), Some(&SolveStatus::Shifted));
+    if draining.stats.gpus.iter().any(|g| &g.gpu == gpu) {
+        assert_eq!(replanned(&draining, gpu), Some(Replan::Health));
+    }
 
     // Band 0 (the setting off): every GPU is solved, and the round is the full round, bit for bit.
     let mut off = second.clone();
@@ -1037,6 +1050,11 @@ fn incremental_rounds_keep_a_plan_only_while_its_inputs_hold() {
     for gpu in full.plan.gpus.keys() {
         assert_eq!(same_plan(&off, gpu), same_plan(&full, gpu), "{gpu}");
     }
+}
+
+/// Why incremental rounds solved `gpu` again, as the report's stats say.
+fn replanned(report: &PlanReport, gpu: &tessera_core::ids::GpuId) -> Option<goodput::Replan> {
+    report.stats.gpus.iter().find(|g| &g.gpu == gpu).and_then(|g| g.replanned)
 }
 
 /// What a GPU's plan does, whichever policy's name it carries: its layout and assignments now and later, and its
