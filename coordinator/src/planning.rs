@@ -1018,7 +1018,7 @@ fn trace_gpu_solve(
 ) {
     use opentelemetry::{Array, KeyValue, Value};
     let gpu = input.gpus.get(&g.gpu);
-    let attributes = vec![
+    let mut attributes = vec![
         KeyValue::new("tessera.gpu", g.gpu.to_string()),
         KeyValue::new("tessera.gpu.model", gpu.map(|x| x.model.to_string()).unwrap_or_default()),
         KeyValue::new(
@@ -1037,7 +1037,12 @@ fn trace_gpu_solve(
         KeyValue::new("tessera.plan.bound", g.bound),
         KeyValue::new("tessera.solver.status", format!("{:?}", g.status)),
         KeyValue::new("tessera.explanation", target.map(|t| t.explanation.clone()).unwrap_or_default()),
+        // Incremental rounds: whether the GPU kept its last plan, shifted forward, and else why it was solved again.
+        KeyValue::new("tessera.plan.kept", g.status == tessera_planner::level2::solver::SolveStatus::Shifted),
     ];
+    if let Some(why) = g.replanned {
+        attributes.push(KeyValue::new("tessera.replan.reason", why.name()));
+    }
     crate::telemetry::completed_span(
         round,
         "gpu_solve",

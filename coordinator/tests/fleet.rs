@@ -108,6 +108,9 @@ async fn a_tenant_added_through_the_api_is_served_on_a_simulated_gpu_and_the_dec
     for key in ["tessera.plan.objective", "tessera.plan.bound"] {
         assert!(solve.double(key).is_some(), "gpu_solve lacks double {key}: {}", solve.summary());
     }
+    // The first round has no plan to keep: solved, and no reason to solve again is given.
+    assert_eq!(solve.bool("tessera.plan.kept"), Some(false), "{}", solve.summary());
+    assert_eq!(solve.string("tessera.replan.reason"), None, "{}", solve.summary());
     for key in ["tessera.layout.chosen", "tessera.solver.status", "tessera.gpu.model", "tessera.explanation"] {
         assert!(solve.string(key).is_some(), "gpu_solve lacks {key}: {}", solve.summary());
     }

@@ -38,7 +38,7 @@
 //! | span | kind | where | attributes (besides `tessera.`) |
 //! |---|---|---|---|
 //! | `planning_round` | internal | coordinator leader | `round.trigger`, `policy`, `plan.epoch`, `gpu.count`, `tenant.count`, `round.outcome`, `plan.objective`, `plan.bound`, `plan.gap`, `plan.solve_ms`, `push.ok`, `push.failed` |
-//! | `gpu_solve` | internal | coordinator (measured in the planner) | `gpu`, `gpu.model`, `tenants` (array), `forecast.mean_rps` (array), `tenant.count`, `candidate_profiles`, `layout.current`, `layout.chosen`, `plan.objective`, `plan.bound`, `solver.status`, `explanation` |
+//! | `gpu_solve` | internal | coordinator (measured in the planner) | `gpu`, `gpu.model`, `tenants` (array), `forecast.mean_rps` (array), `tenant.count`, `candidate_profiles`, `layout.current`, `layout.chosen`, `plan.objective`, `plan.bound`, `solver.status`, `explanation`, `plan.kept` (bool: the last plan kept, shifted forward), `replan.reason` (why it was solved again, where it had a plan to keep) |
 //! | `tessera.v1.Agent/ApplyLayout` | client | coordinator, one per node pushed | `node`, `plan.epoch`, `gpus` (array), `layouts.from` / `layouts.to` (arrays), `reconfiguration.steps` (the steps from the GPUs' previous targets, by the agent's diff), `push.result` |
 //! | `tessera.v1.Agent/ApplyLayout` | server | agent | `node`, `plan.epoch`, `apply.result` |
 //! | `reconcile` | internal | agent, per GPU and pass | `gpu`, `plan.epoch`, `layout.from`, `layout.to`, `reconfiguration.planned` (the pass's diff), `reconfiguration.steps` (the MIG steps it completed: a pass that waits leaves the rest to the next), `reconcile.outcome` |

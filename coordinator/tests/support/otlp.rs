@@ -72,6 +72,14 @@ impl ReceivedSpan {
         }
     }
 
+    /// Attribute `key` if it was sent as a boolean.
+    pub fn bool(&self, key: &str) -> Option<bool> {
+        match self.values.get(key) {
+            Some(any_value::Value::BoolValue(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
     /// Attribute `key` if it was sent as a double.
     pub fn double(&self, key: &str) -> Option<f64> {
         match self.values.get(key) {
