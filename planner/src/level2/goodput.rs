@@ -186,7 +186,8 @@ pub enum Replan {
     RetrainingStarts,
     /// A tenant's forecast left the band its plan was made for.
     Forecast,
-    /// The shifted plan is not feasible on this round's problem.
+    /// The shifted plan is not feasible on this round's problem, or would drop part of itself to be (a profile that
+    /// is no longer a candidate, a retraining that can no longer start or go on as planned).
     Infeasible,
 }
 
@@ -259,7 +260,8 @@ struct Kept {
 ///   starts now a retraining whose configuration this round would choose ([`configurable`]);
 /// - a tenant's forecast, in any slot, leaves its planned mean widened by `replan_band` times the distance to the
 ///   planned band's edges (slots beyond the plan's horizon are held against its last, as the shift repeats it);
-/// - the shifted schedule is not feasible on this round's problem.
+/// - the shifted schedule is not feasible on this round's problem, or is only by dropping an instance or a
+///   retraining the plan runs.
 ///
 /// The plan is valued exactly on this round's problem (its forecasts, accuracies and dead times), and bounded by the
 /// Lagrangian bound at its shifted prices, so the gap a kept plan reports is a proven one. The warm start is left
@@ -324,6 +326,19 @@ fn still_planned(
     }
     let shifted = shift(w, input, pb);
     let schedule = shifted.schedule.ok_or(Replan::Infeasible)?;
+    // The shift drops what no longer fits this round's problem (a profile no longer a candidate, a retraining option
+    // gone), which a seed may do but a kept plan may not: it must run as planned.
+    for (i, t) in pb.tenants.iter().enumerate() {
+        let old = w.tenants.iter().find(|o| o.id == t.id).ok_or(Replan::Tenants)?;
+        let len = old.inference.len();
+        let dropped_inference =
+            (0..pb.slots).any(|s| old.inference[(s + d).min(len - 1)].is_some() && schedule.inference[s][i].is_none());
+        let running = t.retrain.as_ref().is_some_and(|r| r.running_on.is_some());
+        let planned_later = old.retraining.is_some_and(|(_, start, _)| start >= d);
+        if dropped_inference || ((running || planned_later) && schedule.retrain[i].is_none()) {
+            return Err(Replan::Infeasible);
+        }
+    }
     let starts_configurable = (0..pb.tenants.len())
         .any(|i| schedule.retrain[i].is_some_and(|o| o.start == 0) && configurable(input, pb, i).is_some());
     if starts_configurable {
