@@ -768,9 +768,23 @@ fn a_malformed_warm_start_is_a_bad_input_naming_the_field() {
     let mut next = tessera_planner::synthetic::next_round(&input, &report.outcomes, 3, 1);
     let gpu = next.gpus.keys().next().unwrap().clone();
     let w = next.gpus.get_mut(&gpu).unwrap().warm.as_mut().unwrap();
+    let good = w.clone();
     w.prices.pop();
     let err = by_name("tessera").unwrap().plan(&next).unwrap_err().to_string();
     assert!(err.contains(&format!("gpus.{gpu}.warm.prices")), "{err}");
+
+    // What a tenant's plan was made for (incremental rounds) must cover the plan's slots, with finite rates.
+    let w = next.gpus.get_mut(&gpu).unwrap().warm.as_mut().unwrap();
+    *w = good.clone();
+    let tenant = w.tenants[0].id.clone();
+    w.tenants[0].planned_for.as_mut().expect("tessera records what it planned for").forecast.high.pop();
+    let err = by_name("tessera").unwrap().plan(&next).unwrap_err().to_string();
+    assert!(err.contains(&format!("gpus.{gpu}.warm.tenants.{tenant}.planned_for.forecast")), "{err}");
+    let w = next.gpus.get_mut(&gpu).unwrap().warm.as_mut().unwrap();
+    *w = good;
+    w.tenants[0].planned_for.as_mut().unwrap().forecast.mean[0] = f64::NAN;
+    let err = by_name("tessera").unwrap().plan(&next).unwrap_err().to_string();
+    assert!(err.contains("planned_for.forecast: rates must be finite"), "{err}");
 }
 
 /// A solve warm-started from its own result (plan and prices) takes far fewer column-generation rounds than the
