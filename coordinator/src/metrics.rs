@@ -5,7 +5,9 @@
 //! (`plan_epoch`, `plan_objective`, `plan_bound`, `plan_gap`); per GPU (labels `gpu`, `model`), read from the
 //! replicated state when scraped: `gpu_applied_epoch`, `gpu_target_epoch`, `gpu_instances{profile}` (applied) and
 //! `gpu_drift_instances` (instances the applied layout has and the target has not, or the reverse); counters
-//! `proposals_total`, `plan_rounds_total{outcome}`, `pushes_total{result}`, `reconfigurations_total` and
+//! `proposals_total`, `plan_rounds_total{outcome}`, `plan_gpu_solves_total{outcome}` (per GPU and round: `kept`
+//! its last plan, `solved` with none to keep, or the reason incremental rounds solved it again, as
+//! `tessera_planner::level2::goodput::Replan::name` spells it), `pushes_total{result}`, `reconfigurations_total` and
 //! `writes_resent_total` (client writes resent with a request id already applied, answered once); histograms
 //! `plan_round_seconds` and `reconfiguration_seconds` (from the push of a GPU's new target to the agent's report that
 //! it is applied, as the leader sees it: heartbeats make it up to one heartbeat interval long). [`Metrics`] is
@@ -24,6 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tessera_metrics::gauge_i64;
+use tessera_planner::level2::goodput::Replan;
 
 /// Prefix of every metric family name (an underscore separates it from the rest).
 pub const PREFIX: &str = "tessera_coordinator";
@@ -37,6 +40,10 @@ pub const OUTCOME_PLANNED: &str = "planned";
 pub const OUTCOME_INFEASIBLE: &str = "infeasible";
 /// `outcome` label of `plan_rounds_total` for a round that failed; also `pushes_total`'s `result` for a failed push.
 pub const OUTCOME_ERROR: &str = "error";
+/// `outcome` label of `plan_gpu_solves_total` for a GPU that kept its last plan, shifted forward.
+pub const SOLVE_KEPT: &str = "kept";
+/// `outcome` label of `plan_gpu_solves_total` for a GPU solved with no plan to keep.
+pub const SOLVE_SOLVED: &str = "solved";
 /// `result` label of `pushes_total` for a push the agent accepted.
 pub const PUSH_OK: &str = "ok";
 /// `result` label of `pushes_total` for a push the agent rejected as older than its current epoch.
@@ -94,6 +101,7 @@ pub struct Metrics {
     raft_members: Gauge,
     proposals: Counter,
     plan_rounds: Family<OneLabel, Counter>,
+    plan_gpu_solves: Family<OneLabel, Counter>,
     pushes: Family<OneLabel, Counter>,
     reconfigurations: Counter,
     plan_round_seconds: Histogram,
@@ -137,6 +145,7 @@ impl Metrics {
             raft_members: Gauge::default(),
             proposals: Counter::default(),
             plan_rounds: Family::default(),
+            plan_gpu_solves: Family::default(),
             pushes: Family::default(),
             reconfigurations: Counter::default(),
             plan_round_seconds: Histogram::new(DURATION_BUCKETS),
@@ -187,6 +196,12 @@ impl Metrics {
             "Planning rounds run by this node as leader, by outcome (planned, infeasible, error)",
             metrics.plan_rounds.clone(),
         );
+        registry.register(
+            "plan_gpu_solves",
+            "GPUs planned in this node's rounds as leader, by outcome: kept (its last plan, shifted forward), solved \
+             (no plan to keep) or the reason incremental rounds solved it again",
+            metrics.plan_gpu_solves.clone(),
+        );
         registry.register("pushes", "Layout pushes to agents, by result (ok, error, stale)", metrics.pushes.clone());
         registry.register(
             "reconfigurations",
@@ -202,6 +217,10 @@ impl Metrics {
         // Known label values start at 0, so every series exists from the first scrape (and `rate()` sees it start).
         for outcome in [OUTCOME_PLANNED, OUTCOME_INFEASIBLE, OUTCOME_ERROR] {
             drop(metrics.plan_rounds.get_or_create(&[("outcome", outcome.to_owned())]));
+        }
+        let solves = [SOLVE_KEPT, SOLVE_SOLVED].into_iter().chain(Replan::ALL.iter().map(|r| r.name()));
+        for outcome in solves {
+            drop(metrics.plan_gpu_solves.get_or_create(&[("outcome", outcome.to_owned())]));
         }
         for result in [PUSH_OK, OUTCOME_ERROR, PUSH_STALE] {
             drop(metrics.pushes.get_or_create(&[("result", result.to_owned())]));
@@ -349,6 +368,17 @@ impl Metrics {
         self.plan_round_seconds.observe(secs);
     }
 
+    /// Counts one GPU of a planning round: [`SOLVE_KEPT`] where it kept its last plan, the reason where incremental
+    /// rounds solved it again, else [`SOLVE_SOLVED`].
+    pub fn observe_gpu_solve(&self, kept: bool, replanned: Option<Replan>) {
+        let outcome = match (kept, replanned) {
+            (true, _) => SOLVE_KEPT,
+            (false, Some(why)) => why.name(),
+            (false, None) => SOLVE_SOLVED,
+        };
+        self.plan_gpu_solves.get_or_create(&[("outcome", outcome.to_owned())]).inc();
+    }
+
     /// Counts one layout push with `result` (normally [`PUSH_OK`], [`OUTCOME_ERROR`] or [`PUSH_STALE`]).
     pub fn push(&self, result: &str) {
         self.pushes.get_or_create(&[("result", result.to_owned())]).inc();
@@ -480,6 +510,10 @@ mod tests {
         m.reconfigurations(5);
         m.set_fleet(12, 8);
         m.set_round(9, 41.5, 42.0, 0.012);
+        m.observe_gpu_solve(true, None);
+        m.observe_gpu_solve(true, None);
+        m.observe_gpu_solve(false, Some(Replan::Forecast));
+        m.observe_gpu_solve(false, None);
         m.set_gpu_source(|| {
             vec![GpuGauges {
                 gpu: "node-0/0".into(),
@@ -510,6 +544,10 @@ mod tests {
             "tessera_coordinator_proposals_total 1",
             "tessera_coordinator_plan_rounds_total{outcome=\"planned\"} 2",
             "tessera_coordinator_plan_rounds_total{outcome=\"infeasible\"} 1",
+            "tessera_coordinator_plan_gpu_solves_total{outcome=\"kept\"} 2",
+            "tessera_coordinator_plan_gpu_solves_total{outcome=\"forecast\"} 1",
+            "tessera_coordinator_plan_gpu_solves_total{outcome=\"solved\"} 1",
+            "tessera_coordinator_plan_gpu_solves_total{outcome=\"health\"} 0",
             "tessera_coordinator_pushes_total{result=\"ok\"} 2",
             "tessera_coordinator_pushes_total{result=\"stale\"} 1",
             "tessera_coordinator_reconfigurations_total 5",
@@ -556,7 +594,7 @@ mod tests {
             let line = format!("tessera_coordinator_{name} 0");
             assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
         }
-        for family in ["proposals", "plan_rounds", "pushes", "reconfigurations", "writes_resent"] {
+        for family in ["proposals", "plan_rounds", "plan_gpu_solves", "pushes", "reconfigurations", "writes_resent"] {
             assert!(text.contains(&format!("# TYPE tessera_coordinator_{family} counter")), "{family} in:\n{text}");
         }
         assert!(text.contains("# TYPE tessera_coordinator_plan_round_seconds histogram"), "{text}");

@@ -25,6 +25,7 @@ use tessera_core::tenant::DemandSource;
 use tessera_core::time::SimTime;
 use tessera_planner::forecast::ForecasterConfig;
 use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput};
+use tessera_planner::level2::solver::SolveStatus;
 use tessera_planner::policy::{PlanOutcome, Policy};
 use tessera_planner::round::{Rounds, TenantState};
 use tessera_proto::v1;
@@ -592,6 +593,7 @@ impl Planner {
                     Some((t.clone(), f.mean.iter().sum::<f64>() / f.mean.len().max(1) as f64))
                 })
                 .collect();
+            self.metrics.observe_gpu_solve(g.status == SolveStatus::Shifted, g.replanned);
             if let Some(time) = report.solve_times.get(&g.gpu) {
                 trace_gpu_solve(span, &input, g, outcome, &tenants, &forecasts, report.plan.gpus.get(&g.gpu), time);
             }
@@ -1038,7 +1040,7 @@ fn trace_gpu_solve(
         KeyValue::new("tessera.solver.status", format!("{:?}", g.status)),
         KeyValue::new("tessera.explanation", target.map(|t| t.explanation.clone()).unwrap_or_default()),
         // Incremental rounds: whether the GPU kept its last plan, shifted forward, and else why it was solved again.
-        KeyValue::new("tessera.plan.kept", g.status == tessera_planner::level2::solver::SolveStatus::Shifted),
+        KeyValue::new("tessera.plan.kept", g.status == SolveStatus::Shifted),
     ];
     if let Some(why) = g.replanned {
         attributes.push(KeyValue::new("tessera.replan.reason", why.name()));
