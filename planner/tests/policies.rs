@@ -1025,6 +1025,12 @@ fn incremental_rounds_keep_a_plan_only_while_its_inputs_hold() {
         }
     }
 
+    // A round seconds off the slot grid (the coordinator's wall clock) counts from the nearest slot.
+    let mut off_grid = second.clone();
+    off_grid.now = tessera_core::time::SimTime::from_ms(second.now.as_ms() + 3_000);
+    let off_grid = planned("tessera", &off_grid);
+    assert!(statuses(&off_grid).values().any(|s| *s == SolveStatus::Shifted), "{:?}", statuses(&off_grid));
+
     // Six more slots: the kept plans' horizon has run out, so every one of them is solved again.
     let third = next_round(&second, &kept.outcomes, 6, 1);
     let third = planned("tessera", &third);

@@ -170,7 +170,7 @@ fn outcome(
 pub enum Replan {
     /// Every slot the last plan covered is past, or it left no prices to bound it with.
     HorizonOut,
-    /// The slots do not line up with the last plan's (another slot length, a round between slots).
+    /// The slots do not line up with the last plan's (another slot length, a plan from the future).
     SlotsMoved,
     /// A tenant arrived or left (level 1 moved one, or one was added or removed).
     Tenants,
@@ -672,13 +672,14 @@ fn shift(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Shifted {
     Shifted { schedule: schedule.feasible(pb).then_some(schedule), prices }
 }
 
-/// How many of `pb`'s slots this round starts after `w`'s slot 0: `None` where the slots do not line up (another
-/// slot length, a time between slots, a warm start from the future).
+/// How many of `pb`'s slots this round starts after `w`'s slot 0, to the nearest slot: rounds on a virtual clock
+/// fall on slot boundaries, rounds on a wall clock (the coordinator's) a few milliseconds to seconds off them, and a
+/// plan's slot is the nearest one. `None` where the slots do not line up: another slot length, or a warm start from
+/// the future.
 fn slots_since(w: &WarmStart, input: &PlannerInput, pb: &GpuProblem) -> Option<usize> {
     let slot_ms = pb.slot_s * 1000.0;
     let elapsed = input.now.as_ms().checked_sub(w.at.as_ms())? as f64;
-    let d = (elapsed / slot_ms).round();
-    ((w.slot_s - pb.slot_s).abs() <= 1e-9 && (elapsed - d * slot_ms).abs() <= 1.0).then_some(d as usize)
+    ((w.slot_s - pb.slot_s).abs() <= 1e-9).then_some((elapsed / slot_ms).round() as usize)
 }
 
 /// How long, in retraining windows, level 2 counts the accuracy a retraining buys beyond the horizon: the gain lasts
