@@ -289,8 +289,10 @@ fn still_planned(
     if d >= len {
         return Err(Replan::HorizonOut);
     }
-    for t in &pb.tenants {
-        let old = w.tenants.iter().find(|o| o.id == t.id).ok_or(Replan::Tenants)?;
+    // Each tenant's part of the last plan, in the problem's order.
+    let olds: Vec<_> = pb.tenants.iter().map(|t| w.tenants.iter().find(|o| o.id == t.id)).collect();
+    for (t, old) in pb.tenants.iter().zip(&olds) {
+        let old = old.ok_or(Replan::Tenants)?;
         let planned = old.planned_for.as_ref().ok_or(Replan::Tenants)?;
         let ti = &input.tenants[&t.id];
         // A retraining that finished when the plan had it finish (its last slot is past) is what the plan planned
@@ -328,8 +330,8 @@ fn still_planned(
     let schedule = shifted.schedule.ok_or(Replan::Infeasible)?;
     // The shift drops what no longer fits this round's problem (a profile no longer a candidate, a retraining option
     // gone), which a seed may do but a kept plan may not: it must run as planned.
-    for (i, t) in pb.tenants.iter().enumerate() {
-        let old = w.tenants.iter().find(|o| o.id == t.id).ok_or(Replan::Tenants)?;
+    for (i, (t, old)) in pb.tenants.iter().zip(&olds).enumerate() {
+        let old = old.ok_or(Replan::Tenants)?;
         let len = old.inference.len();
         let dropped_inference =
             (0..pb.slots).any(|s| old.inference[(s + d).min(len - 1)].is_some() && schedule.inference[s][i].is_none());
