@@ -8,7 +8,8 @@
 //!
 //! - `throughput`: for each concurrency (1, 16, 256), runs of a fixed duration alternating between the systems (which
 //!   one goes first alternates too). Prints writes/s (median of the runs), p50 and p99 latency (over every write of
-//!   every run) and the server CPU per write (user plus system time of all three members, over the runs).
+//!   every run), the server CPU per write (user plus system time of all three members, over the runs) and the
+//!   client's (this process: the cost of the load itself, which shares the cores with the servers).
 //! - `growth`: the same at 1 and 256 in flight after loading 0, 10 k and 100 k tenants (etcd: keys) through the same
 //!   client, then the data directories' sizes.
 //! - `failover`: SIGKILL the leader, write through a survivor until a write is acknowledged, restart the member,
@@ -308,6 +309,7 @@ struct Run {
     errors: usize,
     secs: f64,
     cpu_secs: f64,
+    client_cpu_secs: f64,
 }
 
 /// One system's runs at one concurrency, together.
@@ -317,6 +319,7 @@ struct Totals {
     latencies_ms: Vec<f64>,
     errors: usize,
     cpu_secs: f64,
+    client_cpu_secs: f64,
     acknowledged: usize,
 }
 
@@ -327,6 +330,7 @@ impl Totals {
         self.latencies_ms.extend(run.latencies_ms);
         self.errors += run.errors;
         self.cpu_secs += run.cpu_secs;
+        self.client_cpu_secs += run.client_cpu_secs;
         self.acknowledged += ok;
     }
 }
@@ -368,6 +372,7 @@ fn cpu_secs(pids: &[u32]) -> f64 {
 async fn drive(writer: Writer, inflight: usize, load: Load, prefix: &str, pids: &[u32]) -> Run {
     let next = Arc::new(AtomicUsize::new(0));
     let cpu0 = cpu_secs(pids);
+    let client0 = cpu_secs(&[std::process::id()]);
     let start = Instant::now();
     let tasks: Vec<_> = (0..inflight)
         .map(|_| {
@@ -404,6 +409,7 @@ async fn drive(writer: Writer, inflight: usize, load: Load, prefix: &str, pids: 
     }
     run.secs = start.elapsed().as_secs_f64();
     run.cpu_secs = cpu_secs(pids) - cpu0;
+    run.client_cpu_secs = cpu_secs(&[std::process::id()]) - client0;
     run
 }
 
@@ -477,12 +483,13 @@ impl Systems {
             for (s, t) in all.iter_mut().enumerate() {
                 t.latencies_ms.sort_by(f64::total_cmp);
                 report!(
-                    "| {label} | {inflight} | {} | {:.0} | {:.1} | {:.1} | {:.2} | {} |",
+                    "| {label} | {inflight} | {} | {:.0} | {:.1} | {:.1} | {:.3} | {:.3} | {} |",
                     names[s],
                     median(&mut t.rates),
                     quantile(&t.latencies_ms, 0.5),
                     quantile(&t.latencies_ms, 0.99),
                     t.cpu_secs * 1000.0 / t.acknowledged.max(1) as f64,
+                    t.client_cpu_secs * 1000.0 / t.acknowledged.max(1) as f64,
                     t.errors,
                 );
             }
@@ -509,8 +516,8 @@ fn dir_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-const HEADER: &str = "| state | in flight | system | writes/s (median) | p50 ms | p99 ms | server CPU ms/write | errors |\n\
-                      |---|---|---|---|---|---|---|---|";
+const HEADER: &str = "| state | in flight | system | writes/s (median) | p50 ms | p99 ms | server CPU ms/write | client CPU ms/write | errors |\n\
+                      |---|---|---|---|---|---|---|---|---|";
 
 async fn throughput(runs: usize, secs: u64) {
     let s = Systems::start().await;
@@ -623,7 +630,8 @@ fn write_markdown(path: &str, etcd_version: &str) {
          all six servers share (compare ratios; `docs/performance.md` has the history). Three members on loopback \
          each, fsync on, etcd {etcd_version}; one Rust gRPC client drives both (one connection to the leader, N \
          requests in flight): etcd's `KV/Put` of a tenant's spec, Tessera's `UpdateTenant` of the same spec. \
-         Server CPU is the three members' user and system time per acknowledged write.\n{}{end}\n",
+         Server CPU is the three members' user and system time per acknowledged write; client CPU is the \
+         benchmark's own, the load's cost, taken from the same two cores.\n{}{end}\n",
         REPORT.lock().unwrap()
     );
     let old = std::fs::read_to_string(&path).unwrap_or_default();

@@ -1,7 +1,19 @@
-//! This coordinator's replica of the Raft group: one OS thread owns the raft-rs `RawNode`, drives it with real ticks, persists every `Ready`
-//! before sending what must follow persistence, applies committed entries to the [`CoordState`], answers the
-//! clients waiting on them, serves read indexes, and snapshots the state every `snapshot_every` entries (then
-//! compacts the log, keeping a tail so a briefly lagging follower still catches up from entries).
+//! This coordinator's replica of the Raft group: one OS thread owns the raft-rs `RawNode`, drives it with real ticks,
+//! applies committed entries to the [`CoordState`], answers the clients waiting on them, serves read indexes, and
+//! snapshots the state every `snapshot_every` entries (then compacts the log, keeping a tail so a briefly lagging
+//! follower still catches up from entries).
+//!
+//! **Persistence runs beside the raft thread** (raft-rs's asynchronous ready): the raft thread records each
+//! `Ready`'s entries and hard state where raft-rs reads them ([`RaftStore::stage`]) and hands them to a persist
+//! thread, which writes everything queued with one write and one fdatasync ([`RaftStore::write_pending`]) and then
+//! reports the newest `Ready` it made durable. Meanwhile the raft thread takes proposals, sends the leader's appends
+//! and counts its followers' acknowledgements. **The durability rule:** nothing this member holds is acknowledged
+//! before it is durable here. A follower's or candidate's messages that depend on a `Ready` (append and vote
+//! answers) are sent only after that `Ready` and every one before it are durable; the leader counts itself towards
+//! a commit only for entries it has made durable (raft-rs's `on_persist_ready`); and raft-rs hands out committed
+//! entries only up to the durable index, so a client is answered only for a write that is committed and durable on
+//! a majority, this member included when it is the leader. A `Ready` that installs a snapshot first waits for the
+//! persist thread to finish, then is handled in line.
 //!
 //! Clients talk to it through a cheap, cloneable [`Replica`] handle. Proposals from a follower are forwarded to the
 //! leader by raft-rs itself; each entry names its origin node and request number, so the node that proposed it
@@ -9,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use protobuf::Message as _;
@@ -20,7 +32,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::metrics::Metrics;
 use crate::state::{AuditEntry, CoordState, Op, Outcome, Proposal};
-use crate::storage::{RaftStore, StoreError};
+use crate::storage::{PendingWrite, RaftStore, StoreError};
 use crate::transport::Transport;
 
 /// Raft timing and log settings.
@@ -151,6 +163,62 @@ enum Request {
         result: Result<usize, String>,
         took: Duration,
     },
+    /// The persist thread made more `Ready`s durable (or failed): see [`Durable`].
+    Persisted,
+}
+
+/// One `Ready`'s writes for the persist thread.
+struct PersistJob {
+    /// The `Ready`'s number.
+    number: u64,
+    write: PendingWrite,
+}
+
+/// How far the persist thread got: the newest `Ready` number it made durable, or the error that stopped it.
+#[derive(Default)]
+struct Durable {
+    progress: Mutex<(u64, Option<StoreError>)>,
+    changed: Condvar,
+}
+
+/// `Ready`s the persist thread takes in one batch, at most.
+const PERSIST_BATCH: usize = 1024;
+
+/// The persist thread: writes each batch of queued jobs durably with one sync ([`RaftStore::write_pending`]), then
+/// records the newest `Ready` number written and wakes the node. After a failed write it writes nothing more: the
+/// node stops rather than acknowledge what is not durable.
+fn persist_worker<S: RaftStore>(
+    store: S,
+    jobs: std_mpsc::Receiver<PersistJob>,
+    durable: Arc<Durable>,
+    node: std_mpsc::Sender<Request>,
+) {
+    while let Ok(first) = jobs.recv() {
+        let mut number = first.number;
+        let mut batch = vec![first.write];
+        while batch.len() < PERSIST_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => {
+                    number = job.number;
+                    batch.push(job.write);
+                }
+                Err(_) => break,
+            }
+        }
+        let result = store.write_pending(&batch);
+        let failed = result.is_err();
+        {
+            let mut progress = durable.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match result {
+                Ok(()) => progress.0 = number,
+                Err(e) => progress.1 = Some(e),
+            }
+        }
+        durable.changed.notify_all();
+        if node.send(Request::Persisted).is_err() || failed {
+            return;
+        }
+    }
 }
 
 /// Work for the snapshot thread.
@@ -296,6 +364,15 @@ impl Replica {
                 .spawn(move || snapshot_worker(store, job_rx, tx))
                 .map_err(|e| ReplicaError::Raft(format!("cannot start the snapshot thread: {e}")))?;
         }
+        let durable = Arc::new(Durable::default());
+        let (persist_jobs, persist_rx) = std_mpsc::channel();
+        {
+            let (store, tx, durable) = (store.clone(), tx.clone(), Arc::clone(&durable));
+            std::thread::Builder::new()
+                .name(format!("persist-{}", settings.id))
+                .spawn(move || persist_worker(store, persist_rx, durable, tx))
+                .map_err(|e| ReplicaError::Raft(format!("cannot start the persist thread: {e}")))?;
+        }
         let conf_state = raw.raft.prs().conf().to_conf_state();
         let mut driver = Driver {
             raw,
@@ -318,6 +395,11 @@ impl Replica {
             snapshot_bytes: snapshot.as_ref().map_or(0, |s| s.data.len() as u64),
             log_bytes: 0,
             last_leader: 0,
+            persist_jobs,
+            durable,
+            submitted: 0,
+            persisted: 0,
+            after_persist: VecDeque::new(),
         };
         std::thread::Builder::new()
             .name(format!("raft-{}", settings.id))
@@ -550,6 +632,16 @@ struct Driver<S: RaftStore> {
     log_bytes: u64,
     /// The leader as of the last status update (0: none).
     last_leader: u64,
+    /// Jobs for the persist thread.
+    persist_jobs: std_mpsc::Sender<PersistJob>,
+    /// The persist thread's progress.
+    durable: Arc<Durable>,
+    /// The newest `Ready` number handed to the persist thread.
+    submitted: u64,
+    /// The newest `Ready` number known durable (raft-rs told with `on_persist_ready`).
+    persisted: u64,
+    /// Messages to send once the `Ready` of each number is durable, oldest first.
+    after_persist: VecDeque<(u64, Vec<Message>)>,
 }
 
 impl<S: RaftStore> Driver<S> {
@@ -584,6 +676,10 @@ impl<S: RaftStore> Driver<S> {
                     self.reads.retain(|_, r| !r.is_closed());
                     self.conf_changes.retain(|_, r| !r.is_closed());
                 }
+            }
+            if let Err(e) = self.collect_persisted() {
+                tracing::error!(error = %e, "raft storage failed; the node stops");
+                return;
             }
             if self.raw.has_ready()
                 && let Err(e) = self.on_ready()
@@ -662,6 +758,8 @@ impl<S: RaftStore> Driver<S> {
                     tracing::error!(index, error = %e, "the snapshot could not be recorded; the log is not compacted");
                 }
             }
+            // Read in `collect_persisted`, once per pass of the loop.
+            Request::Persisted => {}
             Request::Step(messages) => {
                 for m in messages {
                     if self.transport.is_blocked(m.from) {
@@ -700,7 +798,104 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
+    /// Tells raft-rs how far the persist thread got and sends the messages that waited for it; fails if the persist
+    /// thread failed.
+    fn collect_persisted(&mut self) -> Result<(), ReplicaError> {
+        if self.submitted <= self.persisted {
+            return Ok(());
+        }
+        let done = {
+            let mut progress = self.durable.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(e) = progress.1.take() {
+                return Err(e.into());
+            }
+            progress.0
+        };
+        self.mark_persisted(done);
+        Ok(())
+    }
+
+    /// Records that every `Ready` up to `number` is durable.
+    fn mark_persisted(&mut self, number: u64) {
+        if number <= self.persisted {
+            return;
+        }
+        self.persisted = number;
+        self.raw.on_persist_ready(number);
+        while self.after_persist.front().is_some_and(|(n, _)| *n <= number) {
+            let (_, messages) = self.after_persist.pop_front().expect("checked");
+            self.send(messages);
+        }
+    }
+
+    /// Waits until the persist thread has made every `Ready` handed to it durable.
+    fn wait_persisted(&mut self) -> Result<(), ReplicaError> {
+        if self.submitted <= self.persisted {
+            return Ok(());
+        }
+        let done = {
+            let mut progress = self.durable.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            loop {
+                if let Some(e) = progress.1.take() {
+                    return Err(e.into());
+                }
+                if progress.0 >= self.submitted {
+                    break progress.0;
+                }
+                progress = self.durable.changed.wait(progress).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        };
+        self.mark_persisted(done);
+        Ok(())
+    }
+
+    /// Handles a `Ready`: sends the leader's messages at once, applies what is committed, records the entries and
+    /// hard state where raft-rs reads them and hands their durable write to the persist thread; the messages that
+    /// must follow persistence wait for it (module docs). A `Ready` with a snapshot waits for the persist thread and
+    /// is handled in line ([`Driver::on_ready_in_line`]).
     fn on_ready(&mut self) -> Result<(), ReplicaError> {
+        if self.raw.snap().is_some_and(|s| !s.is_empty()) {
+            self.wait_persisted()?;
+            return self.on_ready_in_line();
+        }
+        let mut ready = self.raw.ready();
+        if !ready.messages().is_empty() {
+            let m = ready.take_messages();
+            self.send(m);
+        }
+        let committed = ready.take_committed_entries();
+        self.apply(committed)?;
+        for rs in ready.take_read_states() {
+            self.read_confirmed(&rs.request_ctx, rs.index);
+        }
+        let write = self.store.stage(ready.take_entries(), ready.hs().cloned())?;
+        let persisted_messages = ready.take_persisted_messages();
+        let number = ready.number();
+        self.raw.advance_append_async(ready);
+        if self.submitted <= self.persisted && !write.needs_sync() {
+            // Nothing queued before it and nothing to wait for: a commit index alone is written here, unsynced.
+            if !write.is_empty() {
+                self.store.write_pending(std::slice::from_ref(&write))?;
+            }
+            self.mark_persisted(number);
+            self.send(persisted_messages);
+        } else {
+            if !persisted_messages.is_empty() {
+                self.after_persist.push_back((number, persisted_messages));
+            }
+            self.submitted = number;
+            if self.persist_jobs.send(PersistJob { number, write }).is_err() {
+                return Err(ReplicaError::Raft("the persist thread has stopped".into()));
+            }
+        }
+        self.raw.advance_apply();
+        self.maybe_snapshot()?;
+        Ok(())
+    }
+
+    /// Handles a `Ready` wholly on the raft thread, persisting before it advances: for a snapshot from the leader,
+    /// once everything queued before it is durable.
+    fn on_ready_in_line(&mut self) -> Result<(), ReplicaError> {
         let mut ready = self.raw.ready();
         if !ready.messages().is_empty() {
             let m = ready.take_messages();
@@ -725,7 +920,10 @@ impl<S: RaftStore> Driver<S> {
             let m = ready.take_persisted_messages();
             self.send(m);
         }
+        let number = ready.number();
         let mut light = self.raw.advance(ready);
+        // `advance` told raft-rs that every `Ready` up to this one is durable.
+        self.persisted = number;
         if let Some(commit) = light.commit_index() {
             // Only the commit index moved: raft does not need it durable, so this write does not wait for the disk.
             let mut hs = self.raw.raft.hard_state();

@@ -5,8 +5,9 @@
 //!
 //! - [`MemStore`]: in memory, a thin wrapper around raft-rs's [`MemStorage`] plus the latest snapshot's data; for
 //!   unit tests of the node.
-//! - [`SledStore`]: durable. The entries are in the log's own segment files, `wal/` ([`crate::wal`]: appended
-//!   and fdatasynced on the raft thread, one write per `Ready`, and kept whole in memory for reads); tree
+//! - [`SledStore`]: durable. The entries are in the log's own segment files, `wal/` ([`crate::wal`]: staged in
+//!   memory by the raft thread and appended and fdatasynced by the node's persist thread, one write for everything
+//!   staged meanwhile, and kept whole in memory for reads); tree
 //!   `raft_meta` of a sled database holds `hard_state`, `conf_state` and `snapshot_meta` (protobuf), which change
 //!   rarely, and `first_index`, the log's first index after the latest compaction. (In sled, the entries cost
 //!   every write a sled sync, which wakes all of sled's I/O threads.) A hard state that changes only the commit
@@ -15,8 +16,9 @@
 //!   written to a temporary name, fsynced and renamed before the metadata names it; older snapshot files are
 //!   deleted once a newer one is durable, and leftovers are removed on open. (Kept inside sled, a multi-megabyte
 //!   value sharing a tree with the hard state, which changes on every `Ready`, was rewritten with it: a member held
-//!   67 to 114 copies of the state.) Every mutating call is durable when it returns, as raft requires before
-//!   messages are sent: sled writes are followed by [`SledStore::sync`] (sled's flush plus an fdatasync of its log
+//!   67 to 114 copies of the state.) Every mutating call but [`RaftStore::stage`] is durable when it returns, as
+//!   raft requires before messages are sent (what `stage` records is durable once
+//!   [`RaftStore::write_pending`] returned): sled writes are followed by [`SledStore::sync`] (sled's flush plus an fdatasync of its log
 //!   file). `apply_snapshot` writes the snapshot file first, then the metadata, hard state and conf state in one
 //!   sled batch, then restarts the log; after a crash in between, the next open drops the old log where it
 //!   contradicts the snapshot (it ends below its index, or has another term there) and keeps it where it agrees.
@@ -125,8 +127,8 @@ impl From<StoreError> for raft::Error {
 }
 
 /// What the Raft node needs to persist besides [`raft::Storage`]'s read side. Implementations are cheap-to-clone
-/// handles (an `Arc` inside), so the node can hand one to `RawNode` and keep one for writes. Every write is durable
-/// when it returns.
+/// handles (an `Arc` inside), so the node can hand one to `RawNode` and keep one for writes. Every write but
+/// [`RaftStore::stage`] is durable when it returns.
 pub trait RaftStore: Storage + Clone + Send + Sync + 'static {
     /// Appends entries, first truncating any existing entries at or after `entries[0].index` (the conflicting
     /// suffix). Entries at or below the snapshot index are ignored. The first remaining entry must be at most
@@ -147,6 +149,27 @@ pub trait RaftStore: Storage + Clone + Send + Sync + 'static {
         if let Some(hs) = hs {
             self.set_hard_state(hs)?;
         }
+        Ok(())
+    }
+
+    /// The first half of an asynchronous [`RaftStore::persist`]: records `entries` and `hs` where raft-rs reads
+    /// them (so the node may go on as if they were appended: raft-rs reads the log back through [`raft::Storage`]
+    /// before they are durable) and returns what [`RaftStore::write_pending`] must make durable. Nothing is durable
+    /// when it returns; a crash before `write_pending` returned loses it, which raft allows because the node
+    /// acknowledges nothing it holds until it is durable (raft-rs's `on_persist_ready`). Calls are made in the log's
+    /// order, and their pending writes written in the same order.
+    ///
+    /// The default, for stores with nothing slow to do, persists at once and leaves nothing pending.
+    fn stage(&self, entries: Vec<Entry>, hs: Option<HardState>) -> Result<PendingWrite, StoreError> {
+        self.persist(&entries, hs.as_ref())?;
+        Ok(PendingWrite::default())
+    }
+
+    /// The second half of an asynchronous [`RaftStore::persist`]: makes the writes staged by [`RaftStore::stage`]
+    /// durable, in their order, together (one sync of the log for the whole batch, and one of the hard state if any
+    /// of them changed term or vote). Runs on another thread than the node's; durable when it returns.
+    fn write_pending(&self, batch: &[PendingWrite]) -> Result<(), StoreError> {
+        debug_assert!(batch.iter().all(PendingWrite::is_empty), "the default stage leaves nothing pending");
         Ok(())
     }
 
@@ -195,6 +218,29 @@ pub trait RaftStore: Storage + Clone + Send + Sync + 'static {
 
     /// Number of entries currently held (for tests and metrics).
     fn entry_count(&self) -> u64;
+}
+
+/// What [`RaftStore::stage`] recorded in memory and [`RaftStore::write_pending`] still has to make durable.
+#[derive(Debug, Default)]
+pub struct PendingWrite {
+    /// Entries to append, consecutive, all above the snapshot index (the first may replace earlier ones).
+    pub entries: Vec<Entry>,
+    /// The hard state to store, if it changed.
+    pub hard_state: Option<HardState>,
+    /// Whether the hard state changed term or vote: then it must be synced (a commit index alone need not be).
+    pub sync_hard_state: bool,
+}
+
+impl PendingWrite {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.hard_state.is_none()
+    }
+
+    /// Whether writing it waits for the disk (entries, or a new term or vote); a commit index alone does not.
+    pub fn needs_sync(&self) -> bool {
+        !self.entries.is_empty() || self.sync_hard_state
+    }
 }
 
 /// `raft::Storage::snapshot`'s answer given the latest stored snapshot: the snapshot if it is at least
@@ -1028,6 +1074,38 @@ impl RaftStore for SledStore {
         }
         if let Some(hs) = hs {
             cache.hard_state = hs.clone();
+        }
+        Ok(())
+    }
+
+    fn stage(&self, mut entries: Vec<Entry>, hs: Option<HardState>) -> Result<PendingWrite, StoreError> {
+        let mut cache = write(&self.inner.cache);
+        let kept = entries_to_append(&entries, cache.snapshot_index(), cache.last_index)?.map_or(0, <[Entry]>::len);
+        entries.drain(..entries.len() - kept);
+        if !entries.is_empty() {
+            cache.remember(&entries);
+        }
+        let sync_hard_state = hs.as_ref().is_some_and(|hs| {
+            let old = &cache.hard_state;
+            hs.term != old.term || hs.vote != old.vote
+        });
+        if let Some(hs) = &hs {
+            cache.hard_state = hs.clone();
+        }
+        Ok(PendingWrite { entries, hard_state: hs, sync_hard_state })
+    }
+
+    fn write_pending(&self, batch: &[PendingWrite]) -> Result<(), StoreError> {
+        let runs: Vec<&[Entry]> = batch.iter().filter(|w| !w.entries.is_empty()).map(|w| &w.entries[..]).collect();
+        if !runs.is_empty() {
+            self.inner.wal.lock().expect("raft log lock poisoned").append_runs(&runs)?;
+        }
+        // The newest hard state carries every earlier one's term and vote.
+        if let Some(hs) = batch.iter().rev().find_map(|w| w.hard_state.as_ref()) {
+            self.inner.meta.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", hs)?)?;
+            if batch.iter().any(|w| w.sync_hard_state) {
+                self.sync(false)?;
+            }
         }
         Ok(())
     }

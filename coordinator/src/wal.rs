@@ -1,6 +1,6 @@
 //! The Raft log's entries on disk: a write-ahead log of numbered segment files, appended and fdatasynced by the
-//! caller's thread (the raft thread), one `write` and one `fdatasync` per append (and a few fsyncs more when a
-//! segment is full and the next one starts).
+//! caller's thread (the node's persist thread), one `write` and one `fdatasync` per append, which may carry several
+//! `Ready`s' entries (and a few fsyncs more when a segment is full and the next one starts).
 //!
 //! This is the layout etcd's WAL uses, cut down to what [`crate::storage::SledStore`] needs from it: the hard state,
 //! conf state and snapshot metadata stay in sled, which is written rarely; only the entries, written on every
@@ -365,8 +365,14 @@ impl Wal {
     /// Appends `entries` (consecutive, non-empty; the first may replace earlier ones) and makes them durable: one
     /// write and one fdatasync. Starts a new segment afterwards if the active one is full.
     pub fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        self.append_runs(&[entries])
+    }
+
+    /// Appends several runs of entries in order, each as [`Wal::append`] would (a run may replace the end of the
+    /// ones before it), with one write and one fdatasync for all of them.
+    pub fn append_runs(&mut self, runs: &[&[Entry]]) -> Result<(), StoreError> {
         self.buf.clear();
-        for entry in entries {
+        for entry in runs.iter().flat_map(|run| run.iter()) {
             let payload = entry.write_to_bytes().map_err(|source| StoreError::Encode { what: "Entry", source })?;
             put_record(&mut self.buf, KIND_ENTRY, &payload);
         }
@@ -374,10 +380,13 @@ impl Wal {
         self.active.write_all(&self.buf).map_err(io_error("cannot write", &path))?;
         self.active.sync_data().map_err(io_error("cannot fdatasync", &path))?;
         self.active_bytes += self.buf.len() as u64;
-        let last = entries.last().map_or(0, |e| e.index);
-        supersede(&mut self.segments, entries[0].index);
-        let segment = self.segments.last_mut().expect("segments");
-        segment.max_index = segment.max_index.max(last);
+        let mut last = 0;
+        for run in runs.iter().filter(|run| !run.is_empty()) {
+            last = run[run.len() - 1].index;
+            supersede(&mut self.segments, run[0].index);
+            let segment = self.segments.last_mut().expect("segments");
+            segment.max_index = segment.max_index.max(last);
+        }
         if self.active_bytes >= self.segment_bytes {
             self.rotate(last + 1, false)?;
         }

@@ -54,6 +54,57 @@ async fn acknowledged_writes_survive_a_leader_kill_and_its_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_every_member_killed_at_once_under_load() {
+    // The durability rule of asynchronous persistence: a write is acknowledged only once it is durable on a
+    // majority (and on the leader). Kill every member while 16 writers keep writes in flight through the leader,
+    // restart them all from their files: every acknowledged write is there.
+    let mut c = Cluster::start(3, &[]);
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut writers = Vec::new();
+    for w in 0..16 {
+        let (mut client, acked) = (c.client(leader), std::sync::Arc::clone(&acked));
+        writers.push(tokio::spawn(async move {
+            for i in 0.. {
+                let id = format!("w{w}-{i}");
+                let request = v1::TenantRequest { spec: Some(tenant(&id, "resnet50", 1.0)), ..Default::default() };
+                match client.create_tenant(request).await {
+                    Ok(_) => acked.lock().unwrap().push(id),
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    eventually(T, "200 acknowledged writes", || {
+        let n = acked.lock().unwrap().len();
+        async move { (n >= 200).then_some(()) }
+    })
+    .await;
+    for id in [1, 2, 3] {
+        c.kill(id);
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+
+    for id in [1, 2, 3] {
+        c.spawn(id);
+    }
+    let leader = c.wait_leader(&[1, 2, 3], T).await;
+    let ids = eventually(T, "a linearizable read after the restart", || {
+        let mut client = c.client(leader);
+        async move {
+            let r = client.list_tenants(v1::ListRequest { stale: false }).await.ok()?.into_inner();
+            Some(r.tenants.into_iter().filter_map(|t| t.spec.map(|s| s.id)).collect::<std::collections::BTreeSet<_>>())
+        }
+    })
+    .await;
+    let lost: Vec<&String> = acked.iter().filter(|id| !ids.contains(*id)).collect();
+    assert!(lost.is_empty(), "{} of {} acknowledged writes lost: {lost:?}", lost.len(), acked.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minority_accepts_no_writes_and_everyone_converges_after_healing() {
     let c = Cluster::start(3, &["--allow-fault-injection"]);
     let leader = c.wait_leader(&[1, 2, 3], T).await;

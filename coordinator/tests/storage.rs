@@ -103,6 +103,29 @@ fn staged_snapshots_are_committed_only_where_they_were_staged<S: RaftStore>(s: S
     assert_eq!(s.latest_snapshot().unwrap().unwrap().get_data(), b"state@7");
 }
 
+fn staged_writes_are_read_back_before_they_are_written<S: RaftStore>(s: S) {
+    // The asynchronous half of `persist`: what `stage` records is what raft-rs reads at once, whether or not the
+    // store has written it; `write_pending` changes nothing raft-rs reads.
+    let hs = HardState { term: 1, vote: 1, commit: 1, ..Default::default() };
+    let first = s.stage(ents(1..=3, 1), Some(hs.clone())).unwrap();
+    assert_eq!(bounds(&s), (1, 3));
+    // The second replaces the first's last entry (a conflicting suffix), before either is written.
+    let voted = HardState { term: 2, vote: 3, commit: 2, ..Default::default() };
+    let second = s.stage(ents(3..=5, 2), Some(voted.clone())).unwrap();
+    let commit_only = s.stage(vec![], Some(HardState { commit: 4, ..voted.clone() })).unwrap();
+    assert!(!commit_only.needs_sync(), "a commit index alone does not wait for the disk");
+    let read_back = |s: &S| {
+        assert_eq!(bounds(s), (1, 5));
+        let all = s.entries(1, 6, None, ctx()).unwrap();
+        assert_eq!(index_terms(&all), vec![(1, 1), (2, 1), (3, 2), (4, 2), (5, 2)]);
+        assert_eq!(s.term(3).unwrap(), 2);
+        assert_eq!(s.initial_state().unwrap().hard_state, HardState { commit: 4, ..voted.clone() });
+    };
+    read_back(&s);
+    s.write_pending(&[first, second, commit_only]).unwrap();
+    read_back(&s);
+}
+
 fn append_read_back<S: RaftStore>(s: S) {
     assert_eq!(bounds(&s), (1, 0));
     assert_eq!(s.entry_count(), 0);
@@ -317,6 +340,7 @@ both!(
     hard_and_conf_state_round_trip,
     persist_writes_entries_and_hard_state_together,
     staged_snapshots_are_committed_only_where_they_were_staged,
+    staged_writes_are_read_back_before_they_are_written,
 );
 
 #[test]
@@ -408,6 +432,38 @@ fn sled_staged_snapshot_survives_only_once_committed() {
     // The leftover is gone: committing it now finds nothing.
     let err = s.commit_snapshot(5, 1, cs).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+}
+
+#[test]
+fn sled_a_staged_write_is_durable_only_once_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let hs = HardState { term: 1, vote: 1, commit: 2, ..Default::default() };
+    {
+        let s = open_sled(dir.path()).unwrap();
+        let w = s.stage(ents(1..=3, 1), Some(hs.clone())).unwrap();
+        assert!(w.needs_sync() && w.sync_hard_state);
+        s.write_pending(&[w]).unwrap();
+        // Staged, never written: the node stopped before its persist thread wrote it.
+        let _lost = s.stage(ents(4..=6, 2), Some(HardState { term: 2, vote: 2, commit: 3, ..Default::default() }));
+        assert_eq!(bounds(&s), (1, 6));
+    }
+    let s = open_sled(dir.path()).unwrap();
+    assert_eq!(bounds(&s), (1, 3));
+    assert_eq!(s.initial_state().unwrap().hard_state, hs);
+
+    // Several staged writes made durable as one batch, the later replacing the end of the earlier.
+    let voted = HardState { term: 3, vote: 2, commit: 3, ..Default::default() };
+    let batch = [
+        s.stage(ents(3..=4, 2), None).unwrap(),
+        s.stage(ents(4..=5, 3), Some(voted.clone())).unwrap(),
+        s.stage(vec![], Some(HardState { commit: 4, ..voted.clone() })).unwrap(),
+    ];
+    s.write_pending(&batch).unwrap();
+    drop(s);
+    let s = open_sled(dir.path()).unwrap();
+    let all = s.entries(1, 6, None, ctx()).unwrap();
+    assert_eq!(index_terms(&all), vec![(1, 1), (2, 1), (3, 2), (4, 3), (5, 3)]);
+    assert_eq!(s.initial_state().unwrap().hard_state, HardState { commit: 4, ..voted });
 }
 
 #[test]
