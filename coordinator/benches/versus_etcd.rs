@@ -2,8 +2,9 @@
 //!
 //! Starts a 3-member etcd cluster and a 3-node Tessera cluster on loopback, each member on its own data directory
 //! with fsync on (etcd's default; Tessera's store syncs each `Ready` before it answers), and drives both with the same
-//! Rust gRPC client: one HTTP/2 connection to the leader with N requests in flight, each worker sending its next
-//! write as soon as the previous one is answered. A write is etcd's `KV/Put` of a tenant's protobuf spec under
+//! Rust gRPC client: HTTP/2 connections to the leader with N requests in flight (one connection per 64 of them, the
+//! most streams Tessera's server allows on one), each worker sending its next write as soon as the previous one is
+//! answered. A write is etcd's `KV/Put` of a tenant's protobuf spec under
 //! `tenants/<id>`, and Tessera's `UpdateTenant` of the same spec; both cycle over 100 tenants.
 //!
 //! - `throughput`: for each concurrency (1, 16, 256), runs of a fixed duration alternating between the systems (which
@@ -369,14 +370,25 @@ fn cpu_secs(pids: &[u32]) -> f64 {
     ticks as f64 / clock_ticks()
 }
 
-async fn drive(writer: Writer, inflight: usize, load: Load, prefix: &str, pids: &[u32]) -> Run {
+/// Requests in flight per client connection, at most: Tessera's server allows 64 streams on one connection
+/// (`MAX_STREAMS_PER_CONNECTION`), and a client with more to send opens more connections, as etcd's own benchmark
+/// tool spreads its clients over `--conns`. Both systems get the same connections.
+const IN_FLIGHT_PER_CONNECTION: usize = 64;
+
+/// Connections for `inflight` requests in flight, each made by `connect`.
+fn writers(inflight: usize, connect: impl Fn() -> Writer) -> Vec<Writer> {
+    (0..inflight.div_ceil(IN_FLIGHT_PER_CONNECTION).max(1)).map(|_| connect()).collect()
+}
+
+/// Drives `inflight` workers spread evenly over `writers`' connections.
+async fn drive(writers: Vec<Writer>, inflight: usize, load: Load, prefix: &str, pids: &[u32]) -> Run {
     let next = Arc::new(AtomicUsize::new(0));
     let cpu0 = cpu_secs(pids);
     let client0 = cpu_secs(&[std::process::id()]);
     let start = Instant::now();
     let tasks: Vec<_> = (0..inflight)
-        .map(|_| {
-            let mut writer = writer.clone();
+        .map(|w| {
+            let mut writer = writers[w % writers.len()].clone();
             let next = next.clone();
             let prefix = prefix.to_string();
             tokio::spawn(async move {
@@ -457,12 +469,14 @@ impl Systems {
         match name {
             "etcd" => {
                 let (e, leader) = self.etcd.as_ref().unwrap();
-                drive(Writer::etcd(&e.members[*leader].client), inflight, load, prefix, &e.pids()).await
+                let writers = writers(inflight, || Writer::etcd(&e.members[*leader].client));
+                drive(writers, inflight, load, prefix, &e.pids()).await
             }
             _ => {
                 let (c, leader) = &self.tessera;
                 let pids: Vec<u32> = [1, 2, 3].iter().filter_map(|i| c.pid(*i)).collect();
-                drive(Writer::tessera(&c.addr(*leader)), inflight, load, prefix, &pids).await
+                let writers = writers(inflight, || Writer::tessera(&c.addr(*leader)));
+                drive(writers, inflight, load, prefix, &pids).await
             }
         }
     }
@@ -628,7 +642,7 @@ fn write_markdown(path: &str, etcd_version: &str) {
     let section = format!(
         "{begin}\n## Coordinator: Raft against etcd\n\nMade by `{command}` on 2 shared cores, which the client and \
          all six servers share (compare ratios; `docs/performance.md` has the history). Three members on loopback \
-         each, fsync on, etcd {etcd_version}; one Rust gRPC client drives both (one connection to the leader, N \
+         each, fsync on, etcd {etcd_version}; one Rust gRPC client drives both (one connection to the leader per 64 requests in flight, N \
          requests in flight): etcd's `KV/Put` of a tenant's spec, Tessera's `UpdateTenant` of the same spec. \
          Server CPU is the three members' user and system time per acknowledged write; client CPU is the \
          benchmark's own, the load's cost, taken from the same two cores.\n{}{end}\n",

@@ -385,7 +385,9 @@ impl Replica {
             reads: HashMap::new(),
             waiting_reads: Vec::new(),
             conf_changes: HashMap::new(),
-            next_request: 1,
+            // Unique across restarts: an entry this member proposed in an earlier life, applied after it restarted,
+            // must not be taken for (and answer) a request of this one.
+            next_request: wall_ms() << 16,
             applied,
             last_snapshot: applied,
             conf_state,
@@ -610,7 +612,7 @@ struct Driver<S: RaftStore> {
     transport: Transport,
     shared: Arc<Shared>,
     metrics: Arc<Metrics>,
-    proposals: HashMap<u64, Reply<(u64, Outcome)>>,
+    proposals: HashMap<u64, PendingProposal>,
     reads: HashMap<u64, Reply<u64>>,
     /// Confirmed read indexes waiting for the state machine to catch up.
     waiting_reads: Vec<(u64, Reply<u64>)>,
@@ -672,7 +674,7 @@ impl<S: RaftStore> Driver<S> {
                     next_tick = now + self.settings.tick;
                 }
                 if ticks.is_multiple_of(50) {
-                    self.proposals.retain(|_, r| !r.is_closed());
+                    self.proposals.retain(|_, p| !p.reply.is_closed());
                     self.reads.retain(|_, r| !r.is_closed());
                     self.conf_changes.retain(|_, r| !r.is_closed());
                 }
@@ -718,10 +720,10 @@ impl<S: RaftStore> Driver<S> {
                     audit: audit.map(|a| *a),
                 };
                 let data = serde_json::to_vec(&proposal).expect("proposals serialise");
-                match self.raw.propose(vec![], data) {
+                match self.raw.propose(own_context(self.settings.id, request), data.clone()) {
                     Ok(()) => {
                         self.metrics.proposal();
-                        self.proposals.insert(request, reply);
+                        self.proposals.insert(request, PendingProposal { reply, data, proposal: Some(proposal) });
                     }
                     Err(e) => {
                         let _ = reply.send(Err(self.refusal(e)));
@@ -988,7 +990,17 @@ impl<S: RaftStore> Driver<S> {
                 match entry.get_entry_type() {
                     EntryType::EntryNormal if entry.data.is_empty() => {}
                     EntryType::EntryNormal => {
-                        let proposal: Proposal = match serde_json::from_slice(&entry.data) {
+                        // This member's own proposal, still in memory: the same bytes decode to the same value.
+                        let own = parse_own_context(&entry.context)
+                            .filter(|(origin, _)| *origin == self.settings.id)
+                            .and_then(|(_, request)| self.proposals.get_mut(&request))
+                            .filter(|pending| pending.data[..] == entry.data[..])
+                            .and_then(|pending| pending.proposal.take());
+                        let decoded = match own {
+                            Some(p) => Ok(p),
+                            None => serde_json::from_slice::<Proposal>(&entry.data),
+                        };
+                        let proposal = match decoded {
                             Ok(p) => p,
                             Err(e) => {
                                 tracing::error!(index = entry.index, error = %e, "undecodable log entry skipped");
@@ -1051,8 +1063,8 @@ impl<S: RaftStore> Driver<S> {
         }
         self.shared.applied.send_replace(self.applied);
         for (request, result) in answers {
-            if let Some(reply) = self.proposals.remove(&request) {
-                let _ = reply.send(result.map_err(ReplicaError::Rejected));
+            if let Some(pending) = self.proposals.remove(&request) {
+                let _ = pending.reply.send(result.map_err(ReplicaError::Rejected));
             }
         }
         let applied = self.applied;
@@ -1149,8 +1161,8 @@ impl<S: RaftStore> Driver<S> {
             // Requests forwarded to (or accepted by) the old leader may be lost with it: answer them now, so
             // clients retry against the new leader instead of waiting out their deadline.
             if self.last_leader != 0 {
-                for (_, r) in self.proposals.drain() {
-                    let _ = r.send(Err(ReplicaError::LeaderChanged));
+                for (_, p) in self.proposals.drain() {
+                    let _ = p.reply.send(Err(ReplicaError::LeaderChanged));
                 }
                 for (_, r) in self.reads.drain() {
                     let _ = r.send(Err(ReplicaError::LeaderChanged));
@@ -1184,6 +1196,33 @@ impl<S: RaftStore> Driver<S> {
             notify
         });
     }
+}
+
+/// A proposal this member made, waiting to be applied.
+struct PendingProposal {
+    /// Who waits for its outcome.
+    reply: Reply<(u64, Outcome)>,
+    /// The entry's data as proposed.
+    data: Vec<u8>,
+    /// The proposal itself, taken when the entry is applied here (instead of decoding `data` again).
+    proposal: Option<Proposal>,
+}
+
+/// An entry's context naming the member that proposed it and its request number (16 bytes, big-endian): lets the
+/// proposer find its own proposal when it applies the entry.
+fn own_context(origin: u64, request: u64) -> Vec<u8> {
+    let mut context = Vec::with_capacity(16);
+    context.extend_from_slice(&origin.to_be_bytes());
+    context.extend_from_slice(&request.to_be_bytes());
+    context
+}
+
+/// The origin and request number of [`own_context`]'s context; `None` for any other (entries from older builds
+/// have none).
+fn parse_own_context(context: &[u8]) -> Option<(u64, u64)> {
+    let bytes: [u8; 16] = context.try_into().ok()?;
+    let (origin, request) = bytes.split_at(8);
+    Some((u64::from_be_bytes(origin.try_into().ok()?), u64::from_be_bytes(request.try_into().ok()?)))
 }
 
 /// Wall-clock time, Unix ms (proposal deadlines).
