@@ -406,7 +406,12 @@ async fn drive(writers: Vec<Writer>, inflight: usize, load: Load, prefix: &str, 
                     let t0 = Instant::now();
                     match writer.put(spec, create).await {
                         Ok(()) => lat.push(t0.elapsed().as_secs_f64() * 1000.0),
-                        Err(_) => errors += 1,
+                        Err(e) => {
+                            if errors == 0 {
+                                eprintln!("{prefix}: a write failed ({} in flight): {}", inflight, e.message());
+                            }
+                            errors += 1;
+                        }
                     }
                 }
                 (lat, errors)
