@@ -5,11 +5,12 @@
 //!
 //! **Persistence runs beside the raft thread** (raft-rs's asynchronous ready): the raft thread records each
 //! `Ready`'s entries and hard state where raft-rs reads them ([`RaftStore::stage`]) and hands them to a persist
-//! thread, which writes everything queued with one write and one fdatasync ([`RaftStore::write_pending`]) and then
-//! reports the newest `Ready` it made durable. Meanwhile the raft thread takes proposals, sends the leader's appends
-//! and counts its followers' acknowledgements. **The durability rule:** nothing this member holds is acknowledged
-//! before it is durable here. A follower's or candidate's messages that depend on a `Ready` (append and vote
-//! answers) are sent only after that `Ready` and every one before it are durable; the leader counts itself towards
+//! thread, which writes everything queued with one write and one fdatasync ([`RaftStore::write_pending`]), sends
+//! the messages that waited for those writes, and then reports the newest `Ready` it made durable. Meanwhile the
+//! raft thread takes proposals, sends the leader's appends and counts its followers' acknowledgements. **The
+//! durability rule:** nothing this member holds is acknowledged before it is durable here. A follower's or
+//! candidate's messages that depend on a `Ready` (append and vote answers) are sent only after that `Ready` and
+//! every one before it are durable (by the persist thread, which writes them in order); the leader counts itself towards
 //! a commit only for entries it has made durable (raft-rs's `on_persist_ready`); and raft-rs hands out committed
 //! entries only up to the durable index, so a client is answered only for a write that is committed and durable on
 //! a majority, this member included when it is the leader. A `Ready` that installs a snapshot first waits for the
@@ -167,52 +168,73 @@ enum Request {
     Persisted,
 }
 
-/// One `Ready`'s writes for the persist thread.
+/// One `Ready`'s writes for the persist thread, and the messages to send once they are durable.
 struct PersistJob {
     /// The `Ready`'s number.
     number: u64,
     write: PendingWrite,
+    messages: Vec<Message>,
 }
 
-/// How far the persist thread got: the newest `Ready` number it made durable, or the error that stopped it.
+/// How far the persist thread got.
+#[derive(Default)]
+struct Progress {
+    /// The newest `Ready` number made durable (its messages sent).
+    done: u64,
+    /// The error that stopped the thread.
+    error: Option<StoreError>,
+    /// Peers the thread found unreachable, for raft-rs to hear of.
+    unreachable: Vec<u64>,
+}
+
+/// The persist thread's [`Progress`], and a signal when it moves.
 #[derive(Default)]
 struct Durable {
-    progress: Mutex<(u64, Option<StoreError>)>,
+    progress: Mutex<Progress>,
     changed: Condvar,
 }
 
 /// `Ready`s the persist thread takes in one batch, at most.
 const PERSIST_BATCH: usize = 1024;
 
-/// The persist thread: writes each batch of queued jobs durably with one sync ([`RaftStore::write_pending`]), then
-/// records the newest `Ready` number written and wakes the node. After a failed write it writes nothing more: the
-/// node stops rather than acknowledge what is not durable.
+/// The persist thread: writes each batch of queued jobs durably with one sync ([`RaftStore::write_pending`]), sends
+/// the messages that waited for them (a follower's acknowledgements leave from here, not after a hop back to the
+/// raft thread), then records the newest `Ready` number written and wakes the node. After a failed write it writes
+/// and sends nothing more: the node stops rather than acknowledge what is not durable.
 fn persist_worker<S: RaftStore>(
     store: S,
     jobs: std_mpsc::Receiver<PersistJob>,
     durable: Arc<Durable>,
+    transport: Transport,
     node: std_mpsc::Sender<Request>,
 ) {
     while let Ok(first) = jobs.recv() {
-        let mut number = first.number;
-        let mut batch = vec![first.write];
+        let mut batch = vec![first];
         while batch.len() < PERSIST_BATCH {
             match jobs.try_recv() {
-                Ok(job) => {
-                    number = job.number;
-                    batch.push(job.write);
-                }
+                Ok(job) => batch.push(job),
                 Err(_) => break,
             }
         }
-        let result = store.write_pending(&batch);
+        let number = batch.last().map_or(0, |job| job.number);
+        let writes: Vec<PendingWrite> = batch.iter_mut().map(|job| std::mem::take(&mut job.write)).collect();
+        let result = store.write_pending(&writes);
         let failed = result.is_err();
+        let mut unreachable = Vec::new();
+        if !failed {
+            for job in batch {
+                if !job.messages.is_empty() {
+                    unreachable.extend(transport.send(job.messages));
+                }
+            }
+        }
         {
             let mut progress = durable.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             match result {
-                Ok(()) => progress.0 = number,
-                Err(e) => progress.1 = Some(e),
+                Ok(()) => progress.done = number,
+                Err(e) => progress.error = Some(e),
             }
+            progress.unreachable.extend(unreachable);
         }
         durable.changed.notify_all();
         if node.send(Request::Persisted).is_err() || failed {
@@ -367,10 +389,10 @@ impl Replica {
         let durable = Arc::new(Durable::default());
         let (persist_jobs, persist_rx) = std_mpsc::channel();
         {
-            let (store, tx, durable) = (store.clone(), tx.clone(), Arc::clone(&durable));
+            let (store, tx, durable, transport) = (store.clone(), tx.clone(), Arc::clone(&durable), transport.clone());
             std::thread::Builder::new()
                 .name(format!("persist-{}", settings.id))
-                .spawn(move || persist_worker(store, persist_rx, durable, tx))
+                .spawn(move || persist_worker(store, persist_rx, durable, transport, tx))
                 .map_err(|e| ReplicaError::Raft(format!("cannot start the persist thread: {e}")))?;
         }
         let conf_state = raw.raft.prs().conf().to_conf_state();
@@ -401,7 +423,6 @@ impl Replica {
             durable,
             submitted: 0,
             persisted: 0,
-            after_persist: VecDeque::new(),
         };
         std::thread::Builder::new()
             .name(format!("raft-{}", settings.id))
@@ -642,8 +663,6 @@ struct Driver<S: RaftStore> {
     submitted: u64,
     /// The newest `Ready` number known durable (raft-rs told with `on_persist_ready`).
     persisted: u64,
-    /// Messages to send once the `Ready` of each number is durable, oldest first.
-    after_persist: VecDeque<(u64, Vec<Message>)>,
 }
 
 impl<S: RaftStore> Driver<S> {
@@ -800,34 +819,33 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    /// Tells raft-rs how far the persist thread got and sends the messages that waited for it; fails if the persist
+    /// Tells raft-rs how far the persist thread got (and which peers it found unreachable); fails if the persist
     /// thread failed.
     fn collect_persisted(&mut self) -> Result<(), ReplicaError> {
         if self.submitted <= self.persisted {
             return Ok(());
         }
-        let done = {
+        let (done, unreachable) = {
             let mut progress = self.durable.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(e) = progress.1.take() {
+            if let Some(e) = progress.error.take() {
                 return Err(e.into());
             }
-            progress.0
+            (progress.done, std::mem::take(&mut progress.unreachable))
         };
+        for peer in unreachable {
+            self.raw.report_unreachable(peer);
+        }
         self.mark_persisted(done);
         Ok(())
     }
 
-    /// Records that every `Ready` up to `number` is durable.
+    /// Records that every `Ready` up to `number` is durable (the persist thread sent their messages).
     fn mark_persisted(&mut self, number: u64) {
         if number <= self.persisted {
             return;
         }
         self.persisted = number;
         self.raw.on_persist_ready(number);
-        while self.after_persist.front().is_some_and(|(n, _)| *n <= number) {
-            let (_, messages) = self.after_persist.pop_front().expect("checked");
-            self.send(messages);
-        }
     }
 
     /// Waits until the persist thread has made every `Ready` handed to it durable.
@@ -838,11 +856,11 @@ impl<S: RaftStore> Driver<S> {
         let done = {
             let mut progress = self.durable.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             loop {
-                if let Some(e) = progress.1.take() {
+                if let Some(e) = progress.error.take() {
                     return Err(e.into());
                 }
-                if progress.0 >= self.submitted {
-                    break progress.0;
+                if progress.done >= self.submitted {
+                    break progress.done;
                 }
                 progress = self.durable.changed.wait(progress).unwrap_or_else(std::sync::PoisonError::into_inner);
             }
@@ -882,11 +900,9 @@ impl<S: RaftStore> Driver<S> {
             self.mark_persisted(number);
             self.send(persisted_messages);
         } else {
-            if !persisted_messages.is_empty() {
-                self.after_persist.push_back((number, persisted_messages));
-            }
             self.submitted = number;
-            if self.persist_jobs.send(PersistJob { number, write }).is_err() {
+            let job = PersistJob { number, write, messages: persisted_messages };
+            if self.persist_jobs.send(job).is_err() {
                 return Err(ReplicaError::Raft("the persist thread has stopped".into()));
             }
         }

@@ -60,26 +60,33 @@ async fn acknowledged_writes_survive_every_member_killed_at_once_under_load() {
     // restart them all from their files: every acknowledged write is there.
     let mut c = Cluster::start(3, &[]);
     let leader = c.wait_leader(&[1, 2, 3], T).await;
-    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    // The first write waits (with retries) until the members have loaded the model profiles.
+    create(&c, leader, tenant("first", "resnet50", 1.0)).await;
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(vec!["first".to_string()]));
+    let killed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut writers = Vec::new();
     for w in 0..16 {
-        let (mut client, acked) = (c.client(leader), std::sync::Arc::clone(&acked));
+        let (mut client, acked, killed) = (c.client(leader), acked.clone(), killed.clone());
         writers.push(tokio::spawn(async move {
             for i in 0.. {
                 let id = format!("w{w}-{i}");
                 let request = v1::TenantRequest { spec: Some(tenant(&id, "resnet50", 1.0)), ..Default::default() };
                 match client.create_tenant(request).await {
                     Ok(_) => acked.lock().unwrap().push(id),
-                    Err(_) => return,
+                    // Once the members are killed every write fails; before, a failure (a busy moment) is retried
+                    // under the next id.
+                    Err(_) if killed.load(std::sync::atomic::Ordering::SeqCst) => return,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                 }
             }
         }));
     }
-    eventually(T, "200 acknowledged writes", || {
+    eventually(Duration::from_secs(60), "200 acknowledged writes", || {
         let n = acked.lock().unwrap().len();
         async move { (n >= 200).then_some(()) }
     })
     .await;
+    killed.store(true, std::sync::atomic::Ordering::SeqCst);
     for id in [1, 2, 3] {
         c.kill(id);
     }
