@@ -4,7 +4,7 @@
 //! [`CoordState::apply`] is deterministic: every node applies the same [`Op`]s in log order and reaches the same
 //! state. A rejected op changes nothing. The whole state serialises to JSON for Raft snapshots.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use tessera_core::fleet::{Command, Event, FleetState, Rejected};
@@ -147,6 +147,66 @@ pub struct HistoryEntry {
     pub plan: GpuPlan,
 }
 
+/// The last [`REMEMBERED_REQUESTS`] client request ids with the index each was applied at, oldest first, and the
+/// same by id, so that a write's check for a retry costs one lookup rather than a scan of thousands of ids on every
+/// member. Serialised as the list alone (the form snapshots have always had); the lookup is rebuilt on reading.
+#[derive(Debug, Clone, Default)]
+pub struct RequestLog {
+    order: VecDeque<(String, u64)>,
+    by_id: HashMap<String, u64>,
+}
+
+impl RequestLog {
+    /// The index request `id` was applied at, if it is remembered.
+    pub fn applied_at(&self, id: &str) -> Option<u64> {
+        self.by_id.get(id).copied()
+    }
+
+    /// Remembers request `id`, applied at `index` (not already remembered), forgetting the oldest beyond
+    /// [`REMEMBERED_REQUESTS`].
+    pub fn remember(&mut self, id: String, index: u64) {
+        self.by_id.insert(id.clone(), index);
+        self.order.push_back((id, index));
+        while self.order.len() > REMEMBERED_REQUESTS {
+            if let Some((old, at)) = self.order.pop_front()
+                && self.by_id.get(&old) == Some(&at)
+            {
+                self.by_id.remove(&old);
+            }
+        }
+    }
+
+    /// How many ids are remembered.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
+impl PartialEq for RequestLog {
+    fn eq(&self, other: &Self) -> bool {
+        self.order == other.order
+    }
+}
+
+impl Serialize for RequestLog {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.order.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestLog {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let order = VecDeque::<(String, u64)>::deserialize(deserializer)?;
+        let by_id = order.iter().cloned().collect();
+        Ok(RequestLog { order, by_id })
+    }
+}
+
 /// Everything the coordinator replicates.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CoordState {
@@ -165,9 +225,9 @@ pub struct CoordState {
     /// Each tenant's revision: the index of its last create or update.
     #[serde(default)]
     pub tenant_revisions: BTreeMap<TenantId, u64>,
-    /// The last [`REMEMBERED_REQUESTS`] client request ids with the index each was applied at, oldest first.
+    /// The last [`REMEMBERED_REQUESTS`] client request ids with the index each was applied at.
     #[serde(default)]
-    pub requests: VecDeque<(String, u64)>,
+    pub requests: RequestLog,
     /// The last [`AUDIT_KEPT`] audited actions, oldest first.
     #[serde(default)]
     pub audit: VecDeque<AuditEntry>,
@@ -178,9 +238,9 @@ impl CoordState {
     /// [`Outcome::Duplicate`] and changes nothing; otherwise [`CoordState::apply`].
     pub fn apply_proposal(&mut self, index: u64, proposal: Proposal) -> Result<Outcome, Rejected> {
         if let Some(id) = &proposal.client_request
-            && let Some((_, at)) = self.requests.iter().find(|(r, _)| r == id)
+            && let Some(at) = self.requests.applied_at(id)
         {
-            return Ok(Outcome::Duplicate(*at));
+            return Ok(Outcome::Duplicate(at));
         }
         let result = self.apply(index, proposal.op);
         if let Some(mut entry) = proposal.audit {
@@ -191,10 +251,7 @@ impl CoordState {
             self.record(index, entry);
         }
         if let (Ok(_), Some(id)) = (&result, proposal.client_request) {
-            self.requests.push_back((id, index));
-            while self.requests.len() > REMEMBERED_REQUESTS {
-                self.requests.pop_front();
-            }
+            self.requests.remember(id, index);
         }
         result
     }
@@ -405,8 +462,15 @@ mod tests {
         }
         assert_eq!(s.requests.len(), REMEMBERED_REQUESTS);
         assert!(matches!(s.apply_proposal(99_999, write()), Ok(Outcome::Event(_))));
-        let back = CoordState::from_snapshot(&s.to_snapshot()).unwrap();
+        let mut back = CoordState::from_snapshot(&s.to_snapshot()).unwrap();
         assert_eq!(back, s);
+        // A snapshot remembers the ids: a retry after a restart is still answered, not applied again.
+        let last = format!("c{}", REMEMBERED_REQUESTS + 9);
+        assert_eq!(
+            back.apply_proposal(100_000, proposal(Op::Clock { now_ms: 0 }, Some(&last))),
+            Ok(Outcome::Duplicate(7 + REMEMBERED_REQUESTS as u64 + 9))
+        );
+        assert_eq!(back.apply_proposal(100_001, proposal(Op::Clock { now_ms: 0 }, Some("c0"))), Ok(Outcome::Clock(0)));
         // Deleting the tenant forgets its revision.
         s.apply(100_000, Op::Fleet { command: Command::DeleteTenant { id: t.clone() } }).unwrap();
         assert!(!s.tenant_revisions.contains_key(&t));
