@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use cluster::{Cluster, eventually, free_port, tenant};
 use prost::Message as _;
+use tessera_coordinator::server::MAX_STREAMS_PER_CONNECTION;
 use tessera_proto::v1;
 use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 use tonic::codegen::http::uri::PathAndQuery;
@@ -370,14 +371,12 @@ fn cpu_secs(pids: &[u32]) -> f64 {
     ticks as f64 / clock_ticks()
 }
 
-/// Requests in flight per client connection, at most: Tessera's server allows 64 streams on one connection
-/// (`MAX_STREAMS_PER_CONNECTION`), and a client with more to send opens more connections, as etcd's own benchmark
-/// tool spreads its clients over `--conns`. Both systems get the same connections.
-const IN_FLIGHT_PER_CONNECTION: usize = 64;
-
-/// Connections for `inflight` requests in flight, each made by `connect`.
+/// Connections for `inflight` requests in flight, each made by `connect`: as many as Tessera's server allows
+/// streams on one ([`MAX_STREAMS_PER_CONNECTION`]) per connection, as a client with more to send opens more
+/// connections and etcd's own benchmark tool spreads its clients over `--conns`. Both systems get the same
+/// connections.
 fn writers(inflight: usize, connect: impl Fn() -> Writer) -> Vec<Writer> {
-    (0..inflight.div_ceil(IN_FLIGHT_PER_CONNECTION).max(1)).map(|_| connect()).collect()
+    (0..inflight.div_ceil(MAX_STREAMS_PER_CONNECTION as usize).max(1)).map(|_| connect()).collect()
 }
 
 /// Drives `inflight` workers spread evenly over `writers`' connections.

@@ -698,7 +698,7 @@ impl<S: RaftStore> Driver<S> {
                     self.conf_changes.retain(|_, r| !r.is_closed());
                 }
             }
-            if let Err(e) = self.collect_persisted() {
+            if let Err(e) = self.collect_persisted(false) {
                 tracing::error!(error = %e, "raft storage failed; the node stops");
                 return;
             }
@@ -819,14 +819,17 @@ impl<S: RaftStore> Driver<S> {
         }
     }
 
-    /// Tells raft-rs how far the persist thread got (and which peers it found unreachable); fails if the persist
-    /// thread failed.
-    fn collect_persisted(&mut self) -> Result<(), ReplicaError> {
+    /// Tells raft-rs how far the persist thread got (and which peers it found unreachable), first waiting until it
+    /// has made every `Ready` handed to it durable if `wait`; fails if the persist thread failed.
+    fn collect_persisted(&mut self, wait: bool) -> Result<(), ReplicaError> {
         if self.submitted <= self.persisted {
             return Ok(());
         }
         let (done, unreachable) = {
             let mut progress = self.durable.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            while wait && progress.error.is_none() && progress.done < self.submitted {
+                progress = self.durable.changed.wait(progress).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
             if let Some(e) = progress.error.take() {
                 return Err(e.into());
             }
@@ -848,34 +851,13 @@ impl<S: RaftStore> Driver<S> {
         self.raw.on_persist_ready(number);
     }
 
-    /// Waits until the persist thread has made every `Ready` handed to it durable.
-    fn wait_persisted(&mut self) -> Result<(), ReplicaError> {
-        if self.submitted <= self.persisted {
-            return Ok(());
-        }
-        let done = {
-            let mut progress = self.durable.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            loop {
-                if let Some(e) = progress.error.take() {
-                    return Err(e.into());
-                }
-                if progress.done >= self.submitted {
-                    break progress.done;
-                }
-                progress = self.durable.changed.wait(progress).unwrap_or_else(std::sync::PoisonError::into_inner);
-            }
-        };
-        self.mark_persisted(done);
-        Ok(())
-    }
-
     /// Handles a `Ready`: sends the leader's messages at once, applies what is committed, records the entries and
     /// hard state where raft-rs reads them and hands their durable write to the persist thread; the messages that
     /// must follow persistence wait for it (module docs). A `Ready` with a snapshot waits for the persist thread and
     /// is handled in line ([`Driver::on_ready_in_line`]).
     fn on_ready(&mut self) -> Result<(), ReplicaError> {
         if self.raw.snap().is_some_and(|s| !s.is_empty()) {
-            self.wait_persisted()?;
+            self.collect_persisted(true)?;
             return self.on_ready_in_line();
         }
         let mut ready = self.raw.ready();

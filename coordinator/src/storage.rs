@@ -917,16 +917,6 @@ impl SledStore {
         Ok(())
     }
 
-    /// Appends `entries` to the log's files, durably, truncating the conflicting suffix; the entries written, or
-    /// `None` when there was nothing to append. The caller holds the cache's write lock and updates it after.
-    fn write_entries<'a>(&self, cache: &Cache, entries: &'a [Entry]) -> Result<Option<&'a [Entry]>, StoreError> {
-        let Some(ents) = entries_to_append(entries, cache.snapshot_index(), cache.last_index)? else {
-            return Ok(None);
-        };
-        self.inner.wal.lock().expect("raft log lock poisoned").append(ents)?;
-        Ok(Some(ents))
-    }
-
     fn snapshot_dir(&self) -> PathBuf {
         self.inner.dir.join(SNAPSHOT_DIR)
     }
@@ -1054,34 +1044,16 @@ impl RaftStore for SledStore {
     }
 
     fn persist(&self, entries: &[Entry], hs: Option<&HardState>) -> Result<(), StoreError> {
-        let mut cache = write(&self.inner.cache);
-        // The entries first, durable when this returns: a crash after it leaves them without the hard state, never
-        // a commit index beyond them (`load` clamps one anyway).
-        let written = self.write_entries(&cache, entries)?;
-        if let Some(hs) = hs {
-            self.inner.meta.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", hs)?)?;
-            // Raft needs term and vote durable before it answers; a hard state that only moved its commit index
-            // waits for sled's next flush (see `set_commit`).
-            let old = &cache.hard_state;
-            if hs.term != old.term || hs.vote != old.vote {
-                self.sync(false)?;
-            }
-        }
-        if let Some(ents) = written {
-            // first_index is unchanged: the new entries start at or after it (an empty log's first index is
-            // snapshot index + 1, the only place they may start then).
-            cache.remember(ents);
-        }
-        if let Some(hs) = hs {
-            cache.hard_state = hs.clone();
-        }
-        Ok(())
+        let pending = self.stage(entries.to_vec(), hs.cloned())?;
+        self.write_pending(std::slice::from_ref(&pending))
     }
 
     fn stage(&self, mut entries: Vec<Entry>, hs: Option<HardState>) -> Result<PendingWrite, StoreError> {
         let mut cache = write(&self.inner.cache);
         let kept = entries_to_append(&entries, cache.snapshot_index(), cache.last_index)?.map_or(0, <[Entry]>::len);
         entries.drain(..entries.len() - kept);
+        // first_index is unchanged: the new entries start at or after it (an empty log's first index is snapshot
+        // index + 1, the only place they may start then).
         if !entries.is_empty() {
             cache.remember(&entries);
         }
@@ -1097,10 +1069,13 @@ impl RaftStore for SledStore {
 
     fn write_pending(&self, batch: &[PendingWrite]) -> Result<(), StoreError> {
         let runs: Vec<&[Entry]> = batch.iter().filter(|w| !w.entries.is_empty()).map(|w| &w.entries[..]).collect();
+        // The entries first: a crash after them leaves them without the hard state, never a commit index beyond
+        // them (`load` clamps one anyway).
         if !runs.is_empty() {
             self.inner.wal.lock().expect("raft log lock poisoned").append_runs(&runs)?;
         }
-        // The newest hard state carries every earlier one's term and vote.
+        // The newest hard state carries every earlier one's term and vote. Raft needs term and vote durable before
+        // it answers; a hard state that only moved its commit index waits for sled's next flush (see `set_commit`).
         if let Some(hs) = batch.iter().rev().find_map(|w| w.hard_state.as_ref()) {
             self.inner.meta.insert(KEY_HARD_STATE.as_bytes(), encode("HardState", hs)?)?;
             if batch.iter().any(|w| w.sync_hard_state) {
