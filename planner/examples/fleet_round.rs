@@ -2,8 +2,9 @@
 //! of the summed solve time the slowest GPUs take (a flat profile calls for a cheaper solve everywhere, a steep
 //! one for a budget on the few).
 //!
-//! Run: `cargo run --release -p tessera-planner --example fleet_round -- GPUS TENANTS SLOTS SEED`
-//! (for example `1000 4000 30 1`, issue 43's cold round). It also times level 1 on its own (the fleet placement,
+//! Run: `cargo run --release -p tessera-planner --example fleet_round -- GPUS TENANTS SLOTS SEED [ARCHETYPES]`
+//! (for example `1000 4000 30 1`, issue 43's cold round; with ARCHETYPES, tenants come in that many kinds, as
+//! [`tessera_planner::synthetic::input_with_archetypes`] draws them, and GPUs of the same inputs share a solve). It also times level 1 on its own (the fleet placement,
 //! serial) and prints the process's peak resident memory where Linux reports it, so that runs at several sizes show
 //! how a round grows. The solve times are wall clock, for reading, never for results.
 
@@ -14,15 +15,19 @@ use tessera_core::GpuModel;
 use tessera_planner::PlannerConfig;
 use tessera_planner::policies::by_name;
 use tessera_planner::policy::PlanOutcome;
-use tessera_planner::synthetic::{SyntheticSpec, input as synthetic};
+use tessera_planner::synthetic::{SyntheticSpec, input_with_archetypes as synthetic};
 
 fn main() -> Result<(), String> {
-    let usage = "usage: fleet_round GPUS TENANTS SLOTS SEED";
+    let usage = "usage: fleet_round GPUS TENANTS SLOTS SEED [ARCHETYPES]";
     let args: Vec<u64> = std::env::args()
         .skip(1)
         .map(|a| a.parse::<u64>().map_err(|e| format!("{a:?}: {e} ({usage})")))
         .collect::<Result<_, _>>()?;
-    let [gpus, tenants, slots, seed] = args[..] else { return Err(usage.into()) };
+    let (gpus, tenants, slots, seed, archetypes) = match args[..] {
+        [gpus, tenants, slots, seed] => (gpus, tenants, slots, seed, 0),
+        [gpus, tenants, slots, seed, archetypes] => (gpus, tenants, slots, seed, archetypes),
+        _ => return Err(usage.into()),
+    };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
     let models = tessera_core::config::load_model_dir(&dir).map_err(|e| e.to_string())?;
     let spec = SyntheticSpec {
@@ -32,7 +37,7 @@ fn main() -> Result<(), String> {
         gpu_model: GpuModel::A100_40GB,
         seed,
     };
-    let input = synthetic(&spec, &models, PlannerConfig::default());
+    let input = synthetic(&spec, archetypes as usize, &models, PlannerConfig::default());
     let (l1, level1) = seconds(|| tessera_planner::assign::place(&input));
     let (outcome, round) = seconds(|| by_name("tessera")?.plan(&input).map_err(|e| e.to_string()));
     let outcome = outcome?;
@@ -56,9 +61,12 @@ fn main() -> Result<(), String> {
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
     let total: f64 = rows.iter().map(|r| r.0).sum();
     println!(
-        "{} GPUs: level-2 solves sum to {:.2} s; objective {:.1}, bound {:.1}, gap {:.3} %",
+        "{} GPUs: level-2 solves sum to {:.2} s; {} column-generation solves, {} of them shared; objective {:.1}, \
+         bound {:.1}, gap {:.3} %",
         rows.len(),
         total / 1e3,
+        report.stats.solves,
+        report.stats.shared_solves,
         report.stats.objective,
         report.stats.bound,
         100.0 * report.stats.gap

@@ -17,6 +17,7 @@ use crate::input::{PlannerInput, WarmStart};
 use crate::level2::evaluate;
 use crate::level2::problem::GpuProblem;
 use crate::level2::realize::Placed;
+use crate::level2::shared::SharedSolves;
 use crate::level2::solver::{SolveError, SolveStatus, relative_gap};
 
 /// What a planning round produced.
@@ -111,6 +112,13 @@ pub struct PlanStats {
     pub unplaced: Vec<(TenantId, String)>,
     /// Tenants level 1 moved.
     pub moved: usize,
+    /// Column-generation solves the round asked for, where the policy shares them ([`plan_fleet_shared`]; 0
+    /// otherwise).
+    #[serde(default)]
+    pub solves: usize,
+    /// Of those, how many another GPU's solve of the same inputs answered ([`SharedSolves`]).
+    #[serde(default)]
+    pub shared_solves: usize,
 }
 
 /// A bug or bad input (an infeasible plan is a [`PlanOutcome`], not an error).
@@ -220,6 +228,22 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, SolveTime) {
     let clock = std::time::Instant::now();
     let out = f();
     (out, SolveTime { started, elapsed: clock.elapsed() })
+}
+
+/// [`plan_fleet`] for a `level2` that solves through a [`SharedSolves`]: one for the round, whose counts the
+/// round's [`PlanStats`] report.
+pub fn plan_fleet_shared(
+    policy: &str,
+    input: &PlannerInput,
+    l1: L1,
+    level2: impl Fn(&GpuId, &[TenantId], &SharedSolves) -> Result<Option<GpuOutcome>, SolveError> + Sync,
+) -> Result<PlanOutcome, PlanError> {
+    let shared = SharedSolves::default();
+    let mut outcome = plan_fleet(policy, input, l1, |gpu, tenants| level2(gpu, tenants, &shared))?;
+    if let PlanOutcome::Planned(report) = &mut outcome {
+        (report.stats.solves, report.stats.shared_solves) = shared.counts();
+    }
+    Ok(outcome)
 }
 
 /// Runs `level2` on every GPU of `l1` in parallel and assembles the plan.
@@ -337,6 +361,8 @@ pub fn plan_fleet(
             gpus: stats,
             unplaced: l1.unplaced,
             moved: l1.moved,
+            solves: 0,
+            shared_solves: 0,
         },
         outcomes,
         solve_times,

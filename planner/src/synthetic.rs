@@ -42,7 +42,19 @@ pub struct SyntheticSpec {
 
 /// A synthetic input over `models` (at least one must fit a 1g or 2g instance of the GPU).
 pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, config: PlannerConfig) -> PlannerInput {
-    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    input_with_archetypes(spec, 0, models, config)
+}
+
+/// [`input`], with tenants of `archetypes` kinds (0: every tenant its own): tenant `i` draws everything from the seed
+/// and `i % archetypes`, so the tenants of a kind have the same model, SLO, demand, forecast and retraining, as
+/// replicas of one service added together do before each has a history of its own.
+pub fn input_with_archetypes(
+    spec: &SyntheticSpec,
+    archetypes: usize,
+    models: &BTreeMap<String, ModelProfile>,
+    config: PlannerConfig,
+) -> PlannerInput {
+    let mut fleet_rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let usable: Vec<&ModelProfile> = models
         .values()
         .filter(|m| m.smallest_inference_profile(spec.gpu_model).is_some_and(|p| p.compute_slices() <= 2))
@@ -66,6 +78,14 @@ pub fn input(spec: &SyntheticSpec, models: &BTreeMap<String, ModelProfile>, conf
     let slots = spec.slots.max(1);
     let mut tenants = BTreeMap::new();
     for i in 0..spec.tenants {
+        let mut kind_rng;
+        let rng = if archetypes > 0 {
+            let kind = (i % archetypes) as u64 + 1;
+            kind_rng = ChaCha8Rng::seed_from_u64(spec.seed ^ kind.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            &mut kind_rng
+        } else {
+            &mut fleet_rng
+        };
         let model = usable[rng.random_range(0..usable.len())];
         let id = TenantId::new(format!("t{i:05}")).expect("valid tenant id");
         let slo_ms = 4.0 * model.latency_on(spec.gpu_model, Profile::G2, 1);

@@ -107,6 +107,10 @@ struct PlanArgs {
     /// Seed of the synthetic input.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Tenants of the synthetic fleet come in this many kinds (the same model, SLO, demand, forecast and
+    /// retraining within a kind, as replicas of one service); 0: every tenant its own.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    archetypes: usize,
     /// Rounds to time.
     #[arg(long, default_value_t = 5)]
     repeat: usize,
@@ -150,8 +154,9 @@ fn plan(a: PlanArgs) -> anyhow::Result<String> {
                 .ok_or_else(|| anyhow::anyhow!("--gpu-model: unknown GPU model {:?}", a.gpu_model))?;
             let models = plan_cmd::read_models(&a.models)?;
             let spec = SyntheticSpec { gpus: a.gpus, tenants: a.tenants, slots: a.slots, gpu_model, seed: a.seed };
-            tessera_planner::synthetic::input(
+            tessera_planner::synthetic::input_with_archetypes(
                 &spec,
+                a.archetypes,
                 &models,
                 PlannerConfig { slot_s: a.slot_s, ..PlannerConfig::default() },
             )

@@ -54,6 +54,10 @@ pub struct PlanRun {
     /// Over the rounds `solve_ms_all` times, why GPUs that could have kept their last plan were solved again.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub replanned: BTreeMap<String, usize>,
+    /// Column-generation solves of the last round (0 for policies that do not solve by column generation).
+    pub cg_solves: usize,
+    /// Of those, how many another GPU's solve of the same inputs answered (GPUs the same up to the tenants' names).
+    pub shared_solves: usize,
     /// Tenants level 1 could not place.
     pub unplaced: usize,
     /// Set when the policy found the input infeasible.
@@ -132,6 +136,8 @@ pub fn run(policy: &str, input: &PlannerInput, repeat: usize, warm: Option<usize
         statuses: BTreeMap::new(),
         kept_all,
         replanned,
+        cg_solves: 0,
+        shared_solves: 0,
         unplaced: 0,
         infeasible: None,
     };
@@ -141,6 +147,7 @@ pub fn run(policy: &str, input: &PlannerInput, repeat: usize, warm: Option<usize
             run.bound = report.stats.bound;
             run.gap = report.stats.gap;
             run.unplaced = report.stats.unplaced.len();
+            (run.cg_solves, run.shared_solves) = (report.stats.solves, report.stats.shared_solves);
             for g in &report.stats.gpus {
                 *run.statuses.entry(status_name(g.status).into()).or_default() += 1;
             }
@@ -169,7 +176,7 @@ pub fn table(runs: &[PlanRun]) -> String {
     for r in runs {
         let statuses: Vec<String> = r.statuses.iter().map(|(k, v)| format!("{k}={v}")).collect();
         out.push_str(&format!(
-            "{:<9} {:>6} {:>8} {:>6} {:>8} {:>12.1} {:>14.1} {:>14.1} {:>7.3}%  {}{}{}\n",
+            "{:<9} {:>6} {:>8} {:>6} {:>8} {:>12.1} {:>14.1} {:>14.1} {:>7.3}%  {}{}{}{}\n",
             r.policy,
             r.gpus,
             r.tenants,
@@ -180,6 +187,11 @@ pub fn table(runs: &[PlanRun]) -> String {
             r.bound,
             100.0 * r.gap,
             statuses.join(" "),
+            if r.shared_solves > 0 {
+                format!(" ({} of {} solves shared)", r.shared_solves, r.cg_solves)
+            } else {
+                String::new()
+            },
             r.cold_ms
                 .map(|c| format!(
                     " (warm rounds {} slots apart; the cold first took {c:.1} ms)",

@@ -18,6 +18,7 @@ use crate::level2::cg;
 use crate::level2::evaluate;
 use crate::level2::problem::{GpuProblem, Schedule, TenantTask, describe_retraining};
 use crate::level2::realize::{Placed, realize};
+use crate::level2::shared::SharedSolves;
 use crate::level2::solver::{SolveError, SolveStatus, SolverConfig};
 use crate::level2::thief;
 use crate::policy::GpuOutcome;
@@ -57,16 +58,18 @@ pub fn solve(
     arrivals: Arrivals,
     solver: &SolverConfig,
 ) -> Result<Option<GpuOutcome>, SolveError> {
-    solve_with(input, gpu, tenants, arrivals, solver, Features::ALL)
+    solve_with(input, gpu, tenants, arrivals, solver, &SharedSolves::default(), Features::ALL)
 }
 
-/// [`solve`] with only the ideas `features` names.
+/// [`solve`] with only the ideas `features` names, sharing solves with the round's other GPUs through `shared`
+/// (one [`SharedSolves`] per round and policy).
 pub fn solve_with(
     input: &PlannerInput,
     gpu: &GpuId,
     tenants: &[TenantId],
     arrivals: Arrivals,
     solver: &SolverConfig,
+    shared: &SharedSolves,
     features: Features,
 ) -> Result<Option<GpuOutcome>, SolveError> {
     if tenants.is_empty() {
@@ -90,9 +93,9 @@ pub fn solve_with(
             Err(why) => replanned = Some(why),
         }
     }
-    let first = solve_one(input, &problem, shifted, None, None, solver)?;
+    let first = solve_one(input, &problem, shifted, None, None, solver, shared)?;
     let Configured { problem, solved: cg::WarmSolved { solved, prices, .. }, chosen } = if features.epochs {
-        choose_epochs(input, problem, first, shifted, solver, features.tail)?
+        choose_epochs(input, problem, first, shifted, solver, shared, features.tail)?
     } else {
         Configured { problem, solved: first, chosen: Vec::new() }
     };
@@ -358,7 +361,8 @@ fn still_planned(
 pub const EPOCH_FACTORS: [f64; 4] = [0.5, 1.0, 2.0, 4.0];
 
 /// One column-generation solve of `pb`: seeded by the thief scheduler's allocation, the warm start shifted onto
-/// `pb`'s slots and `seed`, priced first at `prices` (else the warm start's).
+/// `pb`'s slots and `seed`, priced first at `prices` (else the warm start's); answered from another GPU's solve
+/// where `shared` holds one of the same inputs.
 fn solve_one(
     input: &PlannerInput,
     pb: &GpuProblem,
@@ -366,12 +370,13 @@ fn solve_one(
     seed: Option<Schedule>,
     prices: Option<&[Vec<f64>]>,
     solver: &SolverConfig,
+    shared: &SharedSolves,
 ) -> Result<cg::WarmSolved, SolveError> {
     let shifted = warm.map(|w| shift(w, input, pb)).unwrap_or_default();
     let mut seeds = vec![thief_seed(input, pb)];
     seeds.extend(shifted.schedule);
     seeds.extend(seed);
-    cg::solve_warm(pb, solver, &seeds, prices.or(shifted.prices.as_deref()))
+    shared.solve_warm(pb, solver, &seeds, prices.or(shifted.prices.as_deref()))
 }
 
 /// The default epochs of tenant `i`'s retraining where the round may still choose its configuration: it is due, has
@@ -436,6 +441,7 @@ fn choose_epochs(
     first: cg::WarmSolved,
     warm: Option<&WarmStart>,
     solver: &SolverConfig,
+    shared: &SharedSolves,
     tail: bool,
 ) -> Result<Configured, SolveError> {
     let mut best_value = placed_value(&problem, &first.solved.schedule);
@@ -469,7 +475,7 @@ fn choose_epochs(
                 if !seed.feasible(&alt) {
                     seed.retrain[i] = None;
                 }
-                let solved = solve_one(input, &alt, warm, Some(seed), Some(&best.prices), solver)?;
+                let solved = solve_one(input, &alt, warm, Some(seed), Some(&best.prices), solver, shared)?;
                 let value = placed_value(&alt, &solved.solved.schedule);
                 if value <= best_value + 1e-9 * best_value.abs().max(1.0) {
                     break;

@@ -4,7 +4,8 @@
 //!   profile, arrival scenarios, retraining options) built from a [`crate::PlannerInput`] and level 1's choice.
 //! - [`ilp`]: the compact count-level MILP; [`cg`] and [`master`]: the same model by column generation (pricing,
 //!   pair moves, starts, heuristics, the HiGHS fallback); [`exhaustive`]: the cross-check on small problems;
-//!   [`solver`]: MILP backends, budgets, statuses and gaps.
+//!   [`solver`]: MILP backends, budgets, statuses and gaps; [`shared`]: one solve for the GPUs of a round whose
+//!   problems are the same up to the tenants' names.
 //! - [`realize`]: a count-level schedule placed on slices; [`evaluate`]: its exact goodput.
 //! - [`goodput`]: the goodput plan with warm starts and the retraining tail (what `tessera` and the
 //!   perfect-forecast reference plan with); [`thief`]: Ekya's thief scheduler (Ekya's plan, and one of
@@ -22,5 +23,6 @@ pub mod ilp;
 pub mod master;
 pub mod problem;
 pub mod realize;
+pub mod shared;
 pub mod solver;
 pub mod thief;

@@ -111,7 +111,7 @@ pub struct MilpResult {
 }
 
 /// A solve that produced no incumbent.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("MILP solve failed: {0}")]
 pub struct SolveError(pub String);
 

@@ -43,7 +43,7 @@ use crate::level2::ilp::goodput_terms;
 use crate::level2::problem::GpuProblem;
 use crate::level2::realize::{Placed, from_assignments};
 use crate::level2::solver::{SolveError, SolveStatus, SolverConfig, maximise};
-use crate::policy::{PlanError, PlanOutcome, Policy, plan_fleet};
+use crate::policy::{PlanError, PlanOutcome, Policy, plan_fleet_shared};
 
 /// How far ahead MIGRator plans, seconds.
 pub const LOOKAHEAD_S: f64 = 200.0;
@@ -68,8 +68,8 @@ impl Policy for Migrator {
     fn plan(&self, input: &PlannerInput) -> Result<PlanOutcome, PlanError> {
         let ahead = lookahead(input);
         let l1 = assign::place(&ahead);
-        plan_fleet(self.name(), &ahead, l1, |gpu, tenants| {
-            goodput::solve_with(&ahead, gpu, tenants, Arrivals::Point, &ahead.config.solver, Features::NONE)
+        plan_fleet_shared(self.name(), &ahead, l1, |gpu, tenants, shared| {
+            goodput::solve_with(&ahead, gpu, tenants, Arrivals::Point, &ahead.config.solver, shared, Features::NONE)
         })
     }
 }

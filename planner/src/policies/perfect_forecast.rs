@@ -12,7 +12,7 @@ use crate::input::PlannerInput;
 use crate::level2::build::Arrivals;
 use crate::level2::goodput::{self, Features};
 use crate::level2::solver::SolverConfig;
-use crate::policy::{PlanError, PlanOutcome, Policy, plan_fleet};
+use crate::policy::{PlanError, PlanOutcome, Policy, plan_fleet_shared};
 
 /// The perfect-forecast reference.
 #[derive(Debug, Clone, Copy, Default)]
@@ -47,10 +47,10 @@ impl Policy for PerfectForecast {
             max_nodes: truth.config.solver.max_nodes.saturating_mul(5),
             ..truth.config.solver
         };
-        plan_fleet(self.name(), &truth, l1, |gpu, tenants| {
+        plan_fleet_shared(self.name(), &truth, l1, |gpu, tenants, shared| {
             // A reference solves every GPU every round: it keeps no plan for a cheaper round.
             let features = Features { incremental: false, ..Features::ALL };
-            goodput::solve_with(&truth, gpu, tenants, Arrivals::Actual, &solver, features)
+            goodput::solve_with(&truth, gpu, tenants, Arrivals::Actual, &solver, shared, features)
         })
     }
 }

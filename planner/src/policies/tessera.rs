@@ -34,7 +34,7 @@ use crate::assign;
 use crate::input::PlannerInput;
 use crate::level2::build::Arrivals;
 use crate::level2::goodput::{self, Features};
-use crate::policy::{PlanError, PlanOutcome, Policy, plan_fleet};
+use crate::policy::{PlanError, PlanOutcome, Policy, plan_fleet_shared};
 
 /// One of tessera's ideas switched off, for ablation studies (`tessera-*` policies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -100,8 +100,8 @@ impl Policy for Tessera {
             epochs: self.ablation != Ablation::DefaultEpochs,
             incremental: self.ablation != Ablation::FullRounds,
         };
-        plan_fleet(self.name(), input, l1, |gpu, tenants| {
-            goodput::solve_with(input, gpu, tenants, arrivals, &input.config.solver, features)
+        plan_fleet_shared(self.name(), input, l1, |gpu, tenants, shared| {
+            goodput::solve_with(input, gpu, tenants, arrivals, &input.config.solver, shared, features)
         })
     }
 }
