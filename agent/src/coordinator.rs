@@ -6,7 +6,7 @@
 //! register again. Backoff has no jitter: the agent never reads a random number generator (runs stay reproducible).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tessera_core::fleet::GpuDescriptor;
@@ -41,36 +41,7 @@ pub struct ClientOptions {
     pub tls: Option<tessera_auth::TlsFiles>,
 }
 
-/// What the client has done, for status and tests.
-#[derive(Debug, Default)]
-pub struct ClientStats {
-    registered: AtomicBool,
-    registrations: AtomicU64,
-    heartbeats: AtomicU64,
-    failures: AtomicU64,
-}
-
-impl ClientStats {
-    /// Whether the last register or heartbeat succeeded with the node known to the coordinator.
-    pub fn registered(&self) -> bool {
-        self.registered.load(Ordering::SeqCst)
-    }
-
-    /// Successful registrations.
-    pub fn registrations(&self) -> u64 {
-        self.registrations.load(Ordering::SeqCst)
-    }
-
-    /// Successful heartbeats.
-    pub fn heartbeats(&self) -> u64 {
-        self.heartbeats.load(Ordering::SeqCst)
-    }
-
-    /// Failed calls (unreachable coordinator, errors).
-    pub fn failures(&self) -> u64 {
-        self.failures.load(Ordering::SeqCst)
-    }
-}
+pub use crate::metrics::ClientStats;
 
 /// Exponential backoff: `initial`, doubling, at most `max`.
 #[derive(Debug, Clone)]

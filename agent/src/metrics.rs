@@ -14,6 +14,7 @@
 //! `/readyz` answers 200 once every agent that reports to a coordinator is registered with it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -23,8 +24,38 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::coordinator::ClientStats;
 use crate::reconcile::{PassReport, Reconciler};
+
+/// What the agent's client of the coordinators has done, for status, metrics and tests.
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    pub(crate) registered: AtomicBool,
+    pub(crate) registrations: AtomicU64,
+    pub(crate) heartbeats: AtomicU64,
+    pub(crate) failures: AtomicU64,
+}
+
+impl ClientStats {
+    /// Whether the last register or heartbeat succeeded with the node known to the coordinator.
+    pub fn registered(&self) -> bool {
+        self.registered.load(Ordering::SeqCst)
+    }
+
+    /// Successful registrations.
+    pub fn registrations(&self) -> u64 {
+        self.registrations.load(Ordering::SeqCst)
+    }
+
+    /// Successful heartbeats.
+    pub fn heartbeats(&self) -> u64 {
+        self.heartbeats.load(Ordering::SeqCst)
+    }
+
+    /// Failed calls (unreachable coordinator, errors).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::SeqCst)
+    }
+}
 
 /// Prefix of every family name.
 pub const PREFIX: &str = "tessera_agent";

@@ -63,14 +63,7 @@ use tessera_planner::round::RoundSettings;
 
 use crate::replica::RaftSettings;
 
-/// How workload time advances.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClockMode {
-    /// The wall clock; the leader plans every `plan_every`.
-    Wall,
-    /// Virtual: replay moves it with `AdvanceClock`, and a round runs when a window boundary passes.
-    Virtual,
-}
+pub use crate::planning::ClockMode;
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -128,7 +121,7 @@ pub struct CoordinatorConfig {
     /// Pinned member certificates: a member id listed here is believed only with the certificate of this
     /// fingerprint ([`tessera_auth::fingerprint_of`]); members not listed, with any the CA issued to their name.
     pub member_pins: BTreeMap<u64, String>,
-    /// How long a unary call may take, its body read included ([`crate::server::UNARY_DEADLINE`] by default).
+    /// How long a unary call may take, its body read included ([`crate::limits::UNARY_DEADLINE`] by default).
     pub call_deadline: Duration,
 }
 
@@ -519,7 +512,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     }
     let call_deadline = match over.call_deadline.as_deref().or(raw.call_deadline.as_deref()) {
         Some(d) => duration("call_deadline", Some(d), "")?,
-        None => crate::server::UNARY_DEADLINE,
+        None => crate::limits::UNARY_DEADLINE,
     };
     let failure_detection =
         detect.then_some(crate::planning::FailureDetection { suspect_after, fail_after, suspect_push_failures });
@@ -659,7 +652,7 @@ mod tests {
         let base = "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\n";
         std::fs::write(&file, base).unwrap();
         let c = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap();
-        assert_eq!(c.call_deadline, crate::server::UNARY_DEADLINE);
+        assert_eq!(c.call_deadline, crate::limits::UNARY_DEADLINE);
         std::fs::write(&file, format!("{base}call_deadline = \"2s\"\n")).unwrap();
         assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().call_deadline.as_secs(), 2);
         let over = Overrides { call_deadline: Some("500ms".into()), ..Default::default() };

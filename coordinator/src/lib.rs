@@ -9,8 +9,10 @@
 //! - [`replica`]: this member of the Raft group (one thread owns `RawNode`; proposals, read index, snapshots,
 //!   membership). "Node" in Tessera means a GPU host; a coordinator process is a replica.
 //! - [`storage`]: the durable log behind a trait: [`storage::SledStore`] and [`storage::MemStore`].
-//! - [`wal`]: the Raft entries' own segment files, which [`storage::SledStore`] appends to and fdatasyncs.
+//! - [`wal`]: the Raft entries' own segment files, which [`storage::SledStore`] appends to and fdatasyncs;
+//!   [`store_error`]: the errors of both.
 //! - [`state`]: the replicated state machine ([`state::CoordState`]) and its operations.
+//! - [`limits`]: what the server lets one caller take (sizes, streams, deadlines).
 //! - [`net`]: every outgoing gRPC channel (keepalive, TCP user timeout, deadlines).
 //! - [`transport`]: Raft messages between coordinators over tonic, with a test-only partition switch.
 //! - [`routes`]: where each tenant is served now (its jobs' endpoints from the agents' heartbeats), for front ends.
@@ -23,6 +25,7 @@
 pub mod client;
 pub mod config;
 pub mod dev_cluster;
+pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod net;
@@ -33,6 +36,7 @@ pub mod server;
 pub mod service;
 pub mod state;
 pub mod storage;
+pub mod store_error;
 /// Tracing and OTLP export (the `tessera-telemetry` crate, shared with the agent).
 pub use tessera_telemetry as telemetry;
 pub mod transport;

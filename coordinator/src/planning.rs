@@ -33,13 +33,21 @@ use tessera_proto::v1::agent_client::AgentClient;
 use tonic::transport::Channel;
 use tracing::{Instrument, field::Empty};
 
-use crate::config::ClockMode;
 use crate::metrics::Metrics;
 use crate::replica::{Replica, ReplicaError};
 use crate::state::{CoordState, Op};
 
 /// Rate assumed for a tenant nobody has reported arrivals for and whose demand names no rate.
 const UNKNOWN_RATE_RPS: f64 = 1.0;
+
+/// How workload time advances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockMode {
+    /// The wall clock; the leader plans every `plan_every`.
+    Wall,
+    /// Virtual: replay moves it with `AdvanceClock`, and a round runs when a window boundary passes.
+    Virtual,
+}
 
 /// Planning settings.
 #[derive(Debug, Clone)]

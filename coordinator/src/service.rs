@@ -21,7 +21,7 @@ use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use crate::config::ClockMode;
+use crate::planning::ClockMode;
 use crate::planning::Planner;
 use crate::replica::{Replica, ReplicaError};
 use crate::state::{AuditEntry, CoordState, Op, Outcome};

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use protobuf::Message as _;
 use raft::prelude::Entry;
 
-use crate::storage::StoreError;
+use crate::store_error::StoreError;
 
 /// The size at which the active segment is closed and a new one started (as etcd's).
 pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;

@@ -3,7 +3,7 @@
 //! following the cluster's routes. A steady 40 requests/s go through the router while the operator's pin
 //! (`TenantPin`) makes the planner grow the tenant, shrink it, move it to another GPU, to another node, grow it
 //! where the new instance needs the old one's slices, and move it back while the nodes stop and start again (the
-//! agents are in this process: `integration/tests/jobs_process.rs` kills a `sim-agent` process with SIGKILL).
+//! agents are in this process: `sim-agent/tests/jobs_process.rs` kills a `sim-agent` process with SIGKILL).
 //!
 //! What it checks after every step:
 //! - where the new instance had free slices (make-before-break), no request failed, was held or was dropped;

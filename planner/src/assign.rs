@@ -32,56 +32,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use serde::{Deserialize, Serialize};
 use tessera_core::fleet::GpuHealth;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::{GpuModel, Profile};
 
 use crate::input::PlannerInput;
 
-/// Which level 1 the policies that plan one GPU at a time (MIGRator, PARIS+ELSA, Ekya, Astraea) run in front of
-/// their per-GPU level 2, and tessera's own. None of the published per-GPU systems places tenants across a fleet, so
-/// by default every policy gets tessera's fleet level 1: the comparison is then between level-2 policies. The
-/// others are there for studies that vary the placement on purpose (`--placement`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Placement {
-    /// [`balanced`]: sticky, memory-aware, demand-balanced, interference-aware.
-    #[default]
-    Fleet,
-    /// [`spread`] with at most 7 tenants a GPU: sticky, largest need first onto the least-loaded GPU.
-    Spread,
-    /// [`given`]: sticky, new tenants round-robin by instance count, demand-blind.
-    RoundRobin,
-}
-
-impl Placement {
-    /// Every rule, by its name.
-    pub const ALL: [(&'static str, Placement); 3] =
-        [("fleet", Placement::Fleet), ("spread", Placement::Spread), ("round-robin", Placement::RoundRobin)];
-
-    /// Its name.
-    pub fn name(self) -> &'static str {
-        Self::ALL.iter().find(|(_, p)| *p == self).map_or("fleet", |(n, _)| n)
-    }
-}
-
-impl std::str::FromStr for Placement {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .iter()
-            .find(|(n, _)| *n == s)
-            .map(|(_, p)| *p)
-            .ok_or_else(|| format!("unknown placement {s:?} (expected {})", Self::ALL.map(|(n, _)| n).join(", ")))
-    }
-}
-
-impl std::fmt::Display for Placement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use crate::input::Placement;
 
 /// The level 1 `input.config.placement` names.
 pub fn place(input: &PlannerInput) -> L1 {

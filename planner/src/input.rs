@@ -36,8 +36,8 @@ pub struct PlannerConfig {
     pub target_utilization: f64,
     /// MILP limits and backend.
     pub solver: SolverConfig,
-    /// Level 1 of every policy but `static` ([`crate::assign::Placement`]).
-    pub placement: crate::assign::Placement,
+    /// Level 1 of every policy but `static` ([`Placement`]).
+    pub placement: Placement,
     /// Whether tessera and the perfect-forecast reference may run a tenant's retraining on its own inference
     /// instance ([`tessera_core::sharing`]; `priority` is Tally's). The baselines keep their published behaviour.
     pub sharing: tessera_core::sharing::Sharing,
@@ -62,7 +62,7 @@ impl Default for PlannerConfig {
             dead_preinit_s: tessera_core::serving::DEAD_PREINIT_S,
             target_utilization: 0.8,
             solver: SolverConfig::default(),
-            placement: crate::assign::Placement::Fleet,
+            placement: Placement::Fleet,
             sharing: tessera_core::sharing::Sharing::Exclusive,
             seed: 0,
             replan_band: 1.0,
@@ -403,5 +403,49 @@ impl PlannerInput {
             inference.entry(t).or_insert(g);
         }
         inference
+    }
+}
+
+/// Which level 1 the policies that plan one GPU at a time (MIGRator, PARIS+ELSA, Ekya, Astraea) run in front of
+/// their per-GPU level 2, and tessera's own. None of the published per-GPU systems places tenants across a fleet, so
+/// by default every policy gets tessera's fleet level 1: the comparison is then between level-2 policies. The
+/// others are there for studies that vary the placement on purpose (`--placement`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// [`crate::assign::balanced`]: sticky, memory-aware, demand-balanced, interference-aware.
+    #[default]
+    Fleet,
+    /// [`crate::assign::spread`] with at most 7 tenants a GPU: sticky, largest need first onto the least-loaded GPU.
+    Spread,
+    /// [`crate::assign::given`]: sticky, new tenants round-robin by instance count, demand-blind.
+    RoundRobin,
+}
+
+impl Placement {
+    /// Every rule, by its name.
+    pub const ALL: [(&'static str, Placement); 3] =
+        [("fleet", Placement::Fleet), ("spread", Placement::Spread), ("round-robin", Placement::RoundRobin)];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(_, p)| *p == self).map_or("fleet", |(n, _)| n)
+    }
+}
+
+impl std::str::FromStr for Placement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| *n == s)
+            .map(|(_, p)| *p)
+            .ok_or_else(|| format!("unknown placement {s:?} (expected {})", Self::ALL.map(|(n, _)| n).join(", ")))
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }

@@ -5,18 +5,15 @@ use std::collections::BTreeMap;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use tessera_core::Layout;
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{GpuPlan, Plan, PlannedChange};
 use tessera_core::serving::Dispatch;
-use tessera_core::sharing::Sharing;
 use tessera_core::time::SimTime;
 
 use crate::assign::L1;
 use crate::input::{PlannerInput, WarmStart};
 use crate::level2::evaluate;
-use crate::level2::problem::GpuProblem;
-use crate::level2::realize::Placed;
+pub use crate::level2::outcome::GpuOutcome;
 use crate::level2::shared::SharedSolves;
 use crate::level2::solver::{SolveError, SolveStatus, relative_gap};
 
@@ -94,7 +91,7 @@ pub struct GpuStats {
     pub bound: f64,
     /// Why incremental rounds solved it again rather than keep its last plan, where it had one to keep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replanned: Option<crate::level2::goodput::Replan>,
+    pub replanned: Option<crate::level2::outcome::Replan>,
 }
 
 /// Figures of a planning round.
@@ -164,58 +161,6 @@ pub trait Policy: Send + Sync {
     /// coming, and does not.
     fn replans_on_bursts(&self) -> bool {
         !self.sees_truth()
-    }
-}
-
-/// One GPU's level-2 result.
-#[derive(Debug, Clone)]
-pub struct GpuOutcome {
-    /// The problem solved.
-    pub problem: GpuProblem,
-    /// Its placed schedule.
-    pub placed: Placed,
-    /// Proven bound on the goodput of any plan (`f64::INFINITY` when unknown).
-    pub bound: f64,
-    /// Solver status.
-    pub status: SolveStatus,
-    /// What the policy wants an operator to read first.
-    pub note: String,
-    /// The layout the GPU keeps over the whole horizon when the policy holds instances that no assignment uses
-    /// (fixed-layout baselines keep idle instances rather than destroy them); `None`: each slot's layout is that
-    /// of its assignments.
-    pub fixed_layout: Option<Layout>,
-    /// Retraining configurations (epochs) the policy chose, where it chose other than the tenant's default.
-    pub retraining_epochs: BTreeMap<TenantId, f64>,
-    /// What the policy's next round on this GPU may start from, where it warm-starts.
-    pub warm: Option<WarmStart>,
-    /// How instances that hold one tenant's inference and retraining share them (the placed assignments put
-    /// both roles on one placement only under a sharing mode).
-    pub sharing: Sharing,
-    /// Why incremental rounds solved the GPU again rather than keep its last plan, where it had one to keep
-    /// ([`crate::input::PlannerConfig::replan_band`]).
-    pub replanned: Option<crate::level2::goodput::Replan>,
-}
-
-impl GpuOutcome {
-    /// An outcome whose layout follows its assignments and whose retraining uses each tenant's default epochs.
-    pub fn new(problem: GpuProblem, placed: Placed, bound: f64, status: SolveStatus, note: String) -> GpuOutcome {
-        GpuOutcome {
-            problem,
-            placed,
-            bound,
-            status,
-            note,
-            fixed_layout: None,
-            retraining_epochs: BTreeMap::new(),
-            sharing: Default::default(),
-            warm: None,
-            replanned: None,
-        }
-    }
-
-    /// The layout of slot `t`.
-    pub fn layout(&self, t: usize) -> Layout {
-        self.fixed_layout.clone().unwrap_or_else(|| self.placed.layout(t))
     }
 }
 

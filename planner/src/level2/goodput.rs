@@ -6,8 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::plan::{Assignment, Role};
 
@@ -16,12 +14,13 @@ use crate::input::{PlannedFor, PlannerInput, TenantInput, WarmStart, WarmTenant}
 use crate::level2::build::{Arrivals, gpu_problem};
 use crate::level2::cg;
 use crate::level2::evaluate;
+use crate::level2::outcome::GpuOutcome;
+pub use crate::level2::outcome::Replan;
 use crate::level2::problem::{GpuProblem, Schedule, TenantTask, describe_retraining};
 use crate::level2::realize::{Placed, realize};
 use crate::level2::shared::SharedSolves;
 use crate::level2::solver::{SolveError, SolveStatus, SolverConfig};
 use crate::level2::thief;
-use crate::policy::GpuOutcome;
 
 /// Which of tessera's level-2 ideas a solve uses: the ablations and MIGRator switch them off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,82 +164,6 @@ fn outcome(
         outcome.sharing = sharing;
     }
     outcome
-}
-
-/// Why incremental rounds solve a GPU again rather than keep its last plan ([`still_planned`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Replan {
-    /// Every slot the last plan covered is past, or it left no prices to bound it with.
-    HorizonOut,
-    /// The slots do not line up with the last plan's (another slot length, a plan from the future).
-    SlotsMoved,
-    /// A tenant arrived or left (level 1 moved one, or one was added or removed).
-    Tenants,
-    /// The GPU's health changed.
-    Health,
-    /// A tenant serves from another instance than the plan runs now (a failed or lagging reconfiguration).
-    Instances,
-    /// A retraining became due, or finished other than when the plan had it finish, or its epochs changed.
-    RetrainingDue,
-    /// A retraining runs where the plan did not start it, or does not run where the plan did.
-    RetrainingRuns,
-    /// The shifted plan starts a retraining now whose configuration this round chooses.
-    RetrainingStarts,
-    /// A tenant's forecast left the band its plan was made for.
-    Forecast,
-    /// The shifted plan is not feasible on this round's problem, or would drop part of itself to be (a profile that
-    /// is no longer a candidate, a retraining that can no longer start or go on as planned).
-    Infeasible,
-}
-
-impl Replan {
-    /// Every reason, in order.
-    pub const ALL: [Replan; 10] = [
-        Replan::HorizonOut,
-        Replan::SlotsMoved,
-        Replan::Tenants,
-        Replan::Health,
-        Replan::Instances,
-        Replan::RetrainingDue,
-        Replan::RetrainingRuns,
-        Replan::RetrainingStarts,
-        Replan::Forecast,
-        Replan::Infeasible,
-    ];
-
-    /// Its name, as JSON and reports spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Replan::HorizonOut => "horizon_out",
-            Replan::SlotsMoved => "slots_moved",
-            Replan::Tenants => "tenants",
-            Replan::Health => "health",
-            Replan::Instances => "instances",
-            Replan::RetrainingDue => "retraining_due",
-            Replan::RetrainingRuns => "retraining_runs",
-            Replan::RetrainingStarts => "retraining_starts",
-            Replan::Forecast => "forecast",
-            Replan::Infeasible => "infeasible",
-        }
-    }
-}
-
-impl std::fmt::Display for Replan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Replan::HorizonOut => "the last plan's horizon ran out",
-            Replan::SlotsMoved => "the slots moved against the last plan's",
-            Replan::Tenants => "its tenants changed",
-            Replan::Health => "its health changed",
-            Replan::Instances => "a tenant serves from another instance than planned",
-            Replan::RetrainingDue => "a retraining became due, or finished other than planned",
-            Replan::RetrainingRuns => "a retraining runs otherwise than planned",
-            Replan::RetrainingStarts => "a retraining whose configuration is chosen starts now",
-            Replan::Forecast => "a forecast left its planned band",
-            Replan::Infeasible => "the shifted plan is not feasible",
-        })
-    }
 }
 
 /// A previous plan that still holds this round ([`still_planned`]).

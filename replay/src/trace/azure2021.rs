@@ -9,7 +9,7 @@
 use super::GroupBy;
 use super::error::RowError;
 use super::reader::{CsvFile, shown};
-use super::rows::Row;
+use super::row::Row;
 
 /// How far before the trace start an invocation's start (`end_timestamp - duration`) may fall and be read as 0,
 /// seconds: the rounding of `duration` to the millisecond.

@@ -7,7 +7,7 @@
 
 use super::error::RowError;
 use super::reader::{CsvFile, MAX_TRACE_TIME_S, shown};
-use super::rows::{Row, RowParser};
+use super::row::{Row, RowParser};
 
 /// Parses one row.
 #[inline]

@@ -6,7 +6,7 @@
 
 use super::error::RowError;
 use super::reader::CsvFile;
-use super::rows::{Row, RowParser};
+use super::row::{Row, RowParser};
 
 /// Parses one row; writes the tenant into `p.key`.
 #[inline]

@@ -82,6 +82,7 @@ mod conventions;
 mod error;
 mod generic;
 mod reader;
+mod row;
 mod rows;
 mod synthetic;
 

@@ -6,73 +6,27 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 
-use super::conventions::SyntheticClock;
 use super::error::{RowError, TraceError};
 use super::reader::{BadRows, CsvFile};
-use super::{GroupBy, Pass1, Plan, StreamStats, TraceFormat, TraceOptions, TraceScan};
+use super::row::{Row, RowParser};
+use super::{Pass1, Plan, StreamStats, TraceFormat, TraceOptions, TraceScan};
 use super::{azure_llm, azure2021, build_scan, finish, generic, key_index};
 
-/// One parsed row; its stream key is in [`RowParser::key`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Row {
-    /// The time the file is ordered by (end time for Azure 2021, the arrival otherwise), trace seconds.
-    pub order_t: f64,
-    /// The arrival, trace seconds.
-    pub t: f64,
-    /// Weighted tokens, for formats that have them.
-    pub tokens: Option<f64>,
-    /// Execution time, seconds (Azure 2021).
-    pub duration_s: Option<f64>,
-}
-
-/// Parses rows of one per-row format.
-pub(crate) struct RowParser {
-    pub format: TraceFormat,
-    pub group_by: GroupBy,
-    pub prefill_weight: f64,
-    pub decode_weight: f64,
-    /// LLM: the timestamp of time 0, ns since the epoch (set by the first good row of pass 1).
-    pub origin_ns: Option<i64>,
-    /// LLM: the raw timestamp of the first good row.
-    pub origin_text: Option<String>,
-    /// The key of the last parsed row.
-    pub key: Vec<u8>,
-    /// LLM: the single stream's key (the file stem).
-    pub file_key: Vec<u8>,
-    /// Synthetic arrivals replacing the recorded times, if asked for.
-    synthetic: Option<SyntheticClock>,
-}
-
-impl RowParser {
-    pub fn new(format: TraceFormat, opts: &TraceOptions, csv: &CsvFile) -> RowParser {
-        let stem = csv.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
-        RowParser {
-            format,
-            group_by: opts.group_by,
-            prefill_weight: opts.prefill_weight,
-            decode_weight: opts.decode_weight,
-            origin_ns: None,
-            origin_text: None,
-            key: Vec::with_capacity(160),
-            file_key: stem.into_bytes(),
-            synthetic: opts.synthetic_arrivals.map(|spec| SyntheticClock::new(spec, opts.seed)),
-        }
+/// Parses the row `csv` stands on with the adapter of `parser`'s format, then puts it on the synthetic clock where one
+/// is asked for.
+#[inline]
+fn parse_row(parser: &mut RowParser, csv: &CsvFile) -> Result<Row, RowError> {
+    let mut row = match parser.format {
+        TraceFormat::AzureFunctions2021 => azure2021::parse(csv, parser.group_by, &mut parser.key)?,
+        TraceFormat::AzureLlm => azure_llm::parse(csv, parser)?,
+        _ => generic::parse(csv, parser)?,
+    };
+    // Only accepted rows advance the clock, so both passes see the same times.
+    if let Some(clock) = &mut parser.synthetic {
+        row.t = clock.tick();
+        row.order_t = row.t;
     }
-
-    #[inline]
-    pub fn parse(&mut self, csv: &CsvFile) -> Result<Row, RowError> {
-        let mut row = match self.format {
-            TraceFormat::AzureFunctions2021 => azure2021::parse(csv, self.group_by, &mut self.key)?,
-            TraceFormat::AzureLlm => azure_llm::parse(csv, self)?,
-            _ => generic::parse(csv, self)?,
-        };
-        // Only accepted rows advance the clock, so both passes see the same times.
-        if let Some(clock) = &mut self.synthetic {
-            row.t = clock.tick();
-            row.order_t = row.t;
-        }
-        Ok(row)
-    }
+    Ok(row)
 }
 
 #[derive(Default)]
@@ -100,7 +54,7 @@ pub(crate) fn scan(mut csv: CsvFile, format: TraceFormat, opts: &TraceOptions) -
     let (mut all_tokens, mut all_requests) = (0.0f64, 0u64);
     while csv.next()? {
         rows += 1;
-        let row = match parser.parse(&csv) {
+        let row = match parse_row(&mut parser, &csv) {
             Ok(r) => r,
             Err(e) => {
                 bad.handle(e)?;
@@ -270,7 +224,7 @@ impl RowSource {
                 self.done = true;
                 break;
             }
-            let row = match self.parser.parse(&self.csv) {
+            let row = match parse_row(&mut self.parser, &self.csv) {
                 Ok(r) => r,
                 Err(e) => {
                     self.bad.handle(e)?;

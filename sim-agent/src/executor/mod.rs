@@ -459,7 +459,7 @@ impl Executor {
             accuracy: spec.initial_accuracy(),
             retrain,
             metrics: TenantMetrics::default(),
-            fluid: fluid::FluidTenant::default(),
+            fluid: state::FluidTenant::default(),
             co_insts: 0,
             spec,
         })

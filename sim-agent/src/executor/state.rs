@@ -234,7 +234,7 @@ pub(super) struct Tenant {
     pub retrain: Option<Retrain>,
     pub metrics: TenantMetrics,
     /// Fluid serving's backlog and carried fractions ([`Executor::flow`](super::Executor::flow)).
-    pub fluid: super::fluid::FluidTenant,
+    pub fluid: FluidTenant,
     /// Its serving inference instances that share with its retraining.
     pub co_insts: u32,
 }
@@ -309,6 +309,46 @@ impl Ord for Event {
         // Reversed: the smallest time is the greatest entry.
         other.at.total_cmp(&self.at).then_with(|| other.key().cmp(&self.key()))
     }
+}
+
+/// Requests that arrived evenly spaced: `count` of them, the first at `first` ms, then every `spacing` ms.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Chunk {
+    pub first: f64,
+    pub spacing: f64,
+    pub count: u64,
+}
+
+/// A tenant's fluid state (fluid serving, `fluid.rs`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct FluidTenant {
+    /// Requests not served yet, oldest first.
+    pub backlog: std::collections::VecDeque<Chunk>,
+    /// Requests in the backlog.
+    pub queued: u64,
+    /// Fraction of a request carried to the next tick's arrivals.
+    pub arrival_carry: f64,
+    /// Fraction of a request's service carried while a backlog remains.
+    pub service_carry: f64,
+    /// Fraction of a within-SLO completion carried.
+    pub within_carry: f64,
+    /// The pooled server, as of [`super::Executor`]'s `serving_epoch` (`None`: not computed yet).
+    pub pool: Option<(u64, Pool)>,
+    /// Time each instance of the pool was busy since shared instances were last settled, ms (kept only while
+    /// the tenant has a shared instance).
+    pub pool_busy_ms: f64,
+}
+
+/// A tenant's serving instances pooled.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pool {
+    /// Requests per ms (0: no serving instance).
+    pub per_ms: f64,
+    /// Full-batch latency, ms, weighted by throughput.
+    pub lat: f64,
+    /// The fastest instance and its batch cap.
+    pub fastest: u32,
+    pub cap: u32,
 }
 
 #[cfg(test)]
