@@ -386,7 +386,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     // Every planning default is RoundSettings' (the same as replay's flags).
     let planning = RoundSettings::default();
     let policy = over.policy.clone().or(raw.policy).unwrap_or_else(|| planning.policy.clone());
-    let planner = tessera_planner::policies::by_name(&policy).map_err(|m| field("policy", m))?;
+    let planner = tessera_planner::policies::by_name(&policy).map_err(|m| field("policy", m.to_string()))?;
     if planner.sees_truth() {
         return Err(field(
             "policy",
@@ -457,7 +457,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     let forecaster_name =
         over.forecaster.clone().or(raw.planner.forecaster).unwrap_or_else(|| planning.forecaster.clone());
     let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
-        .map_err(|m| field("planner.forecaster", m))?;
+        .map_err(|m| field("planner.forecaster", m.problem))?;
     let replan_on_burst = over.replan_on_burst || raw.planner.replan_on_burst.unwrap_or(planning.replan_on_burst);
     let interference = match path(&over.interference, raw.planner.interference) {
         Some(file) => Some(load_interference(&file).map_err(|m| field("planner.interference", m))?),

@@ -26,7 +26,7 @@ use tessera_core::time::SimTime;
 use tessera_planner::forecast::ForecasterConfig;
 use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput};
 use tessera_planner::level2::solver::SolveStatus;
-use tessera_planner::policy::{PlanOutcome, Policy};
+use tessera_planner::policy::{PlanError, PlanOutcome, Policy};
 use tessera_planner::round::{Rounds, TenantState};
 use tessera_proto::v1;
 use tessera_proto::v1::agent_client::AgentClient;
@@ -47,6 +47,20 @@ pub enum ClockMode {
     Wall,
     /// Virtual: replay moves it with `AdvanceClock`, and a round runs when a window boundary passes.
     Virtual,
+}
+
+/// Why a planning round produced no plan.
+#[derive(Debug, thiserror::Error)]
+pub enum RoundError {
+    /// Reading or writing the replicated state failed (not the leader, no quorum, ...).
+    #[error(transparent)]
+    Replica(#[from] ReplicaError),
+    /// The policy failed: bad input or a solver error.
+    #[error("planner: {0}")]
+    Plan(#[from] PlanError),
+    /// The policy panicked.
+    #[error("the planner panicked: {0}")]
+    Panicked(tokio::task::JoinError),
 }
 
 /// Planning settings.
@@ -236,7 +250,11 @@ fn wall_ms() -> u64 {
 
 impl Planner {
     /// A planner over `node` (the policy name is checked by the configuration).
-    pub fn new(node: Replica, settings: PlanningSettings, metrics: Arc<Metrics>) -> Result<Arc<Planner>, String> {
+    pub fn new(
+        node: Replica,
+        settings: PlanningSettings,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Planner>, tessera_planner::error::UnknownPolicy> {
         let policy = tessera_planner::policies::by_name(&settings.policy)?;
         let mut rounds = Rounds::new(settings.forecaster.clone());
         rounds.set_interference(settings.interference.clone());
@@ -500,11 +518,11 @@ impl Planner {
     }
 
     /// Runs one planning round on the leader: plan, commit, push.
-    pub async fn round(self: &Arc<Self>, trigger: &'static str) -> Result<RoundResult, ReplicaError> {
+    pub async fn round(self: &Arc<Self>, trigger: &'static str) -> Result<RoundResult, RoundError> {
         let _one_at_a_time = self.round.lock().await;
         let started = Instant::now();
         if let Some(e) = self.node.not_leader() {
-            return Err(e);
+            return Err(e.into());
         }
         self.node.read_index().await?;
         let now_ms = self.now_ms();
@@ -555,7 +573,7 @@ impl Planner {
         input: PlannerInput,
         old_targets: BTreeMap<GpuId, Option<GpuPlan>>,
         span: &tracing::Span,
-    ) -> Result<RoundResult, ReplicaError> {
+    ) -> Result<RoundResult, RoundError> {
         *self.last_input.lock().expect("input lock") =
             Some((input.epoch, serde_json::to_string_pretty(&input).expect("planner input serialises")));
         // Burst checks compare with this round's forecasts (kept by `Rounds::input`) until the next round; rates
@@ -574,8 +592,7 @@ impl Planner {
         let planned_input = Arc::clone(&input);
         let outcome = tokio::task::spawn_blocking(move || me.policy.plan(&planned_input))
             .await
-            .map_err(|e| ReplicaError::Raft(format!("the planner panicked: {e}")))?
-            .map_err(|e| ReplicaError::Raft(format!("planner: {e}")))?;
+            .map_err(RoundError::Panicked)??;
         let solve_ms = started.elapsed().as_secs_f64() * 1000.0;
         span.record("tessera.plan.solve_ms", solve_ms);
         let report = match outcome {

@@ -97,9 +97,39 @@ pub enum ReplicaError {
     /// The state machine refused the command (nothing changed).
     #[error("{0}")]
     Rejected(Rejected),
-    /// Raft refused the request.
+    /// Raft refused the request, or its log could not be read.
     #[error("raft: {0}")]
-    Raft(String),
+    Raft(#[from] raft::Error),
+    /// The node was started with an id that is not among the initial peers (it must join instead).
+    #[error("node {id} is not among the initial peers {peers:?}; start it with --join after `member add`")]
+    NotAPeer {
+        /// This node's id.
+        id: u64,
+        /// The initial peers' ids.
+        peers: Vec<u64>,
+    },
+    /// One of the node's threads could not be started.
+    #[error("cannot start the {what} thread: {source}")]
+    Spawn {
+        /// Which thread.
+        what: &'static str,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// A committed configuration change could not be decoded.
+    #[error("cannot decode the configuration change at index {index}: {source}")]
+    ConfChange {
+        /// Its log index.
+        index: u64,
+        /// The decoder's error.
+        source: protobuf::ProtobufError,
+    },
+    /// A snapshot's state could not be decoded.
+    #[error("snapshot data: {0}")]
+    Snapshot(serde_json::Error),
+    /// The thread that makes the log durable has stopped: nothing more can be acknowledged.
+    #[error("the persist thread has stopped")]
+    PersistStopped,
     /// The durable log failed.
     #[error("storage: {0}")]
     Store(#[from] StoreError),
@@ -314,16 +344,11 @@ impl Replica {
         transport: Transport,
         metrics: Arc<Metrics>,
     ) -> Result<Replica, ReplicaError> {
-        let raft_err = |e: raft::Error| ReplicaError::Raft(e.to_string());
-        let initial = raft::Storage::initial_state(&store).map_err(raft_err)?;
+        let initial = raft::Storage::initial_state(&store)?;
         let mut snapshot = store.latest_snapshot()?;
         if !initial.initialized() && snapshot.is_none() && !join {
             if !peers.contains_key(&settings.id) {
-                return Err(ReplicaError::Raft(format!(
-                    "node {} is not among the initial peers {:?}; start it with --join after `member add`",
-                    settings.id,
-                    peers.keys().collect::<Vec<_>>()
-                )));
+                return Err(ReplicaError::NotAPeer { id: settings.id, peers: peers.keys().copied().collect() });
             }
             // As raft-rs's MemStorage::initialize_with_conf_state: a snapshot at index 1 holding the first
             // configuration, so followers that start later catch up from it.
@@ -336,7 +361,7 @@ impl Replica {
             snapshot = Some(snap);
         }
         let (state, applied) = match &snapshot {
-            Some(s) => (CoordState::from_snapshot(&s.data).map_err(ReplicaError::Raft)?, s.get_metadata().index),
+            Some(s) => (CoordState::from_snapshot(&s.data).map_err(ReplicaError::Snapshot)?, s.get_metadata().index),
             None => (CoordState::default(), 0),
         };
         let config = raft::Config {
@@ -350,9 +375,9 @@ impl Replica {
             pre_vote: true,
             ..Default::default()
         };
-        config.validate().map_err(raft_err)?;
+        config.validate()?;
         let logger = slog::Logger::root(crate::logging::SlogToTracing, slog::o!());
-        let raw = RawNode::new(&config, store.clone(), &logger).map_err(raft_err)?;
+        let raw = RawNode::new(&config, store.clone(), &logger)?;
 
         let mut members = peers.clone();
         members.extend(state.members.iter().map(|(k, v)| (*k, v.clone())));
@@ -384,7 +409,7 @@ impl Replica {
             std::thread::Builder::new()
                 .name(format!("snapshot-{}", settings.id))
                 .spawn(move || snapshot_worker(store, job_rx, tx))
-                .map_err(|e| ReplicaError::Raft(format!("cannot start the snapshot thread: {e}")))?;
+                .map_err(|source| ReplicaError::Spawn { what: "snapshot", source })?;
         }
         let durable = Arc::new(Durable::default());
         let (persist_jobs, persist_rx) = std_mpsc::channel();
@@ -393,7 +418,7 @@ impl Replica {
             std::thread::Builder::new()
                 .name(format!("persist-{}", settings.id))
                 .spawn(move || persist_worker(store, persist_rx, durable, transport, tx))
-                .map_err(|e| ReplicaError::Raft(format!("cannot start the persist thread: {e}")))?;
+                .map_err(|source| ReplicaError::Spawn { what: "persist", source })?;
         }
         let conf_state = raw.raft.prs().conf().to_conf_state();
         let mut driver = Driver {
@@ -427,7 +452,7 @@ impl Replica {
         std::thread::Builder::new()
             .name(format!("raft-{}", settings.id))
             .spawn(move || driver.run(rx))
-            .map_err(|e| ReplicaError::Raft(format!("cannot start the raft thread: {e}")))?;
+            .map_err(|source| ReplicaError::Spawn { what: "raft", source })?;
         Ok(Replica { id: settings.id, tx, shared, timeout: settings.request_timeout, transport })
     }
 
@@ -806,7 +831,7 @@ impl<S: RaftStore> Driver<S> {
     fn refusal(&self, e: raft::Error) -> ReplicaError {
         match e {
             raft::Error::ProposalDropped => self.not_leader(),
-            other => ReplicaError::Raft(other.to_string()),
+            other => ReplicaError::Raft(other),
         }
     }
 
@@ -885,7 +910,7 @@ impl<S: RaftStore> Driver<S> {
             self.submitted = number;
             let job = PersistJob { number, write, messages: persisted_messages };
             if self.persist_jobs.send(job).is_err() {
-                return Err(ReplicaError::Raft("the persist thread has stopped".into()));
+                return Err(ReplicaError::PersistStopped);
             }
         }
         self.raw.advance_apply();
@@ -952,7 +977,7 @@ impl<S: RaftStore> Driver<S> {
 
     fn install(&mut self, snap: &Snapshot) -> Result<(), ReplicaError> {
         let meta = snap.get_metadata();
-        let state = CoordState::from_snapshot(&snap.data).map_err(ReplicaError::Raft)?;
+        let state = CoordState::from_snapshot(&snap.data).map_err(ReplicaError::Snapshot)?;
         {
             let mut members = self.shared.members.write().expect("members lock");
             for (id, addr) in &state.members {
@@ -1021,8 +1046,9 @@ impl<S: RaftStore> Driver<S> {
                     }
                     EntryType::EntryConfChange => {
                         let mut cc = ConfChange::default();
-                        cc.merge_from_bytes(&entry.data).map_err(|e| ReplicaError::Raft(e.to_string()))?;
-                        let cs = self.raw.apply_conf_change(&cc).map_err(|e| ReplicaError::Raft(e.to_string()))?;
+                        cc.merge_from_bytes(&entry.data)
+                            .map_err(|source| ReplicaError::ConfChange { index: entry.index, source })?;
+                        let cs = self.raw.apply_conf_change(&cc)?;
                         self.store.set_conf_state(&cs)?;
                         *self.shared.voters.write().expect("voters lock") = cs.voters.clone();
                         self.conf_state = cs;
@@ -1088,7 +1114,7 @@ impl<S: RaftStore> Driver<S> {
         }
         self.force_snapshot = false;
         self.log_bytes = 0;
-        let term = self.raw.raft.raft_log.term(self.applied).map_err(|e| ReplicaError::Raft(e.to_string()))?;
+        let term = self.raw.raft.raft_log.term(self.applied)?;
         let start = Instant::now();
         let state = Box::new(self.shared.state.read().expect("state lock").clone());
         let cloned = start.elapsed();
@@ -1145,7 +1171,7 @@ impl<S: RaftStore> Driver<S> {
     /// Compacts the log behind a snapshot at `index`, keeping `keep_tail` entries: on the snapshot thread, or here
     /// if it is gone.
     fn compact_after(&mut self, index: u64) -> Result<(), ReplicaError> {
-        let first = raft::Storage::first_index(&self.store).map_err(|e| ReplicaError::Raft(e.to_string()))?;
+        let first = raft::Storage::first_index(&self.store)?;
         let compact_to = (index + 1).saturating_sub(self.settings.keep_tail);
         if compact_to > first && self.snapshot_jobs.send(SnapshotJob::Compact(compact_to)).is_err() {
             self.store.compact(compact_to)?;

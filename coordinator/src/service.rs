@@ -21,8 +21,7 @@ use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use crate::planning::ClockMode;
-use crate::planning::Planner;
+use crate::planning::{ClockMode, Planner, RoundError};
 use crate::replica::{Replica, ReplicaError};
 use crate::state::{AuditEntry, CoordState, Op, Outcome};
 use crate::transport::{TermGuard, Transport};
@@ -80,7 +79,21 @@ pub fn status(e: ReplicaError) -> Status {
             Status::unavailable(e.to_string())
         }
         ReplicaError::Rejected(r) => rejected(r),
-        ReplicaError::Raft(_) | ReplicaError::Store(_) => Status::internal(e.to_string()),
+        ReplicaError::Raft(_)
+        | ReplicaError::Store(_)
+        | ReplicaError::NotAPeer { .. }
+        | ReplicaError::Spawn { .. }
+        | ReplicaError::ConfChange { .. }
+        | ReplicaError::Snapshot(_)
+        | ReplicaError::PersistStopped => Status::internal(e.to_string()),
+    }
+}
+
+/// A planning round's error as a gRPC status: the replica's as [`status`] maps them, the policy's as internal.
+pub fn round_status(e: RoundError) -> Status {
+    match e {
+        RoundError::Replica(e) => status(e),
+        RoundError::Plan(_) | RoundError::Panicked(_) => Status::internal(e.to_string()),
     }
 }
 
@@ -412,7 +425,7 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
             if let Some(mut leader) = leader {
                 return leader.trigger_plan(who.forward(req.into_inner())).await;
             }
-            let r = self.planner.round("api").await.map_err(status)?;
+            let r = self.planner.round("api").await.map_err(round_status)?;
             Ok(Response::new(v1::TriggerPlanResponse {
                 outcome: r.outcome,
                 epoch: r.epoch,
@@ -699,9 +712,9 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
         self.planner.advance_agents(now_ms).await;
         let window = self.planner.settings().plan_every.as_millis() as u64;
         if window > 0 && now_ms / window > before / window {
-            self.planner.round("window").await.map_err(status)?;
+            self.planner.round("window").await.map_err(round_status)?;
         } else if self.planner.settings().replan_on_burst && now_ms > before && self.planner.burst_left_band(now_ms) {
-            self.planner.round("burst").await.map_err(status)?;
+            self.planner.round("burst").await.map_err(round_status)?;
         }
         Ok(Response::new(v1::AdvanceClockResponse { now_ms }))
     }

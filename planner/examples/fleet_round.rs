@@ -39,7 +39,8 @@ fn main() -> Result<(), String> {
     };
     let input = synthetic(&spec, archetypes as usize, &models, PlannerConfig::default());
     let (l1, level1) = seconds(|| tessera_planner::assign::place(&input));
-    let (outcome, round) = seconds(|| by_name("tessera")?.plan(&input).map_err(|e| e.to_string()));
+    let (outcome, round) =
+        seconds(|| by_name("tessera").map_err(|e| e.to_string())?.plan(&input).map_err(|e| e.to_string()));
     let outcome = outcome?;
     let PlanOutcome::Planned(report) = outcome else { return Err("the round is infeasible".into()) };
     println!(

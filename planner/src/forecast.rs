@@ -94,6 +94,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::error::InvalidField;
+
 /// Default band half-width in standard deviations of the one-step error (two-sided 90 % for normal errors).
 pub const DEFAULT_Z: f64 = 1.64;
 
@@ -476,27 +478,31 @@ impl Default for ForecasterConfig {
 impl ForecasterConfig {
     /// The forecaster a command line names: `last`, `ewma` (alpha 0.3) or `seasonal` (a day of `slot_s` slots,
     /// alpha 0.3, gamma 0.2). Replay and the coordinator read `--forecaster` through this, so both forecast alike.
-    pub fn from_name(name: &str, slot_s: f64) -> Result<ForecasterConfig, String> {
+    pub fn from_name(name: &str, slot_s: f64) -> Result<ForecasterConfig, InvalidField> {
         let slots_per_day = (86_400.0 / slot_s).round().max(1.0) as usize;
         match name {
             "last" => Ok(ForecasterConfig::Last),
             "ewma" => Ok(ForecasterConfig::Ewma { alpha: 0.3 }),
             "seasonal" => Ok(ForecasterConfig::Seasonal { period_slots: slots_per_day, alpha: 0.3, gamma: 0.2 }),
-            other => Err(format!("expected last, ewma or seasonal, got {other:?}")),
+            other => Err(InvalidField::new("forecaster", format!("expected last, ewma or seasonal, got {other:?}"))),
         }
     }
 
     /// Checks the parameters: weights in `(0, 1]`, period at least 1. The error names the field and the value.
-    pub fn validate(&self) -> Result<(), String> {
-        fn weight(field: &str, v: f64) -> Result<(), String> {
-            if v > 0.0 && v <= 1.0 { Ok(()) } else { Err(format!("{field} must be in (0, 1], got {v}")) }
+    pub fn validate(&self) -> Result<(), InvalidField> {
+        fn weight(field: &str, v: f64) -> Result<(), InvalidField> {
+            if v > 0.0 && v <= 1.0 {
+                Ok(())
+            } else {
+                Err(InvalidField::new(field, format!("must be in (0, 1], got {v}")))
+            }
         }
         match *self {
             ForecasterConfig::Last => Ok(()),
             ForecasterConfig::Ewma { alpha } => weight("alpha", alpha),
             ForecasterConfig::Seasonal { period_slots, alpha, gamma } => {
                 if period_slots == 0 {
-                    return Err("period_slots must be at least 1, got 0".to_string());
+                    return Err(InvalidField::new("period_slots", "must be at least 1, got 0"));
                 }
                 weight("alpha", alpha)?;
                 weight("gamma", gamma)
@@ -862,13 +868,13 @@ mod tests {
         assert!(ForecasterConfig::Ewma { alpha: 1.0 }.validate().is_ok());
         for alpha in [0.0, -0.1, 1.5, f64::NAN] {
             let err = ForecasterConfig::Ewma { alpha }.validate().unwrap_err();
-            assert!(err.contains("alpha"), "{err}");
+            assert_eq!(err.field, "alpha", "{err}");
         }
         let seasonal = |period_slots, alpha, gamma| ForecasterConfig::Seasonal { period_slots, alpha, gamma };
         assert!(seasonal(24, 0.1, 0.2).validate().is_ok());
-        assert!(seasonal(0, 0.1, 0.2).validate().unwrap_err().contains("period_slots"));
-        assert!(seasonal(24, 2.0, 0.2).validate().unwrap_err().contains("alpha"));
-        assert!(seasonal(24, 0.1, 0.0).validate().unwrap_err().contains("gamma"));
+        assert!(seasonal(0, 0.1, 0.2).validate().unwrap_err().field == "period_slots");
+        assert!(seasonal(24, 2.0, 0.2).validate().unwrap_err().field == "alpha");
+        assert!(seasonal(24, 0.1, 0.0).validate().unwrap_err().field == "gamma");
         // Invalid configurations still build without panicking.
         let mut f = seasonal(0, f64::NAN, 7.0).build();
         f.observe(1.0);

@@ -14,6 +14,7 @@ use tessera_core::tenant::TenantSpec;
 use tessera_core::time::SimTime;
 use tessera_core::{GpuModel, Layout, Profile};
 
+use crate::error::InvalidField;
 use crate::forecast::Forecast;
 use crate::level2::solver::SolverConfig;
 
@@ -72,29 +73,44 @@ impl Default for PlannerConfig {
 
 impl PlannerConfig {
     /// Checks the settings, naming the bad field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidField> {
         if !(self.slot_s.is_finite() && self.slot_s > 0.0) {
-            return Err(format!("config.slot_s must be > 0 (got {})", self.slot_s));
+            return Err(InvalidField::new("config.slot_s", format!("must be > 0 (got {})", self.slot_s)));
         }
         if self.horizon_slots == 0 || self.horizon_slots > 10_000 {
-            return Err(format!("config.horizon_slots must be in 1..=10000 (got {})", self.horizon_slots));
+            return Err(InvalidField::new(
+                "config.horizon_slots",
+                format!("must be in 1..=10000 (got {})", self.horizon_slots),
+            ));
         }
         for (name, v) in [("dead_cold_s", self.dead_cold_s), ("dead_preinit_s", self.dead_preinit_s)] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("config.{name} must be >= 0 (got {v})"));
+                return Err(InvalidField::new(format!("config.{name}"), format!("must be >= 0 (got {v})")));
             }
         }
         if !(self.target_utilization > 0.0 && self.target_utilization <= 1.0) {
-            return Err(format!("config.target_utilization must be in (0, 1] (got {})", self.target_utilization));
+            return Err(InvalidField::new(
+                "config.target_utilization",
+                format!("must be in (0, 1] (got {})", self.target_utilization),
+            ));
         }
         if !(self.replan_band.is_finite() && (0.0..=100.0).contains(&self.replan_band)) {
-            return Err(format!("config.replan_band must be in [0, 100] (got {})", self.replan_band));
+            return Err(InvalidField::new(
+                "config.replan_band",
+                format!("must be in [0, 100] (got {})", self.replan_band),
+            ));
         }
         if !(self.solver.time_limit_s.is_finite() && self.solver.time_limit_s > 0.0) {
-            return Err(format!("config.solver.time_limit_s must be > 0 (got {})", self.solver.time_limit_s));
+            return Err(InvalidField::new(
+                "config.solver.time_limit_s",
+                format!("must be > 0 (got {})", self.solver.time_limit_s),
+            ));
         }
         if !(0.0..1.0).contains(&self.solver.mip_rel_gap) {
-            return Err(format!("config.solver.mip_rel_gap must be in [0, 1) (got {})", self.solver.mip_rel_gap));
+            return Err(InvalidField::new(
+                "config.solver.mip_rel_gap",
+                format!("must be in [0, 1) (got {})", self.solver.mip_rel_gap),
+            ));
         }
         Ok(())
     }
@@ -173,28 +189,37 @@ pub struct PlannedFor {
 
 impl WarmStart {
     /// Checks the shape (every tenant and the prices cover the same slots), naming the first problem.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidField> {
         if !(self.slot_s.is_finite() && self.slot_s > 0.0) {
-            return Err(format!("slot_s must be > 0 (got {})", self.slot_s));
+            return Err(InvalidField::new("slot_s", format!("must be > 0 (got {})", self.slot_s)));
         }
         let slots = self.tenants.first().map_or(self.prices.len(), |t| t.inference.len());
         if let Some(t) = self.tenants.iter().find(|t| t.inference.len() != slots) {
-            return Err(format!("tenants.{}.inference has {} slots, not {slots}", t.id, t.inference.len()));
+            return Err(InvalidField::new(
+                format!("tenants.{}.inference", t.id),
+                format!("has {} slots, not {slots}", t.inference.len()),
+            ));
         }
         if !self.prices.is_empty() && self.prices.len() != slots {
-            return Err(format!("prices has {} slots, not {slots}", self.prices.len()));
+            return Err(InvalidField::new("prices", format!("has {} slots, not {slots}", self.prices.len())));
         }
         if self.prices.iter().flatten().any(|v| !v.is_finite()) {
-            return Err("prices must be finite".into());
+            return Err(InvalidField::new("prices", "must be finite"));
         }
         for t in &self.tenants {
             let Some(p) = &t.planned_for else { continue };
             let f = &p.forecast;
             if f.mean.len() != slots || f.low.len() != slots || f.high.len() != slots {
-                return Err(format!("tenants.{}.planned_for.forecast does not cover the {slots} slots", t.id));
+                return Err(InvalidField::new(
+                    format!("tenants.{}.planned_for.forecast", t.id),
+                    format!("does not cover the {slots} slots"),
+                ));
             }
             if f.mean.iter().chain(&f.low).chain(&f.high).any(|v| !v.is_finite()) {
-                return Err(format!("tenants.{}.planned_for.forecast: rates must be finite", t.id));
+                return Err(InvalidField::new(
+                    format!("tenants.{}.planned_for.forecast", t.id),
+                    "rates must be finite",
+                ));
             }
         }
         Ok(())
@@ -291,20 +316,26 @@ impl Interference {
 
     /// Checks the table, naming the first bad pair (`pairs[i]`): at most [`MAX_INTERFERENCE_PAIRS`] pairs, model
     /// names not empty, each ordered pair once, multipliers finite and in `[1, MAX_SLOWDOWN]`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidField> {
         if self.pairs.len() > MAX_INTERFERENCE_PAIRS {
-            return Err(format!("pairs: {} pairs, at most {MAX_INTERFERENCE_PAIRS}", self.pairs.len()));
+            return Err(InvalidField::new(
+                "pairs",
+                format!("{} pairs, at most {MAX_INTERFERENCE_PAIRS}", self.pairs.len()),
+            ));
         }
         let mut seen = std::collections::HashSet::with_capacity(self.pairs.len());
         for (i, (v, a, s)) in self.pairs.iter().enumerate() {
             if v.is_empty() || a.is_empty() {
-                return Err(format!("pairs[{i}]: a model name is empty"));
+                return Err(InvalidField::new(format!("pairs[{i}]"), "a model name is empty"));
             }
             if !(s.is_finite() && (1.0..=MAX_SLOWDOWN).contains(s)) {
-                return Err(format!("pairs[{i}]: multiplier {s} of {v} next to {a} is not in [1, {MAX_SLOWDOWN}]"));
+                return Err(InvalidField::new(
+                    format!("pairs[{i}]"),
+                    format!("multiplier {s} of {v} next to {a} is not in [1, {MAX_SLOWDOWN}]"),
+                ));
             }
             if !seen.insert((v.as_str(), a.as_str())) {
-                return Err(format!("pairs[{i}]: {v} next to {a} is given twice"));
+                return Err(InvalidField::new(format!("pairs[{i}]"), format!("{v} next to {a} is given twice")));
             }
         }
         Ok(())
@@ -334,48 +365,63 @@ pub struct PlannerInput {
 
 impl PlannerInput {
     /// Checks references and shapes, naming the first problem (a bad input is an error, not an infeasible plan).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidField> {
         self.config.validate()?;
         if let Some(x) = &self.interference {
-            x.validate().map_err(|e| format!("interference.{e}"))?;
+            x.validate().map_err(|e| e.within("interference"))?;
         }
         for (id, t) in &self.tenants {
             if !self.models.contains_key(&t.spec.model) {
-                return Err(format!("tenants.{id}.spec.model: unknown model {:?}", t.spec.model));
+                return Err(InvalidField::new(
+                    format!("tenants.{id}.spec.model"),
+                    format!("unknown model {:?}", t.spec.model),
+                ));
             }
             if &t.spec.id != id {
-                return Err(format!("tenants.{id}.spec.id: {} does not match its key", t.spec.id));
+                return Err(InvalidField::new(
+                    format!("tenants.{id}.spec.id"),
+                    format!("{} does not match its key", t.spec.id),
+                ));
             }
             let f = &t.forecast;
             if f.mean.len() != f.low.len() || f.mean.len() != f.high.len() {
-                return Err(format!("tenants.{id}.forecast: mean, low and high differ in length"));
+                return Err(InvalidField::new(format!("tenants.{id}.forecast"), "mean, low and high differ in length"));
             }
             let bad = |v: &[f64]| v.iter().any(|x| !x.is_finite() || *x < 0.0);
             if bad(&f.mean) || bad(&f.low) || bad(&f.high) {
-                return Err(format!("tenants.{id}.forecast: rates must be finite and >= 0"));
+                return Err(InvalidField::new(format!("tenants.{id}.forecast"), "rates must be finite and >= 0"));
             }
             if let Some(a) = &t.actual
                 && bad(a)
             {
-                return Err(format!("tenants.{id}.actual: rates must be finite and >= 0"));
+                return Err(InvalidField::new(format!("tenants.{id}.actual"), "rates must be finite and >= 0"));
             }
             if !(0.0..=1.0).contains(&t.accuracy) {
-                return Err(format!("tenants.{id}.accuracy must be in [0, 1] (got {})", t.accuracy));
+                return Err(InvalidField::new(
+                    format!("tenants.{id}.accuracy"),
+                    format!("must be in [0, 1] (got {})", t.accuracy),
+                ));
             }
             if let Some(e) = t.retraining_epochs
                 && !(e.is_finite() && e > 0.0)
             {
-                return Err(format!("tenants.{id}.retraining_epochs must be finite and > 0 (got {e})"));
+                return Err(InvalidField::new(
+                    format!("tenants.{id}.retraining_epochs"),
+                    format!("must be finite and > 0 (got {e})"),
+                ));
             }
         }
         for (gpu, g) in &self.gpus {
-            g.layout.validate(g.model).map_err(|e| format!("gpus.{gpu}.layout: {e}"))?;
+            g.layout.validate(g.model).map_err(|e| InvalidField::new(format!("gpus.{gpu}.layout"), e.to_string()))?;
             if let Some(w) = &g.warm {
-                w.validate().map_err(|e| format!("gpus.{gpu}.warm.{e}"))?;
+                w.validate().map_err(|e| e.within(&format!("gpus.{gpu}.warm")))?;
             }
             for a in &g.assignments {
                 if !g.layout.contains(a.placement) {
-                    return Err(format!("gpus.{gpu}.assignments: {a} is not in the layout"));
+                    return Err(InvalidField::new(
+                        format!("gpus.{gpu}.assignments"),
+                        format!("{a} is not in the layout"),
+                    ));
                 }
             }
         }

@@ -8,7 +8,8 @@
 //! shares), [`policies`] (one file per policy, and the registry by name), [`round`] (one planning round and the
 //! settings of the planning loop, shared by the coordinator and replay), [`assign`] (level 1: tenants to GPUs),
 //! [`level2`] (the per-GPU toolkit: problem, MILP, column generation, placement, evaluation and the helpers several
-//! policies use), [`forecast`] (last value, EWMA, seasonal) and [`synthetic`] (seeded inputs). The formulation is
+//! policies use), [`forecast`] (last value, EWMA, seasonal), [`synthetic`] (seeded inputs) and [`error`] (bad
+//! settings and inputs, by field). The formulation is
 //! in `docs/planner.md`.
 //!
 //! Deliberately not here: clocks, I/O, global randomness (seeds are passed in), and anything about how a plan is
@@ -16,6 +17,7 @@
 
 pub mod assign;
 pub mod bound;
+pub mod error;
 pub mod forecast;
 pub mod input;
 pub mod level2;

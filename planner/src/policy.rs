@@ -11,6 +11,7 @@ use tessera_core::serving::Dispatch;
 use tessera_core::time::SimTime;
 
 use crate::assign::L1;
+use crate::error::InvalidField;
 use crate::input::{PlannerInput, WarmStart};
 use crate::level2::evaluate;
 pub use crate::level2::outcome::GpuOutcome;
@@ -123,7 +124,7 @@ pub struct PlanStats {
 pub enum PlanError {
     /// The input is inconsistent.
     #[error("bad planner input: {0}")]
-    BadInput(String),
+    BadInput(#[from] InvalidField),
     /// A solver failed on a GPU.
     #[error("GPU {gpu}: {source}")]
     Solver {
@@ -198,7 +199,7 @@ pub fn plan_fleet(
     l1: L1,
     level2: impl Fn(&GpuId, &[TenantId]) -> Result<Option<GpuOutcome>, SolveError> + Sync,
 ) -> Result<PlanOutcome, PlanError> {
-    input.validate().map_err(PlanError::BadInput)?;
+    input.validate()?;
     // Whatever the policy's level 1, the operators' pins hold.
     let l1 = crate::assign::honour_pins(input, l1);
     if !input.tenants.is_empty() && l1.unplaced.len() == input.tenants.len() {

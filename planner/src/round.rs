@@ -18,6 +18,7 @@ use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::model::ModelProfile;
 use tessera_core::time::SimTime;
 
+use crate::error::InvalidField;
 use crate::forecast::{Forecast, Forecaster, ForecasterConfig, burst_calls_replan};
 use crate::input::{GpuInput, Interference, PlannerConfig, PlannerInput, TenantInput, WarmStart};
 use crate::policy::PlanReport;
@@ -56,19 +57,19 @@ impl Default for RoundSettings {
 
 impl RoundSettings {
     /// Checks every setting, naming the bad one (`policy`, `plan_every_s`, `planner.*`, `forecaster`).
-    pub fn validate(&self) -> Result<(), String> {
-        crate::policies::by_name(&self.policy).map_err(|e| format!("policy: {e}"))?;
+    pub fn validate(&self) -> Result<(), InvalidField> {
+        crate::policies::by_name(&self.policy).map_err(|e| InvalidField::new("policy", e.to_string()))?;
         if !(self.plan_every_s.is_finite() && self.plan_every_s > 0.0) {
-            return Err(format!("plan_every_s must be > 0 (got {})", self.plan_every_s));
+            return Err(InvalidField::new("plan_every_s", format!("must be > 0 (got {})", self.plan_every_s)));
         }
-        self.planner.validate().map_err(|e| e.replacen("config.", "planner.", 1))?;
+        self.planner.validate().map_err(|e| e.renamed("config", "planner"))?;
         self.forecaster_config()?;
         Ok(())
     }
 
     /// The forecaster, built for the planner's slot length.
-    pub fn forecaster_config(&self) -> Result<ForecasterConfig, String> {
-        ForecasterConfig::from_name(&self.forecaster, self.planner.slot_s).map_err(|e| format!("forecaster: {e}"))
+    pub fn forecaster_config(&self) -> Result<ForecasterConfig, InvalidField> {
+        ForecasterConfig::from_name(&self.forecaster, self.planner.slot_s)
     }
 }
 
@@ -227,12 +228,12 @@ mod tests {
         assert_eq!((d.planner.slot_s, d.planner.horizon_slots, d.plan_every_s), (10.0, 12, 60.0));
         d.validate().unwrap();
         let bad = RoundSettings { policy: "nope".into(), ..d.clone() };
-        assert!(bad.validate().unwrap_err().starts_with("policy:"));
+        assert_eq!(bad.validate().unwrap_err().field, "policy");
         let bad = RoundSettings { forecaster: "crystal-ball".into(), ..d.clone() };
-        assert!(bad.validate().unwrap_err().starts_with("forecaster:"));
+        assert_eq!(bad.validate().unwrap_err().field, "forecaster");
         let mut bad = d.clone();
         bad.planner.horizon_slots = 0;
-        assert!(bad.validate().unwrap_err().starts_with("planner.horizon_slots"), "{:?}", bad.validate());
+        assert_eq!(bad.validate().unwrap_err().field, "planner.horizon_slots", "{:?}", bad.validate());
         let toml: RoundSettings = toml::from_str("policy = \"static\"\n[planner]\nhorizon_slots = 6\n").unwrap();
         assert_eq!((toml.policy.as_str(), toml.planner.horizon_slots, toml.planner.slot_s), ("static", 6, 10.0));
     }

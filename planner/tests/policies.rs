@@ -409,7 +409,7 @@ fn level2_plans_with_the_slowed_capacities_of_the_interference_table() {
     );
     input.interference = Some(Interference { source: None, pairs: vec![(ms[0].clone(), ms[1].clone(), 0.5)] });
     let e = input.validate().unwrap_err();
-    assert!(e.starts_with("interference.pairs[0]"), "{e}");
+    assert!(e.field.starts_with("interference.pairs[0]"), "{e}");
 }
 
 /// Level 1 relieves a crowded GPU: its smallest tenants leave, each to the first GPU (in order) with room for it by
@@ -530,11 +530,11 @@ fn planner_input_round_trips_through_json_and_bad_input_names_the_field() {
     let mut bad = input.clone();
     bad.tenants.values_mut().next().unwrap().forecast.mean[0] = -1.0;
     let err = bad.validate().unwrap_err();
-    assert!(err.contains("forecast"), "{err}");
+    assert!(err.field.contains("forecast"), "{err}");
     let mut bad = input;
     bad.gpus.values_mut().next().unwrap().layout =
         Layout::new([Placement::new(Profile::G4, 0), Placement::new(Profile::G4, 0)]);
-    assert!(bad.validate().unwrap_err().contains("layout"));
+    assert!(bad.validate().unwrap_err().field.contains("layout"));
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub mod perfect_forecast;
 pub mod static_layout;
 pub mod tessera;
 
+use crate::error::UnknownPolicy;
 use crate::policy::Policy;
 
 /// A registered policy.
@@ -114,13 +115,13 @@ pub fn all_names() -> Vec<&'static str> {
 }
 
 /// The policy (or ablation) called `name`.
-pub fn by_name(name: &str) -> Result<Box<dyn Policy>, String> {
+pub fn by_name(name: &str) -> Result<Box<dyn Policy>, UnknownPolicy> {
     REGISTRY
         .iter()
         .chain(ABLATIONS)
         .find(|e| e.name == name)
         .map(|e| (e.make)())
-        .ok_or_else(|| format!("unknown policy {name:?} (known: {})", all_names().join(", ")))
+        .ok_or_else(|| UnknownPolicy { name: name.to_string(), known: all_names() })
 }
 
 /// One line per policy, `name: about`, for help texts.
@@ -141,6 +142,6 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), REGISTRY.len() + ABLATIONS.len(), "policy names are unique");
-        assert!(by_name("nonsense").err().is_some_and(|e| e.contains("known: tessera")));
+        assert!(by_name("nonsense").err().is_some_and(|e| e.to_string().contains("known: tessera")));
     }
 }

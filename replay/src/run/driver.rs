@@ -501,7 +501,7 @@ pub fn run_policy(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<PolicyRun, ReplayError> {
     let started = Instant::now();
-    let policy = policies::by_name(policy_name).map_err(ReplayError::Usage)?;
+    let policy = policies::by_name(policy_name).map_err(|e| ReplayError::Usage(e.to_string()))?;
     let mut exec = executor_for(scenario, policy.dispatch())?;
     let tenant_ids: Vec<TenantId> = scenario.tenants.iter().map(|t| t.id.clone()).collect();
     // The executor numbers tenants in id order; map ours to its.

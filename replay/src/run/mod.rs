@@ -225,7 +225,7 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
             spec.window_s, spec.planner.slot_s
         )));
     }
-    spec.planner.validate().map_err(ReplayError::Usage)?;
+    spec.planner.validate().map_err(|e| ReplayError::Usage(e.to_string()))?;
     spec.forecaster.validate().map_err(|e| ReplayError::Usage(format!("forecaster: {e}")))?;
     if let Some(l) = spec.load
         && !(l.is_finite() && l > 0.0)
