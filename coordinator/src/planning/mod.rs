@@ -13,6 +13,9 @@
 //!
 //! Each round is a `planning_round` span, with a `gpu_solve` child per GPU and a `reconfiguration` child per GPU
 //! whose layout changes, carrying what an operator needs to see why a layout changed.
+//!
+//! This file holds the round and the loop; `failure.rs` the failure detector's state and verdicts; `push.rs` the
+//! pushes to agents (channels, epochs, acknowledgements, hand-overs).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -36,6 +39,12 @@ use tracing::{Instrument, field::Empty};
 use crate::metrics::Metrics;
 use crate::replica::{Replica, ReplicaError};
 use crate::state::{CoordState, Op};
+
+mod failure;
+mod push;
+
+pub use failure::FailureDetection;
+use failure::FailureDetector;
 
 /// Rate assumed for a tenant nobody has reported arrivals for and whose demand names no rate.
 const UNKNOWN_RATE_RPS: f64 = 1.0;
@@ -97,58 +106,6 @@ pub struct PlanningSettings {
     pub interference: Option<tessera_planner::input::Interference>,
     /// How tessera may share an instance between a tenant's inference and its retraining.
     pub sharing: tessera_core::sharing::Sharing,
-}
-
-/// When the leader's failure detector changes a node's health.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FailureDetection {
-    /// No heartbeat for this long: suspect.
-    pub suspect_after: Duration,
-    /// No heartbeat for this long: failed.
-    pub fail_after: Duration,
-    /// This many pushes to the node failed in a row: suspect.
-    pub suspect_push_failures: u32,
-}
-
-/// What the leader saw of a node lately (not replicated).
-#[derive(Debug, Clone)]
-struct Liveness {
-    /// The last heartbeat (or when this leader started watching).
-    last_seen: Instant,
-    /// Pushes that failed in a row, and the last error.
-    push_failures: u32,
-    last_push_error: String,
-}
-
-/// The verdict on a node given what the leader saw; `None` keeps its health. A failed node stays failed until it
-/// heartbeats again; failed pushes alone make a node suspect, never failed (its agent may still be serving).
-fn verdict(fd: &FailureDetection, now: Instant, seen: &Liveness, health: NodeHealth) -> Option<(NodeHealth, String)> {
-    let silent = now.saturating_duration_since(seen.last_seen);
-    let (want, reason) = if silent >= fd.fail_after {
-        (
-            NodeHealth::Failed,
-            format!(
-                "no heartbeat for {:.1} s (fail_after {})",
-                silent.as_secs_f64(),
-                humantime::format_duration(fd.fail_after)
-            ),
-        )
-    } else if silent >= fd.suspect_after {
-        (
-            NodeHealth::Suspect,
-            format!(
-                "no heartbeat for {:.1} s (suspect_after {})",
-                silent.as_secs_f64(),
-                humantime::format_duration(fd.suspect_after)
-            ),
-        )
-    } else if health != NodeHealth::Failed && seen.push_failures >= fd.suspect_push_failures {
-        (NodeHealth::Suspect, format!("{} pushes in a row failed: {}", seen.push_failures, seen.last_push_error))
-    } else {
-        (NodeHealth::Healthy, "heartbeating again".to_string())
-    };
-    let keep = want == health || (health == NodeHealth::Failed && want == NodeHealth::Suspect);
-    (!keep).then_some((want, reason))
 }
 
 /// What a round did.
@@ -230,8 +187,8 @@ pub struct Planner {
     /// Per node: the tenants of the targets this leader last pushed it, which it runs until its next push (a push
     /// that moves a tenant to another node waits for the new home: see `push_all`).
     pushed: Mutex<HashMap<NodeId, Vec<TenantId>>>,
-    /// Per node: heartbeats and pushes this leader saw.
-    liveness: Mutex<HashMap<NodeId, Liveness>>,
+    /// Per node: heartbeats and pushes this leader saw, and its verdicts.
+    detector: FailureDetector,
     agents: Mutex<HashMap<String, AgentClient<Channel>>>,
     /// Where tenants are served now (from the agents' heartbeats).
     routes: Arc<crate::routes::RouteTable>,
@@ -269,7 +226,7 @@ impl Planner {
             decisions: Mutex::new(BTreeMap::new()),
             acked: Mutex::new(HashMap::new()),
             pushed: Mutex::new(HashMap::new()),
-            liveness: Mutex::new(HashMap::new()),
+            detector: FailureDetector::default(),
             agents: Mutex::new(HashMap::new()),
             routes: Arc::default(),
             handovers: Mutex::new(HashMap::new()),
@@ -346,14 +303,7 @@ impl Planner {
 
     /// Records a heartbeat from `node` (the leader answers every heartbeat; followers forward them).
     pub fn saw(&self, node: &NodeId) {
-        let now = Instant::now();
-        let mut live = self.liveness.lock().expect("liveness lock");
-        let l = live.entry(node.clone()).or_insert_with(|| Liveness {
-            last_seen: now,
-            push_failures: 0,
-            last_push_error: String::new(),
-        });
-        l.last_seen = now;
+        self.detector.saw(node);
     }
 
     /// The failure detector's pass: commits a verdict for every node whose health changes, and plans at once when a
@@ -363,26 +313,7 @@ impl Planner {
         let now = Instant::now();
         let nodes: Vec<(NodeId, NodeHealth)> =
             self.node.read(|s| s.fleet.nodes.iter().map(|(id, n)| (id.clone(), n.health)).collect());
-        let verdicts: Vec<(NodeId, NodeHealth, String)> = {
-            let mut live = self.liveness.lock().expect("liveness lock");
-            live.retain(|id, _| nodes.iter().any(|(n, _)| n == id));
-            nodes
-                .iter()
-                .filter_map(|(id, health)| {
-                    // A node this leader has not heard of yet gets a grace period from now.
-                    let seen = live.entry(id.clone()).or_insert_with(|| Liveness {
-                        last_seen: now,
-                        push_failures: 0,
-                        last_push_error: String::new(),
-                    });
-                    let (h, why) = verdict(fd, now, seen, *health)?;
-                    if *health == NodeHealth::Failed {
-                        seen.push_failures = 0;
-                    }
-                    Some((id.clone(), h, why))
-                })
-                .collect()
-        };
+        let verdicts = self.detector.verdicts(fd, &nodes, now);
         let at = SimTime::from_ms(self.now_ms());
         let mut committed = Vec::new();
         for (node, health, reason) in verdicts {
@@ -413,7 +344,7 @@ impl Planner {
         self.acked.lock().expect("acked lock").clear();
         self.pushed.lock().expect("pushed lock").clear();
         // Heartbeats are not replicated: a new leader gives every node a fresh grace period.
-        self.liveness.lock().expect("liveness lock").clear();
+        self.detector.clear();
         self.observations.lock().expect("observations lock").rounds.forget_warm_starts();
     }
 
@@ -721,223 +652,6 @@ impl Planner {
         })
     }
 
-    /// Notes an agent's report that `gpu` applied the target of `epoch` (the `reconfiguration_seconds` metric).
-    pub fn layout_applied(&self, gpu: &GpuId, epoch: u64) {
-        self.metrics.layout_applied(&gpu.to_string(), epoch);
-    }
-
-    /// A client of node `node`'s agent at `address` (with mutual TLS, the agent must present `node`'s certificate).
-    /// Drops the connections to agents, so the next pushes open new ones (after the certificates were reloaded).
-    pub fn forget_agent_channels(&self) {
-        self.agents.lock().expect("agents lock").clear();
-    }
-
-    fn agent(&self, node: &NodeId, address: &str) -> Result<AgentClient<Channel>, String> {
-        let key = format!("{node}@{address}");
-        let mut agents = self.agents.lock().expect("agents lock");
-        if let Some(c) = agents.get(&key) {
-            return Ok(c.clone());
-        }
-        let tls = self.settings.tls.as_ref().map(|f| (f, node.as_str()));
-        let channel = crate::net::channel(address, Duration::from_secs(1), Some(self.settings.push_timeout), tls)
-            .map_err(|e| format!("agent: {e}"))?;
-        let client = AgentClient::new(channel);
-        agents.insert(key, client.clone());
-        Ok(client)
-    }
-
-    /// The tenants of the targets this leader last pushed `node` (empty when none): the work it still runs while a
-    /// push that moves it elsewhere waits for the new home.
-    pub fn pushed_tenants(&self, node: &NodeId) -> Vec<TenantId> {
-        self.pushed.lock().expect("pushed lock").get(node).cloned().unwrap_or_default()
-    }
-
-    /// Pushes every node whose committed targets it has not acknowledged; returns (pushed, failed).
-    /// `changed` lists the GPUs whose layout this round changes. Within a `round`, each push is a client span
-    /// `tessera.v1.Agent/ApplyLayout` whose trace context travels in the call's metadata.
-    pub async fn push_all(&self, round: Option<&tracing::Span>, changed: &[Change]) -> (u32, u32) {
-        if self.node.not_leader().is_some() {
-            return (0, 0);
-        }
-        // Per node: its address, the newest epoch among its GPUs' targets, and all its targets.
-        let work: Vec<NodePush> = self.node.read(|s| {
-            s.fleet
-                .nodes
-                .iter()
-                // A failed node is not pushed to; it gets its target when it heartbeats again.
-                .filter(|(_, n)| n.health != NodeHealth::Failed)
-                .filter_map(|(node, n)| {
-                    let mut epoch = 0;
-                    let mut targets = Vec::new();
-                    for idx in &n.gpus {
-                        let g = s.fleet.gpus.get(&GpuId::new(node.clone(), *idx))?;
-                        if let Some(t) = &g.target {
-                            epoch = epoch.max(g.target_epoch);
-                            targets.push((*idx, t.clone()));
-                        }
-                    }
-                    // The jobs of the tenants placed here travel with the targets, so the node's supervisor can run
-                    // them (a tenant without jobs is bookkeeping only).
-                    let tenants: std::collections::BTreeSet<&tessera_core::ids::TenantId> =
-                        targets.iter().flat_map(|(_, t)| t.assignments.iter().map(|a| &a.tenant)).collect();
-                    let jobs = tenants
-                        .into_iter()
-                        .filter_map(|t| s.fleet.tenants.get(t).map(|spec| (t, spec)))
-                        .filter(|(_, spec)| !spec.jobs.is_empty())
-                        .map(|(t, spec)| v1::TenantJobs { tenant: t.to_string(), ..(&spec.jobs).into() })
-                        .collect();
-                    (!targets.is_empty()).then(|| (node.clone(), n.address.clone(), epoch, targets, jobs))
-                })
-                .collect()
-        });
-        let mut pending: Vec<_> = {
-            let acked = self.acked.lock().expect("acked lock");
-            work.into_iter().filter(|(node, _, epoch, _, _)| acked.get(node).is_none_or(|a| a < epoch)).collect()
-        };
-        // A node that would stop serving a tenant whose new home is another node waits (its push is retried every
-        // half second) until that home reports the tenant ready: a move between nodes is make-before-break too.
-        let leaving: HashMap<NodeId, Vec<TenantId>> = self.node.read(|s| {
-            pending.iter().map(|(node, ..)| (node.clone(), crate::routes::moves_away(&s.fleet, node))).collect()
-        });
-        {
-            let mut handovers = self.handovers.lock().expect("handovers lock");
-            // A node with nothing to push waits for nothing: a later wait starts its clock afresh.
-            handovers.retain(|n, _| pending.iter().any(|(node, ..)| node == n));
-            pending.retain(|(node, _, epoch, _, _)| {
-                let waiting: Vec<&TenantId> = leaving
-                    .get(node)
-                    .into_iter()
-                    .flatten()
-                    .filter(|t| !self.routes.ready_elsewhere(t, node))
-                    .collect();
-                if waiting.is_empty() {
-                    handovers.remove(node);
-                    return true;
-                }
-                let since = *handovers.entry(node.clone()).or_insert_with(|| {
-                    tracing::info!(%node, epoch, ?waiting, "push waits for the tenants' new home to be ready");
-                    Instant::now()
-                });
-                if since.elapsed() > HANDOVER_LIMIT {
-                    tracing::warn!(%node, epoch, ?waiting, "new home not ready after {HANDOVER_LIMIT:?}; pushing anyway");
-                    return true;
-                }
-                false
-            });
-        }
-        let mut calls = Vec::new();
-        for (node, address, epoch, targets, jobs) in pending {
-            let span = match round {
-                Some(parent) => {
-                    let here: Vec<&Change> = changed.iter().filter(|c| c.gpu.node == node).collect();
-                    let span = tracing::info_span!(
-                        parent: parent, "tessera.v1.Agent/ApplyLayout",
-                        otel.kind = "client",
-                        rpc.system = "grpc",
-                        rpc.service = "tessera.v1.Agent",
-                        rpc.method = "ApplyLayout",
-                        server.address = %server_host(&address),
-                        server.port = server_port(&address),
-                        tessera.node = %node,
-                        tessera.plan.epoch = as_i64(epoch),
-                        tessera.reconfiguration.steps = here.iter().map(|c| c.steps as i64).sum::<i64>(),
-                        tessera.push.result = Empty,
-                        otel.status_code = Empty,
-                        otel.status_description = Empty,
-                    );
-                    use crate::telemetry::OpenTelemetrySpanExt as _;
-                    let strings = |f: &dyn Fn(&Change) -> String| {
-                        opentelemetry::Value::Array(opentelemetry::Array::String(
-                            here.iter().map(|c| f(c).into()).collect(),
-                        ))
-                    };
-                    span.set_attribute(
-                        "tessera.gpus",
-                        opentelemetry::Value::Array(opentelemetry::Array::I64(
-                            here.iter().map(|c| i64::from(c.gpu.index)).collect(),
-                        )),
-                    );
-                    span.set_attribute("tessera.layouts.from", strings(&|c| c.from.clone()));
-                    span.set_attribute("tessera.layouts.to", strings(&|c| c.to.clone()));
-                    span
-                }
-                None => tracing::Span::none(),
-            };
-            let client = self.agent(&node, &address);
-            let mut tenants: Vec<TenantId> =
-                targets.iter().flat_map(|(_, t)| t.assignments.iter().map(|a| a.tenant.clone())).collect();
-            tenants.sort();
-            tenants.dedup();
-            // From now on the node speaks only for the tenants of this push; those it is losing leave the routes
-            // before the node drains them (their new home is ready), not a heartbeat after.
-            self.pushed.lock().expect("pushed lock").insert(node.clone(), tenants);
-            if let Some(gone) = leaving.get(&node).filter(|g| !g.is_empty()) {
-                self.routes.withdraw(&node, gone);
-            }
-            let timeout = self.settings.push_timeout;
-            let term = self.node.status().term;
-            calls.push(async move {
-                let mut req = tonic::Request::new(v1::ApplyLayoutRequest {
-                    epoch,
-                    term,
-                    jobs,
-                    targets: targets
-                        .iter()
-                        .map(|(idx, plan)| v1::GpuTarget { gpu: *idx, plan: Some(plan.into()) })
-                        .collect(),
-                });
-                crate::telemetry::inject_context(&span, req.metadata_mut());
-                let result = match client {
-                    Err(e) => Err(e),
-                    Ok(mut c) => match tokio::time::timeout(timeout, c.apply_layout(req)).await {
-                        Ok(Ok(r)) => Ok(r.into_inner()),
-                        Ok(Err(s)) => Err(format!("{}: {}", s.code(), s.message())),
-                        Err(_) => Err(format!("no answer within {timeout:?}")),
-                    },
-                };
-                (node, epoch, result, span)
-            });
-        }
-        let results = futures::future::join_all(calls).await;
-        let (mut ok, mut failed) = (0, 0);
-        for (node, epoch, result, span) in results {
-            let label = match &result {
-                Ok(r) if r.status == v1::ApplyStatus::Stale as i32 => "stale",
-                Ok(_) => "ok",
-                Err(_) => "error",
-            };
-            span.record("tessera.push.result", label);
-            crate::telemetry::record_status(&span, &result);
-            drop(span);
-            self.metrics.push(label);
-            {
-                let mut live = self.liveness.lock().expect("liveness lock");
-                if let Some(l) = live.get_mut(&node) {
-                    match &result {
-                        Ok(_) => l.push_failures = 0,
-                        Err(e) => {
-                            l.push_failures += 1;
-                            l.last_push_error = e.clone();
-                        }
-                    }
-                }
-            }
-            match result {
-                Ok(r) => {
-                    ok += 1;
-                    // A stale answer means the agent already holds a newer epoch (from a newer plan): done.
-                    let acked = if r.status == v1::ApplyStatus::Stale as i32 { r.epoch.max(epoch) } else { epoch };
-                    self.acked.lock().expect("acked lock").insert(node, acked);
-                }
-                Err(e) => {
-                    failed += 1;
-                    tracing::warn!(%node, epoch, error = %e, "push to agent failed; retried by the pusher");
-                }
-            }
-        }
-        (ok, failed)
-    }
-
     /// The leader's background duties: load model profiles, plan every window (wall clock), re-push
     /// unacknowledged targets. Runs until the process ends.
     pub async fn run(self: Arc<Self>, models: BTreeMap<String, tessera_core::model::ModelProfile>) {
@@ -977,26 +691,6 @@ impl Planner {
         }
     }
 
-    /// Moves every agent's virtual workload clock to `now_ms` (nodes on the wall clock refuse; that is logged).
-    pub async fn advance_agents(&self, now_ms: u64) {
-        let addresses: Vec<(NodeId, String)> =
-            self.node.read(|s| s.fleet.nodes.iter().map(|(id, n)| (id.clone(), n.address.clone())).collect());
-        let calls = addresses.into_iter().map(|(node, address)| {
-            let client = self.agent(&node, &address);
-            async move {
-                let mut c = client?;
-                c.advance_clock(v1::AdvanceClockRequest { to_ms: now_ms })
-                    .await
-                    .map_err(|s| format!("{address}: {}: {}", s.code(), s.message()))
-            }
-        });
-        for r in futures::future::join_all(calls).await {
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "could not advance an agent's clock");
-            }
-        }
-    }
-
     async fn load_models(&self, models: &BTreeMap<String, tessera_core::model::ModelProfile>) {
         let missing: Vec<_> =
             self.node.read(|s| models.values().filter(|m| s.fleet.models.get(&m.name) != Some(m)).cloned().collect());
@@ -1007,23 +701,6 @@ impl Planner {
             }
         }
     }
-}
-
-/// One node's push: its id, agent address, the newest epoch among its GPUs' targets, and every target by index.
-/// One node's push: its id, address, newest target epoch, targets, and the jobs of the tenants they assign.
-type NodePush = (NodeId, String, u64, Vec<(u32, GpuPlan)>, Vec<v1::TenantJobs>);
-
-/// The host of an agent's address (`host:port`, `http://host:port` or `[v6]:port`), as OpenTelemetry's
-/// `server.address` wants it (the port goes to `server.port`).
-fn server_host(address: &str) -> &str {
-    let a = address.split_once("://").map_or(address, |(_, rest)| rest);
-    let host = a.rsplit_once(':').filter(|(_, p)| p.parse::<u16>().is_ok()).map_or(a, |(h, _)| h);
-    host.trim_start_matches('[').trim_end_matches(']')
-}
-
-/// The port of an agent's address (0 when it names none).
-fn server_port(address: &str) -> i64 {
-    address.rsplit_once(':').and_then(|(_, p)| p.trim_end_matches('/').parse::<u16>().ok()).map_or(0, i64::from)
 }
 
 /// `v` as an OpenTelemetry integer attribute (`tracing` sends `u64` fields as strings); saturates.
