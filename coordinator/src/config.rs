@@ -257,43 +257,64 @@ pub struct Overrides {
     pub allow_fault_injection: bool,
 }
 
-/// Parses `1=sha256:HEX,2=sha256:HEX` (fingerprints as [`tessera_auth::normalize_fingerprint`] reads them).
-pub fn parse_member_pins(text: &str) -> Result<BTreeMap<u64, String>, String> {
-    let mut pins = BTreeMap::new();
-    for (i, part) in text.split(',').map(str::trim).filter(|p| !p.is_empty()).enumerate() {
-        let (id, fp) = part.split_once('=').ok_or_else(|| format!("entry {} `{part}` is not ID=FINGERPRINT", i + 1))?;
-        let id: u64 = id
+/// An entry of an `ID=VALUE,...` list (`--peers`, `--member-pins`) that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("entry {index} `{entry}`: {problem}")]
+pub struct ListEntryError {
+    /// The entry's position, from 1.
+    pub index: usize,
+    /// The entry as written.
+    pub entry: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// The non-empty entries of an `ID=VALUE,...` list, each with its position (from 1), its text, its id (a number
+/// above 0) and its value; `shape` names the expected form in errors (`ID=HOST:PORT`).
+fn id_entries<'a>(
+    text: &'a str,
+    shape: &'a str,
+) -> impl Iterator<Item = Result<(usize, &'a str, u64, &'a str), ListEntryError>> + 'a {
+    text.split(',').map(str::trim).filter(|p| !p.is_empty()).enumerate().map(move |(i, part)| {
+        let bad = |problem: String| ListEntryError { index: i + 1, entry: part.to_string(), problem };
+        let (id, value) = part.split_once('=').ok_or_else(|| bad(format!("not {shape}")))?;
+        let id = id
             .trim()
-            .parse()
+            .parse::<u64>()
             .ok()
             .filter(|id| *id > 0)
-            .ok_or_else(|| format!("entry {} `{part}`: the member id must be a number above 0", i + 1))?;
-        let fp = tessera_auth::normalize_fingerprint(fp).ok_or_else(|| {
-            format!("entry {} `{part}`: the fingerprint must be sha256:HEX (64 hex digits; certs fingerprint)", i + 1)
-        })?;
+            .ok_or_else(|| bad("the member id must be a number above 0".into()))?;
+        Ok((i + 1, part, id, value))
+    })
+}
+
+/// Parses `1=sha256:HEX,2=sha256:HEX` (fingerprints as [`tessera_auth::normalize_fingerprint`] reads them).
+pub fn parse_member_pins(text: &str) -> Result<BTreeMap<u64, String>, ListEntryError> {
+    let mut pins = BTreeMap::new();
+    for entry in id_entries(text, "ID=FINGERPRINT") {
+        let (index, part, id, fp) = entry?;
+        let bad = |problem: &str| ListEntryError { index, entry: part.to_string(), problem: problem.to_string() };
+        let fp = tessera_auth::normalize_fingerprint(fp)
+            .ok_or_else(|| bad("the fingerprint must be sha256:HEX (64 hex digits; certs fingerprint)"))?;
         if pins.insert(id, fp).is_some() {
-            return Err(format!("entry {} `{part}`: member {id} is pinned twice", i + 1));
+            return Err(bad(&format!("member {id} is pinned twice")));
         }
     }
     Ok(pins)
 }
 
 /// Parses `1=host:port,2=host:port`.
-pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ListEntryError> {
     let mut peers = BTreeMap::new();
-    for (i, part) in text.split(',').map(str::trim).filter(|p| !p.is_empty()).enumerate() {
-        let (id, addr) = part.split_once('=').ok_or_else(|| format!("entry {} `{part}` is not ID=HOST:PORT", i + 1))?;
-        let id: u64 =
-            id.trim().parse().map_err(|_| format!("entry {} `{part}`: the id must be a number > 0", i + 1))?;
-        if id == 0 {
-            return Err(format!("entry {} `{part}`: the id must be > 0", i + 1));
-        }
+    for entry in id_entries(text, "ID=HOST:PORT") {
+        let (index, part, id, addr) = entry?;
+        let bad = |problem: &str| ListEntryError { index, entry: part.to_string(), problem: problem.to_string() };
         let addr = addr.trim();
         if !addr.contains(':') {
-            return Err(format!("entry {} `{part}`: the address must be HOST:PORT", i + 1));
+            return Err(bad("the address must be HOST:PORT"));
         }
         if peers.insert(id, addr.to_string()).is_some() {
-            return Err(format!("entry {} `{part}`: id {id} appears twice", i + 1));
+            return Err(bad(&format!("member {id} appears twice")));
         }
     }
     Ok(peers)
@@ -368,7 +389,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         listen_text.parse().map_err(|e| field("listen", format!("`{listen_text}` is not IP:PORT ({e})")))?;
     let advertise = over.advertise.clone().or(raw.advertise).unwrap_or_else(|| listen.to_string());
     let peers_text = over.peers.clone().or(raw.peers).unwrap_or_else(|| format!("{id}={advertise}"));
-    let peers = parse_peers(&peers_text).map_err(|m| field("peers", m))?;
+    let peers = parse_peers(&peers_text).map_err(|m| field("peers", m.to_string()))?;
     if !over.join && !peers.contains_key(&id) {
         return Err(field(
             "peers",
@@ -501,7 +522,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         ));
     }
     let member_pins = match over.member_pins.as_deref().or(raw.member_pins.as_deref()) {
-        Some(text) => parse_member_pins(text).map_err(|m| field("member_pins", m))?,
+        Some(text) => parse_member_pins(text).map_err(|m| field("member_pins", m.to_string()))?,
         None => BTreeMap::new(),
     };
     if !member_pins.is_empty() && tls.is_none() {
@@ -562,9 +583,9 @@ mod tests {
     fn peers_parse_and_name_the_bad_entry() {
         let p = parse_peers("1=127.0.0.1:7001, 2=127.0.0.1:7002").unwrap();
         assert_eq!(p[&2], "127.0.0.1:7002");
-        assert!(parse_peers("1=a:1,x=b:2").unwrap_err().contains("entry 2"));
-        assert!(parse_peers("1=a:1,1=b:2").unwrap_err().contains("twice"));
-        assert!(parse_peers("1=nohost").unwrap_err().contains("HOST:PORT"));
+        assert_eq!(parse_peers("1=a:1,x=b:2").unwrap_err().index, 2);
+        assert!(parse_peers("1=a:1,1=b:2").unwrap_err().problem.contains("twice"));
+        assert!(parse_peers("1=nohost").unwrap_err().problem.contains("HOST:PORT"));
     }
 
     #[test]
@@ -573,10 +594,10 @@ mod tests {
         let p = parse_member_pins(&format!("1={fp}, 3=SHA256:{}", "CD".repeat(32))).unwrap();
         assert_eq!(p[&1], fp);
         assert_eq!(p[&3], format!("sha256:{}", "cd".repeat(32)));
-        assert!(parse_member_pins(&format!("1={fp},2=sha256:12")).unwrap_err().contains("entry 2"));
-        assert!(parse_member_pins(&format!("0={fp}")).unwrap_err().contains("above 0"));
-        assert!(parse_member_pins(&format!("1={fp},1={fp}")).unwrap_err().contains("twice"));
-        assert!(parse_member_pins("1").unwrap_err().contains("ID=FINGERPRINT"));
+        assert!(parse_member_pins(&format!("1={fp},2=sha256:12")).unwrap_err().index == 2);
+        assert!(parse_member_pins(&format!("0={fp}")).unwrap_err().problem.contains("above 0"));
+        assert!(parse_member_pins(&format!("1={fp},1={fp}")).unwrap_err().problem.contains("twice"));
+        assert!(parse_member_pins("1").unwrap_err().problem.contains("ID=FINGERPRINT"));
     }
 
     #[test]
