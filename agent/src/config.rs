@@ -76,14 +76,17 @@ pub enum BackendKind {
     Nvml,
 }
 
+/// A backend name the agent binary does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend `{0}` (the agent binary has `nvml`; simulated nodes run under `sim-agent run`)")]
+pub struct UnknownBackend(pub String);
+
 impl std::str::FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Self, UnknownBackend> {
         match s {
             "nvml" => Ok(BackendKind::Nvml),
-            other => Err(format!(
-                "unknown backend `{other}` (the agent binary has `nvml`; simulated nodes run under `sim-agent run`)"
-            )),
+            other => Err(UnknownBackend(other.to_string())),
         }
     }
 }
@@ -203,7 +206,12 @@ fn validate(raw: RawConfig, base: &Path) -> Result<AgentConfig, FieldError> {
         return Err(field("data_dir", "must not be empty".into()));
     }
     let data_dir = base.join(&raw.data_dir);
-    let backend = raw.backend.as_deref().unwrap_or("nvml").parse().map_err(|m| field("backend", m))?;
+    let backend = raw
+        .backend
+        .as_deref()
+        .unwrap_or("nvml")
+        .parse()
+        .map_err(|m: UnknownBackend| field("backend", m.to_string()))?;
     let coordinator = match raw.coordinator {
         None => None,
         Some(c) => {

@@ -187,9 +187,25 @@ fn learn(authority: &Authority, l: &v1::Leadership) {
     }
 }
 
+/// A coordinator address that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AddressError {
+    /// No address at all.
+    #[error("no coordinator address given")]
+    None,
+    /// An address that does not make an endpoint, or whose TLS settings are refused.
+    #[error("coordinator address `{address}`: {message}")]
+    Bad {
+        /// The address.
+        address: String,
+        /// Why.
+        message: String,
+    },
+}
+
 /// A client for each coordinator address (one, or a cluster's, comma-separated: any member serves an agent, and a
 /// failing one makes the agent move on to the next).
-fn connect_all(options: &ClientOptions) -> Result<Vec<(String, CoordinatorClient<Channel>)>, String> {
+fn connect_all(options: &ClientOptions) -> Result<Vec<(String, CoordinatorClient<Channel>)>, AddressError> {
     let mut clients = Vec::new();
     for address in options.endpoint.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         let host = address.split_once("://").map_or(address, |(_, h)| h);
@@ -201,14 +217,14 @@ fn connect_all(options: &ClientOptions) -> Result<Vec<(String, CoordinatorClient
                 .map_err(|e| e.to_string())
                 .and_then(|c| e.tls_config(c).map_err(|e| e.to_string())),
         });
-        let e = endpoint.map_err(|e| format!("coordinator address `{address}`: {e}"))?;
+        let e = endpoint.map_err(|message| AddressError::Bad { address: address.to_string(), message })?;
         clients.push((
             address.to_string(),
             CoordinatorClient::new(e.connect_timeout(options.rpc_timeout).timeout(options.rpc_timeout).connect_lazy()),
         ));
     }
     if clients.is_empty() {
-        return Err("no coordinator address given".into());
+        return Err(AddressError::None);
     }
     Ok(clients)
 }

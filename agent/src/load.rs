@@ -162,25 +162,110 @@ pub fn parse_sample(line: &str) -> Option<Sample> {
     Some(Sample { name: name.to_string(), labels, value })
 }
 
+/// Why a counter could not be read from an exposition.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CounterError {
+    /// A matching sample that is not a count.
+    #[error("line {line}: `{metric}` is {value}, not a request count")]
+    NotACount {
+        /// The sample's line, from 1.
+        line: usize,
+        /// The metric.
+        metric: String,
+        /// Its value.
+        value: f64,
+    },
+    /// No sample matched.
+    #[error("no sample of `{metric}` with labels {labels:?}")]
+    Missing {
+        /// The metric.
+        metric: String,
+        /// The labels asked for.
+        labels: BTreeMap<String, String>,
+    },
+    /// The samples sum past a finite number.
+    #[error("the samples of `{0}` sum beyond the range of a count")]
+    Overflow(String),
+}
+
+/// A load source that could not be read; each names the URL.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The URL does not parse.
+    #[error("{url}: {source}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// Why.
+        source: hyper::http::uri::InvalidUri,
+    },
+    /// The request failed.
+    #[error("{url}: {source}")]
+    Request {
+        /// The URL.
+        url: String,
+        /// Why.
+        source: hyper_util::client::legacy::Error,
+    },
+    /// The answer was not a success.
+    #[error("{url}: HTTP {status}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The status.
+        status: hyper::StatusCode,
+    },
+    /// The body could not be read within [`MAX_BODY_BYTES`].
+    #[error("{url}: {message}")]
+    Body {
+        /// The URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// The body is not UTF-8.
+    #[error("{url}: the answer is not UTF-8")]
+    NotUtf8 {
+        /// The URL.
+        url: String,
+    },
+    /// No answer in time.
+    #[error("{url}: no answer within {timeout:?}")]
+    Timeout {
+        /// The URL.
+        url: String,
+        /// The time allowed.
+        timeout: Duration,
+    },
+    /// The counter could not be read from the answer.
+    #[error("{url}: {source}")]
+    Counter {
+        /// The URL.
+        url: String,
+        /// Why.
+        source: CounterError,
+    },
+}
+
 /// The sum of `metric`'s samples in `text` whose labels include `labels`. An error says that no sample matched, or
 /// names the first matching sample whose value is not a count (negative, NaN or infinite: a request counter is a
 /// finite number at least 0, and one such sample would make the sum meaningless).
-pub fn counter_value(text: &str, metric: &str, labels: &BTreeMap<String, String>) -> Result<f64, String> {
+pub fn counter_value(text: &str, metric: &str, labels: &BTreeMap<String, String>) -> Result<f64, CounterError> {
     let mut found = false;
     let mut sum = 0.0;
     for (n, line) in text.lines().enumerate() {
         let Some(s) = parse_sample(line) else { continue };
         if s.name == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)) {
             if !s.value.is_finite() || s.value < 0.0 {
-                return Err(format!("line {}: `{metric}` is {}, not a request count", n + 1, s.value));
+                return Err(CounterError::NotACount { line: n + 1, metric: metric.to_string(), value: s.value });
             }
             found = true;
             sum += s.value;
         }
     }
     match (found, sum.is_finite()) {
-        (false, _) => Err(format!("no sample of `{metric}` with labels {labels:?}")),
-        (true, false) => Err(format!("the samples of `{metric}` sum beyond the range of a count")),
+        (false, _) => Err(CounterError::Missing { metric: metric.to_string(), labels: labels.clone() }),
+        (true, false) => Err(CounterError::Overflow(metric.to_string())),
         (true, true) => Ok(sum),
     }
 }
@@ -195,27 +280,28 @@ fn http_client() -> HttpClient {
 }
 
 /// `GET url` (plain HTTP), its body as text: an error names the URL and what failed.
-pub async fn fetch(url: &str, timeout: Duration) -> Result<String, String> {
+pub async fn fetch(url: &str, timeout: Duration) -> Result<String, FetchError> {
     fetch_with(&http_client(), url, timeout).await
 }
 
 /// [`fetch`] through `client`, whose connections are kept between calls.
-async fn fetch_with(client: &HttpClient, url: &str, timeout: Duration) -> Result<String, String> {
+async fn fetch_with(client: &HttpClient, url: &str, timeout: Duration) -> Result<String, FetchError> {
     use http_body_util::BodyExt as _;
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let url_ = || url.to_string();
+    let uri: hyper::Uri = url.parse().map_err(|source| FetchError::Url { url: url_(), source })?;
     let call = async {
-        let resp = client.get(uri).await.map_err(|e| format!("{url}: {e}"))?;
+        let resp = client.get(uri).await.map_err(|source| FetchError::Request { url: url_(), source })?;
         if !resp.status().is_success() {
-            return Err(format!("{url}: HTTP {}", resp.status()));
+            return Err(FetchError::Status { url: url_(), status: resp.status() });
         }
         let body = http_body_util::Limited::new(resp.into_body(), MAX_BODY_BYTES)
             .collect()
             .await
-            .map_err(|e| format!("{url}: {e}"))?
+            .map_err(|e| FetchError::Body { url: url_(), message: e.to_string() })?
             .to_bytes();
-        String::from_utf8(body.to_vec()).map_err(|_| format!("{url}: the answer is not UTF-8"))
+        String::from_utf8(body.to_vec()).map_err(|_| FetchError::NotUtf8 { url: url_() })
     };
-    tokio::time::timeout(timeout, call).await.map_err(|_| format!("{url}: no answer within {timeout:?}"))?
+    tokio::time::timeout(timeout, call).await.map_err(|_| FetchError::Timeout { url: url_(), timeout })?
 }
 
 /// Reads every source every `options.interval` into `signal` until `shutdown` turns true. A failing source is
@@ -230,9 +316,10 @@ pub async fn scrape_loop(
     let client = http_client();
     loop {
         for (i, s) in options.sources.iter().enumerate() {
-            let read = fetch_with(&client, &s.url, timeout)
-                .await
-                .and_then(|text| counter_value(&text, &s.metric, &s.labels).map_err(|e| format!("{}: {e}", s.url)));
+            let read = fetch_with(&client, &s.url, timeout).await.and_then(|text| {
+                counter_value(&text, &s.metric, &s.labels)
+                    .map_err(|source| FetchError::Counter { url: s.url.clone(), source })
+            });
             match read {
                 Ok(v) => {
                     if failing[i] {
@@ -296,14 +383,17 @@ mod tests {
         assert_eq!(counter_value(text, "nv_inference_request_success", &only("model", "resnet50")), Ok(120.0));
         assert_eq!(counter_value(text, "nv_inference_request_success", &BTreeMap::new()), Ok(127.0));
         assert!(counter_value(text, "nv_inference_request_success", &only("model", "gpt")).is_err());
-        assert!(counter_value(text, "other", &BTreeMap::new()).unwrap_err().contains("no sample of `other`"));
+        assert!(
+            counter_value(text, "other", &BTreeMap::new()).unwrap_err().to_string().contains("no sample of `other`")
+        );
         // Values that are not counts are refused, naming the line; found by the `load_exposition` fuzzer, where
         // `+Inf` and `-Inf` summed to NaN.
         for bad in ["x{} +Inf\nx{} -Inf\n", "x 3\nx -1\n", "x NaN\n"] {
-            let e = counter_value(bad, "x", &BTreeMap::new()).unwrap_err();
+            let e = counter_value(bad, "x", &BTreeMap::new()).unwrap_err().to_string();
             assert!(e.starts_with("line ") && e.contains("not a request count"), "{bad:?}: {e}");
         }
-        assert!(counter_value("x 1e308\nx 1e308\n", "x", &BTreeMap::new()).unwrap_err().contains("beyond the range"));
+        let e = counter_value("x 1e308\nx 1e308\n", "x", &BTreeMap::new()).unwrap_err();
+        assert_eq!(e, CounterError::Overflow("x".into()));
     }
 
     #[test]

@@ -282,7 +282,7 @@ impl tessera_metrics::Exposition for AgentMetrics {
         tessera_metrics::encode(&self.registry)
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), tessera_metrics::NotReady> {
         let agents = lock(&self.agents);
         if agents.is_empty() {
             return Err("no agent started yet".into());
@@ -295,7 +295,7 @@ impl tessera_metrics::Exposition for AgentMetrics {
         if waiting.is_empty() {
             Ok(())
         } else {
-            Err(format!("not registered with a coordinator: {}", waiting.join(", ")))
+            Err(format!("not registered with a coordinator: {}", waiting.join(", ")).into())
         }
     }
 }

@@ -166,8 +166,10 @@ impl NvmlBackend {
     }
 
     fn to_instance(ctx: &GpuContext, info: &nvmlGpuInstanceInfo_t) -> Result<GpuInstance, BackendError> {
-        let placement = placement_from_nvml(info.profileId, info.placement.start, info.placement.size)
-            .map_err(|detail| BackendError::Driver { gpu: ctx.gpu, operation: Operation::ListInstances, detail })?;
+        let placement =
+            placement_from_nvml(info.profileId, info.placement.start, info.placement.size).map_err(|e| {
+                BackendError::Driver { gpu: ctx.gpu, operation: Operation::ListInstances, detail: e.to_string() }
+            })?;
         Ok(GpuInstance { id: InstanceId(info.id), placement, uuid: None })
     }
 

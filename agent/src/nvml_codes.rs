@@ -95,20 +95,42 @@ pub const fn full_ci_profile_index(p: Profile) -> u32 {
     }
 }
 
+/// A GPU instance NVML reported that is no placement of the catalog's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NvmlPlacementError {
+    /// A profile ID the catalog does not know.
+    #[error("unknown GPU instance profile ID {0}")]
+    UnknownProfile(u32),
+    /// A size that does not match the profile.
+    #[error("profile ID {profile_id} ({profile}) reported with {size} memory slices; the catalog says {expected}")]
+    Size {
+        /// The profile ID.
+        profile_id: u32,
+        /// Its profile.
+        profile: Profile,
+        /// The size reported.
+        size: u32,
+        /// The profile's size.
+        expected: u8,
+    },
+    /// A start beyond any slice.
+    #[error("placement start {0} out of range")]
+    Start(u32),
+    /// A start the profile may not take.
+    #[error("{0}")]
+    Placement(String),
+}
+
 /// A GPU instance read back from NVML (`nvmlGpuInstanceInfo_t`: profile ID and placement `{start, size}`) as a core
 /// placement. Refuses a profile ID the catalog does not know and a size that does not match the profile.
-pub fn placement_from_nvml(profile_id: u32, start: u32, size: u32) -> Result<Placement, String> {
-    let profile =
-        Profile::from_nvidia_id(profile_id).ok_or_else(|| format!("unknown GPU instance profile ID {profile_id}"))?;
+pub fn placement_from_nvml(profile_id: u32, start: u32, size: u32) -> Result<Placement, NvmlPlacementError> {
+    let profile = Profile::from_nvidia_id(profile_id).ok_or(NvmlPlacementError::UnknownProfile(profile_id))?;
     if size != u32::from(profile.memory_slices()) {
-        return Err(format!(
-            "profile ID {profile_id} ({profile}) reported with {size} memory slices; the catalog says {}",
-            profile.memory_slices()
-        ));
+        return Err(NvmlPlacementError::Size { profile_id, profile, size, expected: profile.memory_slices() });
     }
-    let start = u8::try_from(start).map_err(|_| format!("placement start {start} out of range"))?;
+    let start = u8::try_from(start).map_err(|_| NvmlPlacementError::Start(start))?;
     let p = Placement::new(profile, start);
-    p.check_start().map_err(|e| e.to_string())?;
+    p.check_start().map_err(|e| NvmlPlacementError::Placement(e.to_string()))?;
     Ok(p)
 }
 
@@ -200,9 +222,9 @@ mod tests {
         assert_eq!(full_ci_profile_index(Profile::G3), 2);
         assert_eq!(placement_from_nvml(9, 4, 4), Ok("3g@4".parse().unwrap()));
         assert_eq!(placement_from_nvml(15, 6, 2), Ok("1g.2x@6".parse().unwrap()));
-        assert!(placement_from_nvml(9, 4, 2).unwrap_err().contains("2 memory slices"));
-        assert!(placement_from_nvml(9, 2, 4).unwrap_err().contains("3g can only start"));
-        assert!(placement_from_nvml(42, 0, 1).unwrap_err().contains("unknown GPU instance profile ID 42"));
+        assert!(placement_from_nvml(9, 4, 2).unwrap_err().to_string().contains("2 memory slices"));
+        assert!(placement_from_nvml(9, 2, 4).unwrap_err().to_string().contains("3g can only start"));
+        assert!(placement_from_nvml(42, 0, 1).unwrap_err().to_string().contains("unknown GPU instance profile ID 42"));
     }
 
     #[test]

@@ -88,7 +88,7 @@ impl JobPolicy {
     }
 
     /// Whether the policy allows what `run` starts; the error names it and the setting to change.
-    pub fn check(&self, run: &JobRun) -> Result<(), String> {
+    pub fn check(&self, run: &JobRun) -> Result<(), Refused> {
         let matches = |patterns: &[String], what: &str| {
             patterns.iter().any(|p| match p.strip_suffix('*') {
                 Some(prefix) => what.starts_with(prefix),
@@ -100,23 +100,103 @@ impl JobPolicy {
                 let program = argv.first().map(String::as_str).unwrap_or("");
                 // `/opt/serving/../../bin/sh` would match `/opt/serving/*` as text.
                 if program.split('/').any(|c| c == "..") {
-                    return Err(format!("`{program}`: a program path may not climb with `..`"));
+                    return Err(Refused::Climbs { program: program.to_string() });
                 }
                 if matches(&self.commands, program) {
                     Ok(())
                 } else {
-                    Err(format!("this node does not run `{program}` (add it to [jobs] allow_commands in its config)"))
+                    Err(Refused::Command { program: program.to_string() })
                 }
             }
             JobRun::Container { image, .. } => {
                 if matches(&self.images, image) {
                     Ok(())
                 } else {
-                    Err(format!("this node does not run image `{image}` (add it to [jobs] allow_images in its config)"))
+                    Err(Refused::Image { image: image.clone() })
                 }
             }
         }
     }
+}
+
+/// What a node's [`JobPolicy`] refuses to run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// A program path that climbs with `..` (`/opt/serving/../../bin/sh` would match `/opt/serving/*` as text).
+    #[error("`{program}`: a program path may not climb with `..`")]
+    Climbs {
+        /// The program.
+        program: String,
+    },
+    /// A program the policy does not list.
+    #[error("this node does not run `{program}` (add it to [jobs] allow_commands in its config)")]
+    Command {
+        /// The program.
+        program: String,
+    },
+    /// An image the policy does not list.
+    #[error("this node does not run image `{image}` (add it to [jobs] allow_images in its config)")]
+    Image {
+        /// The image.
+        image: String,
+    },
+}
+
+/// Why a job could not be started, stopped, drained, checkpointed or read, or its state not saved.
+#[derive(Debug, thiserror::Error)]
+pub enum JobFailure {
+    /// The job's templates do not expand.
+    #[error(transparent)]
+    Template(#[from] tessera_core::jobs::TemplateError),
+    /// A file of the supervisor's (its state, a job's log) cannot be written.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The job state does not serialise.
+    #[error("the job state: {0}")]
+    State(#[from] serde_json::Error),
+    /// The program could not be started.
+    #[error("cannot start `{program}`: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The instance is no longer there.
+    #[error("no such instance")]
+    NoInstance,
+    /// The instance's MIG UUID could not be read, so nothing can be pinned to it.
+    #[error("the instance has no MIG UUID the agent could read; no job can run on it")]
+    NoUuid,
+    /// The job's process group outlived SIGKILL.
+    #[error("process group {0} survived SIGKILL for 10 s")]
+    Unkillable(u32),
+    /// The job's port could not be talked to.
+    #[error("{addr}: {source}")]
+    Connection {
+        /// Its address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The job's port answered something other than HTTP.
+    #[error("{0}: not an HTTP answer")]
+    NotHttp(SocketAddr),
+    /// The job answered an action or a read with a status other than 2xx.
+    #[error("{method} {path} answered {status}")]
+    Status {
+        /// The method.
+        method: &'static str,
+        /// The path.
+        path: String,
+        /// The status code.
+        status: u16,
+    },
 }
 
 /// Why the supervisor could not start.
@@ -293,7 +373,7 @@ impl Supervisor {
             last_scrape: Mutex::new(None),
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         });
-        sup.save(&lock(&sup.inner)).map_err(|message| SupervisorError::Io { path: file, message })?;
+        sup.save(&lock(&sup.inner)).map_err(|e| SupervisorError::Io { path: file, message: e.to_string() })?;
         let weak = Arc::downgrade(&sup);
         let stop = sup.stop.clone();
         std::thread::Builder::new()
@@ -320,14 +400,15 @@ impl Supervisor {
         lock(&self.inner).slots.values().flat_map(|s| s.jobs.iter().map(|j| j.pid)).filter(|p| *p != 0).collect()
     }
 
-    fn save(&self, inner: &Inner) -> Result<(), String> {
+    fn save(&self, inner: &Inner) -> Result<(), JobFailure> {
         let slots: Vec<&SlotRecord> = inner.slots.values().collect();
-        let text = serde_json::to_string_pretty(&slots).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string_pretty(&slots)?;
         let path = self.dir.join(JOBS_FILE);
         let tmp = self.dir.join(format!("{JOBS_FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+        let file = |path: &Path, source| JobFailure::File { path: path.to_path_buf(), source };
+        let mut f = std::fs::File::create(&tmp).map_err(|e| file(&tmp, e))?;
+        f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| file(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| file(&path, e))
     }
 
     fn save_or_log(&self, inner: &Inner) {
@@ -358,7 +439,7 @@ impl Supervisor {
     }
 
     /// Expands a job's templates for one instance.
-    fn expanded(&self, spec: &JobSpec, vars: &mut BTreeMap<&'static str, String>) -> Result<JobSpec, String> {
+    fn expanded(&self, spec: &JobSpec, vars: &mut BTreeMap<&'static str, String>) -> Result<JobSpec, JobFailure> {
         let mut out = spec.clone();
         let resume = match &spec.resume_path {
             Some(p) => expand(p, vars)?,
@@ -376,19 +457,19 @@ impl Supervisor {
                 runtime: *runtime,
             },
         };
-        out.env = spec.env.iter().map(|(k, v)| Ok((k.clone(), expand(v, vars)?))).collect::<Result<_, String>>()?;
+        out.env = spec.env.iter().map(|(k, v)| Ok((k.clone(), expand(v, vars)?))).collect::<Result<_, JobFailure>>()?;
         Ok(out)
     }
 
     /// Spawns `job` (already expanded) on `uuid`; returns the child.
-    fn spawn(&self, job: &JobRecord, uuid: MigUuid, container_name: &str) -> Result<Child, String> {
+    fn spawn(&self, job: &JobRecord, uuid: MigUuid, container_name: &str) -> Result<Child, JobFailure> {
         let argv = command_line(&job.spec, uuid, container_name);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&job.log)
-            .map_err(|e| format!("{}: {e}", job.log.display()))?;
-        let err = log.try_clone().map_err(|e| format!("{}: {e}", job.log.display()))?;
+            .map_err(|source| JobFailure::File { path: job.log.clone(), source })?;
+        let err = log.try_clone().map_err(|source| JobFailure::File { path: job.log.clone(), source })?;
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .envs(&job.spec.env)
@@ -401,13 +482,13 @@ impl Supervisor {
             .stderr(err);
         // Its own process group: stopped as a group, and it outlives an agent that is killed.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        cmd.spawn().map_err(|e| format!("cannot start `{}`: {e}", argv[0]))
+        cmd.spawn().map_err(|source| JobFailure::Spawn { program: argv[0].clone(), source })
     }
 
     /// Starts (or restarts) the job `key` of `slot`; the caller holds the lock and saves.
-    fn start_job(&self, inner: &mut Inner, slot_key: (u32, Placement), index: usize) -> Result<(), String> {
-        let slot = inner.slots.get_mut(&slot_key).ok_or("no such instance")?;
-        let uuid = slot.uuid.ok_or("the instance has no MIG UUID the agent could read; no job can run on it")?;
+    fn start_job(&self, inner: &mut Inner, slot_key: (u32, Placement), index: usize) -> Result<(), JobFailure> {
+        let slot = inner.slots.get_mut(&slot_key).ok_or(JobFailure::NoInstance)?;
+        let uuid = slot.uuid.ok_or(JobFailure::NoUuid)?;
         let job = &mut slot.jobs[index];
         let name = container_name(&self.node, slot_key.0, slot_key.1, &job.tenant, job.role);
         // A container left by a crash would hold the name (and the instance).
@@ -449,7 +530,8 @@ impl Supervisor {
             .collect();
         for (tenant, source, port, m) in targets {
             match http_get_body(port, &m.path, READY_TIMEOUT)
-                .and_then(|text| crate::load::counter_value(&text, &m.counter, &m.labels))
+                .map_err(|e| e.to_string())
+                .and_then(|text| crate::load::counter_value(&text, &m.counter, &m.labels).map_err(|e| e.to_string()))
             {
                 Ok(v) => self.job_load.observe(&tenant, &source, v),
                 Err(e) => tracing::debug!(node = %self.node, %tenant, %source, "cannot read the job's counter: {e}"),
@@ -552,7 +634,7 @@ impl Supervisor {
     }
 
     /// Drains and stops one job (see "Lifecycle" in the module doc). Called without the lock held.
-    fn stop_job(&self, slot_key: (u32, Placement), tenant: &TenantId, role: Role) -> Result<(), String> {
+    fn stop_job(&self, slot_key: (u32, Placement), tenant: &TenantId, role: Role) -> Result<(), JobFailure> {
         let key = (slot_key.0, slot_key.1, tenant.clone(), role);
         let job = {
             let mut inner = lock(&self.inner);
@@ -586,7 +668,7 @@ impl Supervisor {
                     "job still running after its grace period; killing its process group");
                 signal_group(job.pid, Signal::Kill);
                 if !self.wait_gone(&key, job.pid, Duration::from_secs(10)) {
-                    return Err(format!("process group {} survived SIGKILL for 10 s", job.pid));
+                    return Err(JobFailure::Unkillable(job.pid));
                 }
             }
         }
@@ -655,7 +737,7 @@ impl Workload for Supervisor {
             for other in self.retraining_elsewhere(&w.tenant, slot_key) {
                 tracing::info!(node = %self.node, tenant = %w.tenant, from = %other.1, to = %instance.placement,
                     "retraining moves: checkpointing and stopping the running job first");
-                self.stop_job(other, &w.tenant, Role::Retraining).map_err(&err)?;
+                self.stop_job(other, &w.tenant, Role::Retraining).map_err(|e| err(e.to_string()))?;
             }
         }
         let mut inner = lock(&self.inner);
@@ -723,7 +805,7 @@ impl Workload for Supervisor {
             .map(|j| (j.tenant.clone(), j.role))
             .collect();
         // Recorded before anything starts, so a restarted agent knows of every process it may find.
-        self.save(&inner).map_err(&err)?;
+        self.save(&inner).map_err(|e| err(e.to_string()))?;
         let mut failed = None;
         for i in to_start {
             if let Err(e) = self.start_job(&mut inner, slot_key, i) {
@@ -735,13 +817,13 @@ impl Workload for Supervisor {
                 failed.get_or_insert(format!("{}: {e}", job.tenant));
             }
         }
-        self.save(&inner).map_err(&err)?;
+        self.save(&inner).map_err(|e| err(e.to_string()))?;
         if let Some(e) = failed {
             return Err(err(e));
         }
         drop(inner);
         for (tenant, role) in stale {
-            self.stop_job(slot_key, &tenant, role).map_err(&err)?;
+            self.stop_job(slot_key, &tenant, role).map_err(|e| err(e.to_string()))?;
         }
         Ok(())
     }
@@ -771,7 +853,7 @@ impl Workload for Supervisor {
                 j.state = EndpointState::Draining;
             }
             let jobs = slot.jobs.iter().map(|j| (j.tenant.clone(), j.role)).collect();
-            self.save(&inner).map_err(&err)?;
+            self.save(&inner).map_err(|e| err(e.to_string()))?;
             (jobs, handed_over)
         };
         if handed_over {
@@ -781,11 +863,11 @@ impl Workload for Supervisor {
             std::thread::sleep(self.settle);
         }
         for (tenant, role) in jobs {
-            self.stop_job(slot_key, &tenant, role).map_err(&err)?;
+            self.stop_job(slot_key, &tenant, role).map_err(|e| err(e.to_string()))?;
         }
         let mut inner = lock(&self.inner);
         inner.slots.remove(&slot_key);
-        self.save(&inner).map_err(&err)
+        self.save(&inner).map_err(|e| err(e.to_string()))
     }
 
     fn ready(&self, gpu: u32, placement: Placement) -> bool {
@@ -990,7 +1072,7 @@ fn group_alive(pgid: u32) -> bool {
 }
 
 /// Runs a drain or checkpoint action on a job: an HTTP `POST` to its port (answered within `deadline`), or a signal.
-fn act(pgid: u32, port: u16, action: &JobAction, deadline: Duration) -> Result<(), String> {
+fn act(pgid: u32, port: u16, action: &JobAction, deadline: Duration) -> Result<(), JobFailure> {
     match action {
         JobAction::Signal { signal } => {
             signal_group(pgid, *signal);
@@ -1003,7 +1085,11 @@ fn act(pgid: u32, port: u16, action: &JobAction, deadline: Duration) -> Result<(
                 &format!("{path}{}deadline_ms={}", if path.contains('?') { '&' } else { '?' }, deadline.as_millis()),
                 deadline,
             )?;
-            if (200..300).contains(&status) { Ok(()) } else { Err(format!("POST {path} answered {status}")) }
+            if (200..300).contains(&status) {
+                Ok(())
+            } else {
+                Err(JobFailure::Status { method: "POST", path: path.clone(), status })
+            }
         }
     }
 }
@@ -1018,41 +1104,43 @@ fn is_ready(port: u16, check: &ReadyCheck) -> bool {
 
 /// `GET http://127.0.0.1:{port}{path}` over HTTP/1.0 (so the answer is not chunked); the body of a 2xx answer, at
 /// most [`MAX_METRICS_BYTES`].
-fn http_get_body(port: u16, path: &str, timeout: Duration) -> Result<String, String> {
+fn http_get_body(port: u16, path: &str, timeout: Duration) -> Result<String, JobFailure> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("{addr}: {e}"))?;
-    s.set_read_timeout(Some(timeout)).and_then(|()| s.set_write_timeout(Some(timeout))).map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").map_err(|e| format!("{addr}: {e}"))?;
+    let io = |source| JobFailure::Connection { addr, source };
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(io)?;
+    s.set_read_timeout(Some(timeout)).and_then(|()| s.set_write_timeout(Some(timeout))).map_err(io)?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").map_err(io)?;
     let mut raw = Vec::new();
-    s.take(MAX_METRICS_BYTES as u64).read_to_end(&mut raw).map_err(|e| format!("{addr}: {e}"))?;
+    s.take(MAX_METRICS_BYTES as u64).read_to_end(&mut raw).map_err(io)?;
     let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("{addr}: not an HTTP answer"))?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or(JobFailure::NotHttp(addr))?;
     let status: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     if !(200..300).contains(&status) {
-        return Err(format!("GET {path} answered {status}"));
+        return Err(JobFailure::Status { method: "GET", path: path.to_string(), status });
     }
     Ok(body.to_string())
 }
 
 /// One HTTP/1.1 request without a body to `127.0.0.1:port`; returns the status code.
-fn http(port: u16, method: &str, path: &str, timeout: Duration) -> Result<u16, String> {
+fn http(port: u16, method: &str, path: &str, timeout: Duration) -> Result<u16, JobFailure> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let io = |source| JobFailure::Connection { addr, source };
     let timeout = timeout.max(Duration::from_millis(50));
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("{addr}: {e}"))?;
-    s.set_read_timeout(Some(timeout)).and_then(|()| s.set_write_timeout(Some(timeout))).map_err(|e| e.to_string())?;
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(io)?;
+    s.set_read_timeout(Some(timeout)).and_then(|()| s.set_write_timeout(Some(timeout))).map_err(io)?;
     write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("{addr}: {e}"))?;
+        .map_err(io)?;
     let mut head = [0u8; 64];
     let mut n = 0;
     while n < 12 {
         match s.read(&mut head[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
-            Err(e) => return Err(format!("{addr}: {e}")),
+            Err(e) => return Err(io(e)),
         }
     }
     let line = String::from_utf8_lossy(&head[..n]);
-    line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| format!("{addr}: not an HTTP answer"))
+    line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or(JobFailure::NotHttp(addr))
 }
 
 #[cfg(test)]
@@ -1089,11 +1177,11 @@ mod tests {
         assert_eq!(policy.check(&JobRun::Command { argv: vec!["tritonserver".into()] }), Ok(()));
         assert_eq!(policy.check(&JobRun::Command { argv: vec!["/opt/serving/vllm".into()] }), Ok(()));
         let climb = JobRun::Command { argv: vec!["/opt/serving/../../bin/sh".into()] };
-        assert!(policy.check(&climb).unwrap_err().contains("`..`"));
-        let e = policy.check(&JobRun::Command { argv: vec!["/bin/sh".into(), "-c".into()] }).unwrap_err();
+        assert!(policy.check(&climb).unwrap_err().to_string().contains("`..`"));
+        let e = policy.check(&JobRun::Command { argv: vec!["/bin/sh".into(), "-c".into()] }).unwrap_err().to_string();
         assert!(e.contains("`/bin/sh`") && e.contains("allow_commands"), "{e}");
         let image = JobRun::Container { image: "evil:1".into(), args: vec![], runtime: ContainerRuntime::Docker };
-        assert!(policy.check(&image).unwrap_err().contains("allow_images"));
+        assert!(policy.check(&image).unwrap_err().to_string().contains("allow_images"));
         assert_eq!(JobPolicy::allow_all().check(&image), Ok(()));
         assert!(JobPolicy::default().check(&JobRun::Command { argv: vec!["x".into()] }).is_err());
     }

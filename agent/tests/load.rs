@@ -90,7 +90,8 @@ async fn a_scraped_counter_becomes_arrivals_and_reports_add_to_it() {
 async fn an_unreachable_or_silent_endpoint_counts_nothing() {
     let signal = Arc::new(LoadSignal::default());
     let t = TenantId::new("t").unwrap();
-    let e = tessera_agent::load::fetch("http://127.0.0.1:9/metrics", Duration::from_secs(2)).await.unwrap_err();
+    let e =
+        tessera_agent::load::fetch("http://127.0.0.1:9/metrics", Duration::from_secs(2)).await.unwrap_err().to_string();
     assert!(e.starts_with("http://127.0.0.1:9/metrics: "), "{e}");
     let count = Arc::new(AtomicU64::new(5));
     let url = serving_stack(count).await;

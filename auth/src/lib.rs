@@ -87,22 +87,42 @@ pub struct Identity {
     pub fingerprint: String,
 }
 
+/// A certificate that names no identity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CertificateError {
+    /// Not an X.509 certificate.
+    #[error("unreadable certificate: {0}")]
+    Unreadable(String),
+    /// Its subject has no OU.
+    #[error("the certificate's subject has no OU (role)")]
+    NoRole,
+    /// Its OU is no role.
+    #[error("unknown role `{0}` in the certificate's OU")]
+    UnknownRole(String),
+    /// Its subject has no CN.
+    #[error("the certificate's subject has no CN (name)")]
+    NoName,
+}
+
+/// `--tls-cert`, `--tls-key` and `--tls-ca` given only in part: the flags missing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("TLS needs --tls-cert, --tls-key and --tls-ca together; missing {}", .0.join(", "))]
+pub struct MissingTlsFlags(pub Vec<&'static str>);
+
 impl Identity {
     /// Reads the identity from a DER certificate's subject.
-    pub fn from_der(der: &[u8]) -> Result<Identity, String> {
-        let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| format!("unreadable certificate: {e}"))?;
+    pub fn from_der(der: &[u8]) -> Result<Identity, CertificateError> {
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(der).map_err(|e| CertificateError::Unreadable(e.to_string()))?;
         let subject = cert.subject();
-        let ou = subject
-            .iter_organizational_unit()
-            .next()
-            .and_then(|a| a.as_str().ok())
-            .ok_or("the certificate's subject has no OU (role)")?;
-        let role = Role::parse(ou).ok_or_else(|| format!("unknown role `{ou}` in the certificate's OU"))?;
+        let ou =
+            subject.iter_organizational_unit().next().and_then(|a| a.as_str().ok()).ok_or(CertificateError::NoRole)?;
+        let role = Role::parse(ou).ok_or_else(|| CertificateError::UnknownRole(ou.to_string()))?;
         let name = subject
             .iter_common_name()
             .next()
             .and_then(|a| a.as_str().ok())
-            .ok_or("the certificate's subject has no CN (name)")?
+            .ok_or(CertificateError::NoName)?
             .to_string();
         Ok(Identity { role, name, serial: serial_hex(cert.raw_serial()), fingerprint: fingerprint_of(der) })
     }
@@ -114,7 +134,7 @@ impl Identity {
             path: path.to_path_buf(),
             message: "no PEM certificate in the file".into(),
         })?;
-        Identity::from_der(&der).map_err(|message| AuthError::File { path: path.to_path_buf(), message })
+        Identity::from_der(&der).map_err(|e| AuthError::File { path: path.to_path_buf(), message: e.to_string() })
     }
 
     /// The coordinator member id of a coordinator identity (`node-<id>`).
@@ -258,7 +278,7 @@ impl TlsFiles {
         cert: Option<PathBuf>,
         key: Option<PathBuf>,
         ca: Option<PathBuf>,
-    ) -> Result<Option<TlsFiles>, String> {
+    ) -> Result<Option<TlsFiles>, MissingTlsFlags> {
         match (cert, key, ca) {
             (None, None, None) => Ok(None),
             (Some(cert), Some(key), Some(ca)) => Ok(Some(TlsFiles { cert, key, ca })),
@@ -268,7 +288,7 @@ impl TlsFiles {
                         .into_iter()
                         .filter_map(|(m, n)| m.then_some(n))
                         .collect();
-                Err(format!("TLS needs --tls-cert, --tls-key and --tls-ca together; missing {}", missing.join(", ")))
+                Err(MissingTlsFlags(missing))
             }
         }
     }
@@ -372,7 +392,7 @@ impl Auth {
         };
         let who = match Identity::from_der(&der) {
             Ok(w) => w,
-            Err(e) => return refuse("unauthenticated", Status::unauthenticated(e)),
+            Err(e) => return refuse("unauthenticated", Status::unauthenticated(e.to_string())),
         };
         if need.allows(&who) {
             match self.gate.as_ref().map_or(Ok(()), |g| g(&who)) {
@@ -699,7 +719,8 @@ mod tests {
     fn tls_flags_come_together() {
         assert_eq!(TlsFiles::from_flags(None, None, None), Ok(None));
         let e = TlsFiles::from_flags(Some("c".into()), None, None).unwrap_err();
-        assert!(e.contains("--tls-key, --tls-ca"), "{e}");
+        assert_eq!(e, MissingTlsFlags(vec!["--tls-key", "--tls-ca"]));
+        assert!(e.to_string().contains("--tls-key, --tls-ca"), "{e}");
         let f = TlsFiles::from_flags(Some("c".into()), Some("k".into()), Some("a".into())).unwrap().unwrap();
         let e = f.server().unwrap_err().to_string();
         assert!(e.starts_with("c: cannot read"), "{e}");

@@ -67,7 +67,7 @@ impl Client {
     fn connect(&self, endpoint: &str, left: Duration) -> Result<CoordinatorApiClient<Channel>, Status> {
         let tls = self.tls.as_ref().map(|f| (f, tessera_auth::COORDINATOR_SERVER_NAME));
         let channel = crate::net::channel(endpoint, Duration::from_secs(1).min(left), Some(left), tls)
-            .map_err(Status::invalid_argument)?;
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(CoordinatorApiClient::new(channel).max_decoding_message_size(64 * 1024 * 1024))
     }
 

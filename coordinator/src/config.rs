@@ -11,8 +11,8 @@
 //! data_dir = "../data/coordinator-1"       # required: sled files (Raft log, snapshots)
 //! policy = "tessera"                       # optional: a planner policy name
 //! models_dir = "models"                    # optional: model profiles loaded into the state by the leader
+//! interference = "interference.json"      # optional: co-location slowdowns every round plans with
 //! clock = "wall"                           # wall | virtual (workload time advanced by replay through AdvanceClock)
-//! plan_every = "60s"                       # optional: planning window
 //! metrics_listen = "127.0.0.1:9101"        # optional: Prometheus /metrics over HTTP
 //! otlp_endpoint = "http://127.0.0.1:4317"  # optional: OTLP/gRPC traces (off when absent)
 //! call_deadline = "90s"                    # optional: a unary call, its body read included, is answered within it
@@ -26,14 +26,10 @@
 //! keep_tail = 1000
 //! request_timeout = "5s"
 //!
-//! [planner]                                # optional
-//! slot = "10s"
+//! [planner]                                # optional: tessera_planner::settings::RoundSettings, whose keys
+//! plan_every = "60s"                       # are the flags' names (--plan-every, --slot, --horizon...); every
+//! slot = "10s"                             # key and its default: `replay --help`, "Planning"
 //! horizon_slots = 12
-//! target_utilization = 0.8                 # share of an instance's SLO throughput plans use, (0, 1]
-//! replan_band = 1.0                        # incremental rounds: solve a GPU again once a forecast leaves this
-//!                                          # share of its planned band (0: every GPU every round)
-//! forecaster = "ewma"                      # last | ewma | seasonal (as replay's --forecaster)
-//! replan_on_burst = false                  # on a virtual clock, also plan when a slot's bursts leave the bands
 //!
 //! insecure = false                         # plaintext beyond loopback needs this (or --insecure)
 //!
@@ -59,7 +55,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tessera_core::config::{ConfigError, FieldError, from_toml, parse_duration_ms, read_config};
-use tessera_planner::round::RoundSettings;
+use tessera_planner::settings::{RoundArgs, RoundSettings};
 
 use crate::replica::RaftSettings;
 
@@ -82,26 +78,12 @@ pub struct CoordinatorConfig {
     pub data_dir: PathBuf,
     /// Planner policy.
     pub policy: String,
+    /// How rounds plan (`[planner]`).
+    pub round: RoundSettings,
     /// Model profiles to load.
     pub models_dir: Option<PathBuf>,
     /// Workload clock.
     pub clock: ClockMode,
-    /// Planning window.
-    pub plan_every: Duration,
-    /// Slot length.
-    pub slot: Duration,
-    /// Slots per horizon.
-    pub horizon_slots: usize,
-    /// Share of an instance's SLO throughput plans use (`PlannerConfig::target_utilization`).
-    pub target_utilization: f64,
-    /// Relative optimality gap of each GPU's solve (`SolverConfig::mip_rel_gap`).
-    pub gap: f64,
-    /// Incremental rounds' band (`PlannerConfig::replan_band`).
-    pub replan_band: f64,
-    /// Forecaster of every tenant.
-    pub forecaster: tessera_planner::forecast::ForecasterConfig,
-    /// Also plan inside a window when a reported slot rate leaves the last plan's forecast band (virtual clock).
-    pub replan_on_burst: bool,
     /// Prometheus endpoint.
     pub metrics_listen: Option<SocketAddr>,
     /// OTLP endpoint.
@@ -110,12 +92,9 @@ pub struct CoordinatorConfig {
     pub allow_fault_injection: bool,
     /// The leader's failure detector (`None`: off).
     pub failure_detection: Option<crate::planning::FailureDetection>,
-    /// The interference table every round is planned with (`planner.interference`, a JSON file as `sim-agent
+    /// The interference table every round is planned with (`interference`, a JSON file as `sim-agent
     /// interference` prints it; `None`: plan as if co-located tenants did not slow each other down).
     pub interference: Option<tessera_planner::input::Interference>,
-    /// Whether tessera may run a tenant's retraining on its inference instance (`planner.sharing`:
-    /// `exclusive`, the default, or `priority`, Tally's; `timeslice` is for studies and the simulator).
-    pub sharing: tessera_core::sharing::Sharing,
     /// Mutual TLS (`None`: plaintext, every caller may do everything).
     pub tls: Option<tessera_auth::TlsFiles>,
     /// Pinned member certificates: a member id listed here is believed only with the certificate of this
@@ -135,14 +114,16 @@ struct RawConfig {
     data_dir: Option<String>,
     policy: Option<String>,
     models_dir: Option<String>,
+    interference: Option<String>,
     clock: Option<String>,
-    plan_every: Option<String>,
+    /// Refused with a pointer to `[planner]`, where it moved.
+    plan_every: Option<serde::de::IgnoredAny>,
     metrics_listen: Option<String>,
     otlp_endpoint: Option<String>,
     #[serde(default)]
     raft: RawRaft,
     #[serde(default)]
-    planner: RawPlanner,
+    planner: RoundSettings,
     #[serde(default)]
     failure_detection: RawFailureDetection,
     tls: Option<tessera_auth::TlsFiles>,
@@ -172,20 +153,6 @@ struct RawRaft {
     request_timeout: Option<String>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawPlanner {
-    slot: Option<String>,
-    horizon_slots: Option<usize>,
-    target_utilization: Option<f64>,
-    gap: Option<f64>,
-    replan_band: Option<f64>,
-    forecaster: Option<String>,
-    replan_on_burst: Option<bool>,
-    interference: Option<String>,
-    sharing: Option<String>,
-}
-
 /// Command-line values that override the file (each `None` keeps the file's value).
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -201,12 +168,12 @@ pub struct Overrides {
     pub data_dir: Option<String>,
     /// `--policy`.
     pub policy: Option<String>,
+    /// The planning flags (`--plan-every`, `--slot`, ...): each overrides its `[planner]` key.
+    pub round: RoundArgs,
     /// `--models-dir`.
     pub models_dir: Option<String>,
     /// `--clock`.
     pub clock: Option<String>,
-    /// `--plan-every`.
-    pub plan_every: Option<String>,
     /// `--metrics-listen`.
     pub metrics_listen: Option<String>,
     /// `--otlp-endpoint`.
@@ -217,32 +184,16 @@ pub struct Overrides {
     pub snapshot_every: Option<u64>,
     /// `--snapshot-log-ratio`.
     pub snapshot_log_ratio: Option<f64>,
-    /// `--forecaster`.
-    pub forecaster: Option<String>,
-    /// `--slot`.
-    pub slot: Option<String>,
-    /// `--horizon`.
-    pub horizon_slots: Option<usize>,
-    /// `--target-utilization`.
-    pub target_utilization: Option<f64>,
-    /// `--gap`.
-    pub gap: Option<f64>,
-    /// `--replan-band`.
-    pub replan_band: Option<f64>,
     /// `--keep-tail`.
     pub keep_tail: Option<u64>,
-    /// `--replan-on-burst` (true when given).
-    pub replan_on_burst: bool,
     /// `--suspect-after`.
     pub suspect_after: Option<String>,
     /// `--fail-after`.
     pub fail_after: Option<String>,
     /// `--no-failure-detection` (true when given).
     pub no_failure_detection: bool,
-    /// `planner.interference`: the interference table's JSON file.
+    /// `--interference`: the interference table's JSON file.
     pub interference: Option<String>,
-    /// `--sharing`: `planner.sharing`.
-    pub sharing: Option<String>,
     /// `--tls-cert`, `--tls-key`, `--tls-ca` (all three, or none: the file's `[tls]`).
     pub tls: Option<tessera_auth::TlsFiles>,
     /// `--member-pins`.
@@ -321,21 +272,56 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ListEntryError> 
 }
 
 /// The largest interference table file read (100 models, every ordered pair, is about 1 MB).
-const MAX_INTERFERENCE_BYTES: u64 = 4 << 20;
+pub const MAX_INTERFERENCE_BYTES: u64 = 4 << 20;
 
-/// Reads and checks an interference table; the message names the file and, for bad JSON, the line and column.
-fn load_interference(file: &Path) -> Result<tessera_planner::input::Interference, String> {
+/// An interference table file that cannot be used; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum InterferenceFileError {
+    /// It cannot be read.
+    #[error("{}: {source}", file.display())]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is larger than [`MAX_INTERFERENCE_BYTES`].
+    #[error("{}: larger than {MAX_INTERFERENCE_BYTES} bytes", file.display())]
+    TooLarge {
+        /// The file.
+        file: PathBuf,
+    },
+    /// It is not a table's JSON (the message has the line and column).
+    #[error("{}: {source}", file.display())]
+    Json {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A pair is out of range.
+    #[error("{}: {source}", file.display())]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// Which pair, and why.
+        source: tessera_planner::error::InvalidField,
+    },
+}
+
+/// Reads and checks an interference table.
+fn load_interference(file: &Path) -> Result<tessera_planner::input::Interference, InterferenceFileError> {
     use std::io::Read as _;
-    let shown = file.display();
-    let f = std::fs::File::open(file).map_err(|e| format!("{shown}: {e}"))?;
+    let read = |source| InterferenceFileError::Read { file: file.to_path_buf(), source };
+    let f = std::fs::File::open(file).map_err(read)?;
     let mut text = String::new();
-    f.take(MAX_INTERFERENCE_BYTES + 1).read_to_string(&mut text).map_err(|e| format!("{shown}: {e}"))?;
+    f.take(MAX_INTERFERENCE_BYTES + 1).read_to_string(&mut text).map_err(read)?;
     if text.len() as u64 > MAX_INTERFERENCE_BYTES {
-        return Err(format!("{shown}: larger than {MAX_INTERFERENCE_BYTES} bytes"));
+        return Err(InterferenceFileError::TooLarge { file: file.to_path_buf() });
     }
-    let table: tessera_planner::input::Interference =
-        serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))?;
-    table.validate().map_err(|e| format!("{shown}: {e}"))?;
+    let table: tessera_planner::input::Interference = serde_json::from_str(&text)
+        .map_err(|source| InterferenceFileError::Json { file: file.to_path_buf(), source })?;
+    table.validate().map_err(|source| InterferenceFileError::Invalid { file: file.to_path_buf(), source })?;
     Ok(table)
 }
 
@@ -404,9 +390,11 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     };
     let data_dir = path(&over.data_dir, raw.data_dir).ok_or_else(|| field("data_dir", "is required"))?;
     let models_dir = path(&over.models_dir, raw.models_dir);
-    // Every planning default is RoundSettings' (the same as replay's flags).
-    let planning = RoundSettings::default();
-    let policy = over.policy.clone().or(raw.policy).unwrap_or_else(|| planning.policy.clone());
+    if raw.plan_every.is_some() {
+        return Err(field("plan_every", "moved to [planner] (`[planner]` then `plan_every = \"60s\"`)"));
+    }
+    let policy =
+        over.policy.clone().or(raw.policy).unwrap_or_else(|| tessera_planner::policies::DEFAULT_POLICY.to_string());
     let planner = tessera_planner::policies::by_name(&policy).map_err(|m| field("policy", m.to_string()))?;
     if planner.sees_truth() {
         return Err(field(
@@ -419,9 +407,9 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         "virtual" => ClockMode::Virtual,
         other => return Err(field("clock", format!("`{other}` is not wall or virtual"))),
     };
-    let plan_every_default = format!("{}ms", (planning.plan_every_s * 1000.0).round() as u64);
-    let plan_every =
-        duration("plan_every", over.plan_every.as_deref().or(raw.plan_every.as_deref()), &plan_every_default)?;
+    // The file's [planner] table, then the flags; every default is RoundSettings' (the same as replay's).
+    let round = over.round.apply(&raw.planner);
+    round.validate().map_err(|e| field(&format!("planner.{}", e.field), e.problem))?;
     let metrics_listen = match over.metrics_listen.clone().or(raw.metrics_listen) {
         Some(m) => Some(m.parse().map_err(|e| field("metrics_listen", format!("`{m}` is not IP:PORT ({e})")))?),
         None => None,
@@ -456,39 +444,9 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
             "must be a number in [0, 1000] (0: snapshot_every alone decides)",
         ));
     }
-    let slot_default = format!("{}ms", (planning.planner.slot_s * 1000.0).round() as u64);
-    let slot = duration("planner.slot", over.slot.as_deref().or(raw.planner.slot.as_deref()), &slot_default)?;
-    let horizon_slots = over.horizon_slots.or(raw.planner.horizon_slots).unwrap_or(planning.planner.horizon_slots);
-    if horizon_slots == 0 || horizon_slots > 10_000 {
-        return Err(field("planner.horizon_slots", "must be in 1..=10000"));
-    }
-    let default_utilization = planning.planner.target_utilization;
-    let target_utilization = over.target_utilization.or(raw.planner.target_utilization).unwrap_or(default_utilization);
-    if !(target_utilization > 0.0 && target_utilization <= 1.0) {
-        return Err(field("planner.target_utilization", "must be in (0, 1]"));
-    }
-    let gap = over.gap.or(raw.planner.gap).unwrap_or(planning.planner.solver.mip_rel_gap);
-    if !(0.0..1.0).contains(&gap) {
-        return Err(field("planner.gap", "must be in [0, 1)"));
-    }
-    let replan_band = over.replan_band.or(raw.planner.replan_band).unwrap_or(planning.planner.replan_band);
-    if !(replan_band.is_finite() && (0.0..=100.0).contains(&replan_band)) {
-        return Err(field("planner.replan_band", "must be in [0, 100] (0: every GPU solved every round)"));
-    }
-    let forecaster_name =
-        over.forecaster.clone().or(raw.planner.forecaster).unwrap_or_else(|| planning.forecaster.clone());
-    let forecaster = tessera_planner::forecast::ForecasterConfig::from_name(&forecaster_name, slot.as_secs_f64())
-        .map_err(|m| field("planner.forecaster", m.problem))?;
-    let replan_on_burst = over.replan_on_burst || raw.planner.replan_on_burst.unwrap_or(planning.replan_on_burst);
-    let interference = match path(&over.interference, raw.planner.interference) {
-        Some(file) => Some(load_interference(&file).map_err(|m| field("planner.interference", m))?),
+    let interference = match path(&over.interference, raw.interference) {
+        Some(file) => Some(load_interference(&file).map_err(|e| field("interference", e.to_string()))?),
         None => None,
-    };
-    let sharing = match over.sharing.clone().or(raw.planner.sharing) {
-        Some(name) => {
-            name.parse().map_err(|e: tessera_core::sharing::UnknownSharing| field("planner.sharing", e.to_string()))?
-        }
-        None => tessera_core::sharing::Sharing::Exclusive,
     };
     let fd = raw.failure_detection;
     let detect = !over.no_failure_detection && fd.enabled.unwrap_or(clock == ClockMode::Wall);
@@ -538,8 +496,7 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
     let failure_detection =
         detect.then_some(crate::planning::FailureDetection { suspect_after, fail_after, suspect_push_failures });
     Ok(CoordinatorConfig {
-        forecaster,
-        replan_on_burst,
+        round,
         raft,
         listen,
         advertise,
@@ -549,18 +506,11 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
         policy,
         models_dir,
         clock,
-        plan_every,
-        slot,
-        horizon_slots,
-        target_utilization,
-        gap,
-        replan_band,
         metrics_listen,
         otlp_endpoint,
         allow_fault_injection: over.allow_fault_injection,
         failure_detection,
         interference,
-        sharing,
         tls,
         member_pins,
         call_deadline,
@@ -570,6 +520,12 @@ fn validate(raw: RawConfig, base: &Path, over: &Overrides) -> Result<Coordinator
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn round(f: impl FnOnce(&mut RoundArgs)) -> Overrides {
+        let mut round = RoundArgs::default();
+        f(&mut round);
+        Overrides { round, ..Default::default() }
+    }
 
     #[test]
     fn the_shipped_config_is_valid() {
@@ -620,40 +576,46 @@ mod tests {
         };
         let c = CoordinatorConfig::load(Some(&file), &over).unwrap();
         assert_eq!((c.raft.id, c.policy.as_str(), c.advertise.as_str()), (2, "static", "127.0.0.1:7002"));
-        assert_eq!(c.target_utilization, tessera_planner::PlannerConfig::default().target_utilization);
-        let over = Overrides { target_utilization: Some(0.9), ..Default::default() };
-        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().target_utilization, 0.9);
-        let over = Overrides { target_utilization: Some(1.5), ..Default::default() };
+        assert_eq!(c.round, RoundSettings::default());
+        let over = round(|r| r.target_utilization = Some(0.9));
+        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().round.target_utilization, 0.9);
+        let over = round(|r| r.target_utilization = Some(1.5));
         let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
         assert!(e.contains("planner.target_utilization"), "{e}");
-        assert_eq!(c.gap, tessera_planner::PlannerConfig::default().solver.mip_rel_gap);
-        let over = Overrides { gap: Some(0.04), ..Default::default() };
-        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().gap, 0.04);
-        let over = Overrides { gap: Some(1.0), ..Default::default() };
+        let over = round(|r| r.gap = Some(0.04));
+        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().round.gap, 0.04);
+        let over = round(|r| r.gap = Some(1.0));
         let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
         assert!(e.contains("planner.gap"), "{e}");
-        assert_eq!(c.replan_band, tessera_planner::PlannerConfig::default().replan_band);
-        let over = Overrides { replan_band: Some(0.0), ..Default::default() };
-        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().replan_band, 0.0);
+        let over = round(|r| r.replan_band = Some(0.0));
+        assert_eq!(CoordinatorConfig::load(Some(&file), &over).unwrap().round.replan_band, 0.0);
         for bad in [-1.0, f64::NAN, 101.0] {
-            let over = Overrides { replan_band: Some(bad), ..Default::default() };
+            let over = round(|r| r.replan_band = Some(bad));
             let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
             assert!(e.contains("planner.replan_band"), "{e}");
         }
         let text = std::fs::read_to_string(&file).unwrap();
         std::fs::write(&file, format!("{text}[planner]\nreplan_band = 2.5\n")).unwrap();
-        assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().replan_band, 2.5);
+        assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().round.replan_band, 2.5);
         std::fs::write(&file, format!("{text}[planner]\ngap = 0.02\n")).unwrap();
-        assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().gap, 0.02);
-        assert!(!c.replan_on_burst);
+        assert_eq!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().round.gap, 0.02);
+        assert!(!c.round.replan_on_burst);
         std::fs::write(&file, format!("{text}[planner]\nreplan_on_burst = true\n")).unwrap();
-        assert!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().replan_on_burst);
+        assert!(CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap().round.replan_on_burst);
         std::fs::write(&file, format!("{text}[planner]\nreplan_on_burst = 1\n")).unwrap();
         let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains("replan_on_burst"), "{e}");
-        std::fs::write(&file, text).unwrap();
-        let over = Overrides { replan_on_burst: true, ..Default::default() };
-        assert!(CoordinatorConfig::load(Some(&file), &over).unwrap().replan_on_burst);
+        std::fs::write(&file, &text).unwrap();
+        let over = round(|r| r.replan_on_burst = true);
+        assert!(CoordinatorConfig::load(Some(&file), &over).unwrap().round.replan_on_burst);
+        // The window moved into [planner]: the old place is refused with a pointer.
+        std::fs::write(&file, format!("{text}plan_every = \"30s\"\n")).unwrap();
+        let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("plan_every") && e.contains("[planner]"), "{e}");
+        std::fs::write(&file, format!("{text}[planner]\nplan_every = \"30s\"\nslot = \"5s\"\n")).unwrap();
+        let c = CoordinatorConfig::load(Some(&file), &round(|r| r.slot = Some(Duration::from_secs(6)))).unwrap();
+        assert_eq!((c.round.plan_every, c.round.slot), (Duration::from_secs(30), Duration::from_secs(6)));
+        std::fs::write(&file, &text).unwrap();
 
         let over = Overrides { policy: Some("nope".into()), ..Default::default() };
         let e = CoordinatorConfig::load(Some(&file), &over).unwrap_err().to_string();
@@ -690,10 +652,10 @@ mod tests {
         let base = "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\n[planner]\n";
         std::fs::write(&file, format!("{base}sharing = \"priority\"\n")).unwrap();
         let c = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap();
-        assert_eq!(c.sharing, tessera_core::sharing::Sharing::Priority);
+        assert_eq!(c.round.sharing, tessera_core::sharing::Sharing::Priority);
         std::fs::write(&file, base).unwrap();
         let c = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap();
-        assert_eq!(c.sharing, tessera_core::sharing::Sharing::Exclusive);
+        assert_eq!(c.round.sharing, tessera_core::sharing::Sharing::Exclusive);
         std::fs::write(&file, format!("{base}sharing = \"tally\"\n")).unwrap();
         let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains("planner.sharing") && e.contains("tally"), "{e}");
@@ -703,7 +665,7 @@ mod tests {
     fn the_interference_table_is_read_relative_to_the_file_and_checked() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.toml");
-        let base = "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\n[planner]\ninterference = \"x.json\"\n";
+        let base = "id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"\ninterference = \"x.json\"\n";
         std::fs::write(&file, base).unwrap();
         let table = dir.path().join("x.json");
         std::fs::write(&table, r#"{"source": "test", "pairs": [["a", "b", 1.5], ["b", "a", 1.2]]}"#).unwrap();
@@ -724,11 +686,11 @@ mod tests {
         ] {
             std::fs::write(&table, text).unwrap();
             let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
-            assert!(e.contains("planner.interference") && e.contains("x.json") && e.contains(says), "{text}: {e}");
+            assert!(e.contains("field `interference`") && e.contains("x.json") && e.contains(says), "{text}: {e}");
         }
         std::fs::remove_file(&table).unwrap();
         let e = CoordinatorConfig::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
-        assert!(e.contains("planner.interference") && e.contains("x.json"), "{e}");
+        assert!(e.contains("field `interference`") && e.contains("x.json"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use tessera_planner::round::RoundSettings;
+use tessera_planner::settings::RoundArgs;
 use tessera_proto::v1;
 use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 
@@ -25,42 +25,12 @@ pub struct DevClusterArgs {
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<std::path::PathBuf>,
     /// Planner policy of the cluster.
-    #[arg(long, default_value_t = RoundSettings::default().policy)]
+    #[arg(long, default_value = tessera_planner::policies::DEFAULT_POLICY)]
     pub policy: String,
-    /// Planning window (give `replay --mode cluster` the same --plan-every).
-    #[arg(long, default_value_t = format!("{}s", RoundSettings::default().plan_every_s))]
-    pub plan_every: String,
-    /// Planner slot, seconds (give `replay --mode cluster` the same --slot).
-    #[arg(long, default_value_t = RoundSettings::default().planner.slot_s)]
-    pub slot: f64,
-    /// Slots in the planning horizon (give `replay --mode cluster` the same --horizon).
-    #[arg(long, default_value_t = RoundSettings::default().planner.horizon_slots)]
-    pub horizon: usize,
-    /// Share of an instance's SLO throughput plans use (give `replay --mode cluster` the same
-    /// --target-utilization).
-    #[arg(long, default_value_t = RoundSettings::default().planner.target_utilization)]
-    pub target_utilization: f64,
-    /// Relative optimality gap of each GPU's solve (give `replay --mode cluster` the same --gap).
-    #[arg(long, default_value_t = RoundSettings::default().planner.solver.mip_rel_gap)]
-    pub gap: f64,
-    /// Incremental rounds' band (give `replay --mode cluster` the same --replan-band).
-    #[arg(long, default_value_t = RoundSettings::default().planner.replan_band, value_name = "SHARE")]
-    pub replan_band: f64,
-    /// Forecaster of every tenant: last, ewma or seasonal (give `replay --mode cluster` the same --forecaster).
-    #[arg(long, default_value_t = RoundSettings::default().forecaster)]
-    pub forecaster: String,
-    /// Also plan inside a window when a slot's arrivals leave the last plan's forecast band (give `replay --mode
-    /// cluster` the same --replan-on-burst).
-    #[arg(long)]
-    pub replan_on_burst: bool,
     /// The interference table to plan with, as `sim-agent interference` prints it (give `replay --mode cluster` a
     /// matching --tlb; replay in-process computes the same table from the TLB model).
     #[arg(long, value_name = "FILE")]
     pub interference: Option<std::path::PathBuf>,
-    /// Let tessera run a tenant's retraining on its inference instance: exclusive or priority (give `replay --mode
-    /// cluster` the same --sharing, so that its upper bound matches).
-    #[arg(long, value_name = "MODE")]
-    pub sharing: Option<String>,
     /// Workload clock: virtual (replay drives it) or wall.
     #[arg(long, default_value = "virtual")]
     pub clock: String,
@@ -70,6 +40,9 @@ pub struct DevClusterArgs {
     /// OTLP endpoint for the coordinators' traces.
     #[arg(long)]
     pub otlp_endpoint: Option<String>,
+    /// The planning settings of every replica (`replay --mode cluster` adopts them: `coordinator status` shows them).
+    #[command(flatten)]
+    pub round: RoundArgs,
 }
 
 /// A development cluster started by [`start`].
@@ -130,19 +103,11 @@ pub async fn start(args: &DevClusterArgs) -> anyhow::Result<DevCluster> {
             peers: Some(peers.clone()),
             data_dir: Some(dir.join(format!("coordinator-{id}")).to_string_lossy().into_owned()),
             policy: Some(args.policy.clone()),
+            round: args.round.clone(),
             models_dir: Some(args.models.to_string_lossy().into_owned()),
             clock: Some(args.clock.clone()),
-            plan_every: Some(args.plan_every.clone()),
             otlp_endpoint: args.otlp_endpoint.clone(),
-            slot: Some(format!("{}ms", (args.slot * 1000.0).round() as u64)),
-            horizon_slots: Some(args.horizon),
-            target_utilization: Some(args.target_utilization),
-            replan_on_burst: args.replan_on_burst,
-            gap: Some(args.gap),
-            replan_band: Some(args.replan_band),
-            forecaster: Some(args.forecaster.clone()),
             interference: args.interference.as_ref().map(|p| p.to_string_lossy().into_owned()),
-            sharing: args.sharing.clone(),
             ..Overrides::default()
         };
         let config = CoordinatorConfig::load(None, &over).map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -437,7 +437,7 @@ impl tessera_metrics::Exposition for Metrics {
         self.encode()
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), tessera_metrics::NotReady> {
         if self.leader_known.load(std::sync::atomic::Ordering::Relaxed) {
             Ok(())
         } else {

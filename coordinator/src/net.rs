@@ -28,6 +28,30 @@ pub const USER_TIMEOUT: Duration = Duration::from_secs(3);
 /// Idle time before TCP keepalive probes start.
 pub const TCP_KEEPALIVE: Duration = Duration::from_secs(5);
 
+/// A channel that cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// The address is not `HOST:PORT` or a URL.
+    #[error("bad address {address}: {source}")]
+    Address {
+        /// The address given.
+        address: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// This process's certificate files cannot be read.
+    #[error("{0}")]
+    Certificate(#[from] tessera_auth::AuthError),
+    /// The TLS settings are refused.
+    #[error("TLS settings for {address}: {source}")]
+    Tls {
+        /// The address given.
+        address: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+}
+
 /// A lazily connected channel to `address` (`HOST:PORT`, or a URL), with the settings above, a connect timeout,
 /// when given a deadline for each call, and with `tls` mutual TLS (this process's certificate, the server checked
 /// against the CA and the name `server_name`).
@@ -36,11 +60,11 @@ pub fn channel(
     connect_timeout: Duration,
     call_timeout: Option<Duration>,
     tls: Option<(&TlsFiles, &str)>,
-) -> Result<Channel, String> {
+) -> Result<Channel, ChannelError> {
     let host = address.strip_prefix("http://").or_else(|| address.strip_prefix("https://")).unwrap_or(address);
     let uri = if tls.is_some() { format!("https://{host}") } else { format!("http://{host}") };
     let mut endpoint = Endpoint::from_shared(uri)
-        .map_err(|e| format!("bad address {address}: {e}"))?
+        .map_err(|source| ChannelError::Address { address: address.to_string(), source })?
         .connect_timeout(connect_timeout)
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
@@ -50,8 +74,9 @@ pub fn channel(
     }
     if let Some((files, server_name)) = tls {
         // Read at each new channel, so renewed certificate files take effect without a restart.
-        let config = files.client(server_name).map_err(|e| e.to_string())?;
-        endpoint = endpoint.tls_config(config).map_err(|e| format!("TLS settings for {address}: {e}"))?;
+        let config = files.client(server_name)?;
+        endpoint =
+            endpoint.tls_config(config).map_err(|source| ChannelError::Tls { address: address.to_string(), source })?;
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -71,6 +96,6 @@ mod tests {
         channel("127.0.0.1:1", Duration::from_secs(1), None, None).unwrap();
         channel("http://127.0.0.1:1", Duration::from_secs(1), Some(Duration::from_secs(2)), None).unwrap();
         let e = channel("bad host:1", Duration::from_secs(1), None, None).unwrap_err();
-        assert!(e.contains("bad host:1"), "{e}");
+        assert!(matches!(e, ChannelError::Address { .. }) && e.to_string().contains("bad host:1"), "{e}");
     }
 }

@@ -191,7 +191,7 @@ enum Request {
         index: u64,
         term: u64,
         conf_state: ConfState,
-        result: Result<usize, String>,
+        result: Result<usize, crate::store_error::StoreError>,
         took: Duration,
     },
     /// The persist thread made more `Ready`s durable (or failed): see [`Durable`].
@@ -290,7 +290,7 @@ fn snapshot_worker<S: RaftStore>(store: S, jobs: std_mpsc::Receiver<SnapshotJob>
                 let start = Instant::now();
                 let data = state.to_snapshot();
                 drop(state);
-                let result = store.stage_snapshot(index, term, &data).map(|()| data.len()).map_err(|e| e.to_string());
+                let result = store.stage_snapshot(index, term, &data).map(|()| data.len());
                 let report = Request::SnapshotStaged { index, term, conf_state, result, took: start.elapsed() };
                 if node.send(report).is_err() {
                     return;
@@ -1143,7 +1143,7 @@ impl<S: RaftStore> Driver<S> {
         index: u64,
         term: u64,
         conf_state: ConfState,
-        result: Result<usize, String>,
+        result: Result<usize, crate::store_error::StoreError>,
         took: Duration,
     ) -> Result<(), ReplicaError> {
         let bytes = match result {

@@ -517,6 +517,9 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
                 self.planner.now_ms()
             },
             plan_epoch: epoch,
+            policy: self.planner.settings().policy.clone(),
+            round_settings_json: serde_json::to_string(&self.planner.settings().round)
+                .map_err(|e| Status::internal(format!("round settings: {e}")))?,
         }))
     }
 
@@ -710,10 +713,13 @@ impl v1::coordinator_api_server::CoordinatorApi for Services {
             _ => to,
         };
         self.planner.advance_agents(now_ms).await;
-        let window = self.planner.settings().plan_every.as_millis() as u64;
+        let window = self.planner.settings().round.plan_every.as_millis() as u64;
         if window > 0 && now_ms / window > before / window {
             self.planner.round("window").await.map_err(round_status)?;
-        } else if self.planner.settings().replan_on_burst && now_ms > before && self.planner.burst_left_band(now_ms) {
+        } else if self.planner.settings().round.replan_on_burst
+            && now_ms > before
+            && self.planner.burst_left_band(now_ms)
+        {
             self.planner.round("burst").await.map_err(round_status)?;
         }
         Ok(Response::new(v1::AdvanceClockResponse { now_ms }))

@@ -217,14 +217,24 @@ impl Transport {
     }
 
     /// Decodes a batch received from a peer.
-    pub fn decode(batch: &v1::RaftBatch) -> Result<Vec<Message>, String> {
+    pub fn decode(batch: &v1::RaftBatch) -> Result<Vec<Message>, BadMessage> {
         batch
             .messages
             .iter()
             .enumerate()
-            .map(|(i, b)| Message::parse_from_bytes(b).map_err(|e| format!("messages[{i}]: {e}")))
+            .map(|(index, b)| Message::parse_from_bytes(b).map_err(|e| BadMessage { index, problem: e.to_string() }))
             .collect()
     }
+}
+
+/// A message of a peer's batch that does not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("messages[{index}]: {problem}")]
+pub struct BadMessage {
+    /// Its position in the batch.
+    pub index: usize,
+    /// Why it does not decode.
+    pub problem: String,
 }
 
 async fn send_loop(inner: Arc<Inner>, peer: u64, endpoint: String, mut rx: mpsc::Receiver<Message>) {

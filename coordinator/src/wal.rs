@@ -142,16 +142,21 @@ fn read_record(bytes: &[u8], offset: usize) -> Read<'_> {
     Read::Record { kind: body[0], payload: &body[1..], next: offset + FRAME + len }
 }
 
+/// A record whose entry leaves a hole after the entries read before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("entry {index} follows entry {last}: entries {} to {} are missing", last + 1, index - 1)]
+struct Hole {
+    /// The entry's index.
+    index: u64,
+    /// The last index read before it.
+    last: u64,
+}
+
 /// Applies one entry to the replayed log, as an append does: a conflicting suffix goes, a hole is an error.
-fn replay_entry(log: &mut VecDeque<Entry>, entry: Entry) -> Result<(), String> {
+fn replay_entry(log: &mut VecDeque<Entry>, entry: Entry) -> Result<(), Hole> {
     if let Some(last) = log.back().map(|e| e.index) {
         if entry.index > last + 1 {
-            return Err(format!(
-                "entry {} follows entry {last}: entries {} to {} are missing",
-                entry.index,
-                last + 1,
-                entry.index - 1
-            ));
+            return Err(Hole { index: entry.index, last });
         }
         let first = log.front().map_or(entry.index, |e| e.index);
         if entry.index < first {
@@ -333,7 +338,7 @@ impl Wal {
                                     max_index = max_index.min(entry.index - 1);
                                 }
                                 max_index = max_index.max(entry.index);
-                                replay_entry(&mut log, entry).map_err(|why| corrupt(offset, &why))?;
+                                replay_entry(&mut log, entry).map_err(|hole| corrupt(offset, &hole.to_string()))?;
                             }
                             (kind, _) => return Err(corrupt(offset, &format!("unknown record kind {kind}"))),
                         }

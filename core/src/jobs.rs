@@ -356,7 +356,7 @@ impl JobSpec {
             if text.len() > MAX_JOB_STRING_BYTES {
                 return Err(JobError::new(field, format!("at most {MAX_JOB_STRING_BYTES} bytes")));
             }
-            template_names(text).map_err(|m| JobError::new(field.clone(), m))?;
+            template_names(text).map_err(|m| JobError::new(field.clone(), m.to_string()))?;
         }
         let path_ok = |field: &str, p: &str| {
             if p.starts_with('/') && p.len() <= MAX_JOB_STRING_BYTES && !p.chars().any(char::is_whitespace) {
@@ -392,8 +392,41 @@ impl JobSpec {
     }
 }
 
+/// A template that is malformed, names an unknown variable, or one without a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// A `}` that closes nothing.
+    #[error("`{text}`: a lone `}}` (write `}}}}` for a literal brace)")]
+    LoneClose {
+        /// The template.
+        text: String,
+    },
+    /// A `{` that is never closed.
+    #[error("`{text}`: `{{` without its `}}`")]
+    Unclosed {
+        /// The template.
+        text: String,
+    },
+    /// A name that is not a template variable.
+    #[error("`{text}`: unknown template variable `{{{name}}}` (known: {})", TEMPLATE_VARIABLES.join(", "))]
+    Unknown {
+        /// The template.
+        text: String,
+        /// The name.
+        name: String,
+    },
+    /// A variable with no value where the template is expanded.
+    #[error("`{text}`: no value for `{{{name}}}`")]
+    NoValue {
+        /// The template.
+        text: String,
+        /// The name.
+        name: String,
+    },
+}
+
 /// The names a template uses, or why it is malformed or names an unknown variable.
-fn template_names(text: &str) -> Result<Vec<&str>, String> {
+fn template_names(text: &str) -> Result<Vec<&str>, TemplateError> {
     let mut names = Vec::new();
     let mut rest = text;
     while let Some(i) = rest.find(['{', '}']) {
@@ -403,15 +436,12 @@ fn template_names(text: &str) -> Result<Vec<&str>, String> {
             continue;
         }
         if rest.as_bytes()[i] == b'}' {
-            return Err(format!("`{text}`: a lone `}}` (write `}}}}` for a literal brace)"));
+            return Err(TemplateError::LoneClose { text: text.to_string() });
         }
-        let end = after.find('}').ok_or_else(|| format!("`{text}`: `{{` without its `}}`"))?;
+        let end = after.find('}').ok_or_else(|| TemplateError::Unclosed { text: text.to_string() })?;
         let name = &after[..end];
         if !TEMPLATE_VARIABLES.contains(&name) {
-            return Err(format!(
-                "`{text}`: unknown template variable `{{{name}}}` (known: {})",
-                TEMPLATE_VARIABLES.join(", ")
-            ));
+            return Err(TemplateError::Unknown { text: text.to_string(), name: name.to_string() });
         }
         names.push(name);
         rest = &after[end + 1..];
@@ -420,7 +450,7 @@ fn template_names(text: &str) -> Result<Vec<&str>, String> {
 }
 
 /// Expands `{name}` in `text` from `vars` (`{{` and `}}` are literal braces). A name `vars` lacks is an error.
-pub fn expand(text: &str, vars: &BTreeMap<&str, String>) -> Result<String, String> {
+pub fn expand(text: &str, vars: &BTreeMap<&str, String>) -> Result<String, TemplateError> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find(['{', '}']) {
@@ -431,12 +461,14 @@ pub fn expand(text: &str, vars: &BTreeMap<&str, String>) -> Result<String, Strin
             continue;
         }
         if rest.as_bytes()[i] == b'}' {
-            return Err(format!("`{text}`: a lone `}}`"));
+            return Err(TemplateError::LoneClose { text: text.to_string() });
         }
         let after = &rest[i + 1..];
-        let end = after.find('}').ok_or_else(|| format!("`{text}`: `{{` without its `}}`"))?;
+        let end = after.find('}').ok_or_else(|| TemplateError::Unclosed { text: text.to_string() })?;
         let name = &after[..end];
-        out.push_str(vars.get(name).ok_or_else(|| format!("`{text}`: no value for `{{{name}}}`"))?);
+        let value =
+            vars.get(name).ok_or_else(|| TemplateError::NoValue { text: text.to_string(), name: name.to_string() })?;
+        out.push_str(value);
         rest = &after[end + 1..];
     }
     out.push_str(rest);
@@ -452,7 +484,7 @@ mod tests {
         let vars: BTreeMap<&str, String> =
             [("port", "9001".to_string()), ("mig_uuid", "MIG-1".to_string())].into_iter().collect();
         assert_eq!(expand("--listen=127.0.0.1:{port} {{x}}", &vars).unwrap(), "--listen=127.0.0.1:9001 {x}");
-        assert!(expand("{tenant}", &vars).unwrap_err().contains("no value for `{tenant}`"));
+        assert!(expand("{tenant}", &vars).unwrap_err().to_string().contains("no value for `{tenant}`"));
         let mut job = JobSpec::command(["server", "--port", "{port}", "--dev={mig_uuid}"]);
         assert_eq!(job.validate(), Ok(()));
         job.run = JobRun::Command { argv: vec!["server".into(), "--model={modle}".into()] };

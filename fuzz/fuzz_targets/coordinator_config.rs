@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tessera_fuzz::coordinator_config(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tessera_fuzz_bodies::coordinator_config(data));

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tessera_fuzz::proto_coordinator_requests(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tessera_fuzz_bodies::proto_coordinator_requests(data));

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tessera_fuzz::trace_alibaba(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tessera_fuzz_bodies::trace_alibaba(data));

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tessera_fuzz::trace_azure2019(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tessera_fuzz_bodies::trace_azure2019(data));

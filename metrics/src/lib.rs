@@ -39,7 +39,24 @@ pub trait Exposition: Send + Sync + 'static {
     fn openmetrics(&self) -> String;
 
     /// `Ok` when the service can do its work; otherwise why not (the body of `/readyz`'s 503).
-    fn ready(&self) -> Result<(), String>;
+    fn ready(&self) -> Result<(), NotReady>;
+}
+
+/// Why a service is not ready, in words for its operator (the body of `/readyz`'s 503).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(pub String);
+
+impl From<&str> for NotReady {
+    fn from(why: &str) -> NotReady {
+        NotReady(why.to_string())
+    }
+}
+
+impl From<String> for NotReady {
+    fn from(why: String) -> NotReady {
+        NotReady(why)
+    }
 }
 
 /// A count or index as a gauge's `i64`, saturating at `i64::MAX`.
@@ -271,7 +288,7 @@ mod tests {
         fn openmetrics(&self) -> String {
             encode(&self.registry)
         }
-        fn ready(&self) -> Result<(), String> {
+        fn ready(&self) -> Result<(), NotReady> {
             if self.ready { Ok(()) } else { Err("no leader known".into()) }
         }
     }

@@ -24,6 +24,7 @@ pub mod level2;
 pub mod policies;
 pub mod policy;
 pub mod round;
+pub mod settings;
 pub mod synthetic;
 
 pub use input::{PlannerConfig, PlannerInput};

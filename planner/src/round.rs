@@ -1,5 +1,5 @@
-//! One planning round, as the coordinator's leader and replay both run it: the settings of the planning loop, and
-//! the state a planner keeps from one round to the next.
+//! One planning round, as the coordinator's leader and replay both run it: the state a planner keeps from one round
+//! to the next (the settings are [`crate::settings::RoundSettings`]).
 //!
 //! A round reads the fleet's live state (each GPU's layout and assignments, each tenant's accuracy and retraining
 //! progress), asks each tenant's forecaster for the horizon, hands every GPU the warm start the previous plan left
@@ -13,65 +13,13 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use tessera_core::ids::{GpuId, TenantId};
 use tessera_core::model::ModelProfile;
 use tessera_core::time::SimTime;
 
-use crate::error::InvalidField;
 use crate::forecast::{Forecast, Forecaster, ForecasterConfig, burst_calls_replan};
 use crate::input::{GpuInput, Interference, PlannerConfig, PlannerInput, TenantInput, WarmStart};
 use crate::policy::PlanReport;
-
-/// The settings of a planning loop: which policy plans, how often, over which slots and with which forecasts.
-/// One type with one default per setting; the coordinator reads it from its TOML configuration, replay from its
-/// flags.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RoundSettings {
-    /// The policy (a name of [`crate::policies::REGISTRY`]). Default `tessera`.
-    pub policy: String,
-    /// Seconds between planning rounds (the planning window). Default 60.
-    pub plan_every_s: f64,
-    /// The planner's settings: slot length (default 10 s), horizon (default 12 slots), dead times, target
-    /// utilisation (default 0.8), solver and gap (default 0.01).
-    pub planner: PlannerConfig,
-    /// The forecaster of every tenant: `ewma` (default), `seasonal` or `last`.
-    pub forecaster: String,
-    /// Also plan inside a window when a slot's measured rates leave the forecast bands by enough to replan the
-    /// fleet ([`burst_calls_replan`]). Default off.
-    pub replan_on_burst: bool,
-}
-
-impl Default for RoundSettings {
-    fn default() -> Self {
-        RoundSettings {
-            policy: "tessera".into(),
-            plan_every_s: 60.0,
-            planner: PlannerConfig::default(),
-            forecaster: "ewma".into(),
-            replan_on_burst: false,
-        }
-    }
-}
-
-impl RoundSettings {
-    /// Checks every setting, naming the bad one (`policy`, `plan_every_s`, `planner.*`, `forecaster`).
-    pub fn validate(&self) -> Result<(), InvalidField> {
-        crate::policies::by_name(&self.policy).map_err(|e| InvalidField::new("policy", e.to_string()))?;
-        if !(self.plan_every_s.is_finite() && self.plan_every_s > 0.0) {
-            return Err(InvalidField::new("plan_every_s", format!("must be > 0 (got {})", self.plan_every_s)));
-        }
-        self.planner.validate().map_err(|e| e.renamed("config", "planner"))?;
-        self.forecaster_config()?;
-        Ok(())
-    }
-
-    /// The forecaster, built for the planner's slot length.
-    pub fn forecaster_config(&self) -> Result<ForecasterConfig, InvalidField> {
-        ForecasterConfig::from_name(&self.forecaster, self.planner.slot_s)
-    }
-}
 
 /// What a round reads about one tenant besides its forecast.
 #[derive(Debug, Clone)]
@@ -220,22 +168,6 @@ mod tests {
     fn models() -> BTreeMap<String, ModelProfile> {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/models");
         tessera_core::config::load_model_dir(&dir).expect("shipped models load")
-    }
-
-    #[test]
-    fn settings_have_one_default_each_and_name_bad_fields() {
-        let d = RoundSettings::default();
-        assert_eq!((d.planner.slot_s, d.planner.horizon_slots, d.plan_every_s), (10.0, 12, 60.0));
-        d.validate().unwrap();
-        let bad = RoundSettings { policy: "nope".into(), ..d.clone() };
-        assert_eq!(bad.validate().unwrap_err().field, "policy");
-        let bad = RoundSettings { forecaster: "crystal-ball".into(), ..d.clone() };
-        assert_eq!(bad.validate().unwrap_err().field, "forecaster");
-        let mut bad = d.clone();
-        bad.planner.horizon_slots = 0;
-        assert_eq!(bad.validate().unwrap_err().field, "planner.horizon_slots", "{:?}", bad.validate());
-        let toml: RoundSettings = toml::from_str("policy = \"static\"\n[planner]\nhorizon_slots = 6\n").unwrap();
-        assert_eq!((toml.policy.as_str(), toml.planner.horizon_slots, toml.planner.slot_s), ("static", 6, 10.0));
     }
 
     #[test]

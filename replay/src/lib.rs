@@ -4,14 +4,19 @@
 //! through the planner and a simulated fleet, in process or against a running cluster, and reports goodput, SLO
 //! attainment and accuracy per policy . It never links the coordinator.
 //!
-//! Built so far: the trace adapters ([`trace`]), the in-process replay of every policy with its reports and the
-//! capacity search ([`run`]), and `replay plan` ([`plan_cmd`]), the planner sizing tool. Cluster mode comes with the
-//! coordinator.
+//! Its rooms, each using only those above it:
 //!
-//! [`trace`]: the trace adapters (every format, arrival conventions, sampling; streaming, two passes).
+//! - [`trace`]: the trace formats and their conventions (every format, arrival conventions, sampling; streaming,
+//!   two passes).
+//! - [`run`]: a run of every policy on a trace, in process or through a coordinator cluster, and the upper bound.
+//! - [`report`]: what a run shows (table, `summary.json`, `timeseries.csv`, `report.html`) and its figures.
+//! - [`study`]: studies (scenarios x policies x seeds, with intervals) and the capacity search.
+//! - [`plan_cmd`]: `replay plan`, which times planning rounds.
 
 pub mod plan_cmd;
+pub mod report;
 pub mod run;
+pub mod study;
 pub mod trace;
 
 /// Writes one line to stderr, ignoring a failure: where the reader of stderr has gone (`replay ... 2>&1 | head`),

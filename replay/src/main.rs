@@ -9,9 +9,10 @@ use tessera_core::GpuModel;
 use tessera_planner::PlannerConfig;
 use tessera_planner::synthetic::SyntheticSpec;
 use tessera_replay::run::ReplayError;
-use tessera_replay::run::cli::{self as run_cli, CapacityArgs, RunArgs};
-use tessera_replay::run::study as run_study;
+use tessera_replay::run::RunArgs;
+use tessera_replay::study::capacity::{self, CapacityArgs};
 use tessera_replay::{note, plan_cmd};
+use tessera_replay::{report, study as run_study};
 
 #[derive(Parser)]
 #[command(
@@ -214,8 +215,8 @@ fn main() -> ExitCode {
                 out.write_all(md.as_bytes()).map_err(|source| ReplayError::Io { path: "stdout".into(), source })
             });
         }
-        Some(Command::Capacity(a)) => return replay_cmd(|out| run_cli::capacity(&a, out).map(drop)),
-        None => return replay_cmd(|out| run_cli::run(&cli.run, out).map(drop)),
+        Some(Command::Capacity(a)) => return replay_cmd(|out| capacity::capacity(&a, out).map(drop)),
+        None => return replay_cmd(|out| report::run(&cli.run, out).map(drop)),
     };
     match result {
         Ok(out) => print_stdout(&out),

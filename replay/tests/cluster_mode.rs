@@ -15,7 +15,7 @@ fn replay() -> Command {
     c
 }
 
-const SMALL: &[&str] = &["--gpus", "2", "--duration", "5m", "--horizon", "6", "--load", "0.1", "--json"];
+const SMALL: &[&str] = &["--gpus", "2", "--duration", "5m", "--load", "0.1", "--json"];
 
 /// A running development cluster and the runtime that serves it; dropping it stops the cluster.
 struct Up {
@@ -55,11 +55,24 @@ fn cluster_up(extra: &[&str]) -> (Up, Vec<String>) {
 fn a_replay_through_a_coordinator_cluster_gives_the_same_numbers_as_in_process() {
     let (up, endpoints) = cluster_up(&["--horizon", "6"]);
 
-    // Through a follower or the leader alike: give the second node.
-    let out = replay().args(SMALL).args(["--mode", "cluster", "--coordinator", &endpoints[1]]).output().unwrap();
+    // A planning flag that disagrees with the cluster's settings is refused, in one line naming the difference.
+    let out = replay()
+        .args(SMALL)
+        .args(["--horizon", "8", "--mode", "cluster", "--coordinator", &endpoints[0]])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("horizon_slots = 8 (6)") && err.trim().lines().count() == 1, "{err}");
+
+    // Through a follower or the leader alike: give the second node. Replay adopts the cluster's horizon of 6 (a flag
+    // that repeats it is welcome).
+    let cluster_args = ["--mode", "cluster", "--coordinator", &endpoints[1], "--slot", "10s"];
+    let out = replay().args(SMALL).args(cluster_args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let cluster: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let out = replay().args(SMALL).args(["--policy", "tessera"]).output().unwrap();
+    assert_eq!(cluster["scenario"]["horizon_slots"], 6, "{}", cluster["scenario"]);
+    let out = replay().args(SMALL).args(["--policy", "tessera", "--horizon", "6"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let local: Value = serde_json::from_slice(&out.stdout).unwrap();
 

@@ -3,7 +3,8 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tessera_replay::run::cli::{RunArgs, compare};
+use tessera_replay::run::RunArgs;
+use tessera_replay::run::compare::compare;
 
 #[derive(clap::Parser)]
 struct Flags {

@@ -40,7 +40,7 @@ struct Cli {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
-    let tls = tessera_auth::TlsFiles::from_flags(cli.tls_cert, cli.tls_key, cli.tls_ca)?;
+    let tls = tessera_auth::TlsFiles::from_flags(cli.tls_cert, cli.tls_key, cli.tls_ca).map_err(|e| e.to_string())?;
     let (tx, rx) = tokio::sync::watch::channel(Routes::new());
     if cli.agents.is_empty() {
         tokio::spawn(source::follow_coordinator(cli.coordinator, tls, tx));

@@ -85,7 +85,7 @@ impl FailureDetector {
     }
 
     /// A push to `node` succeeded (`Ok`) or failed with this error.
-    pub(super) fn pushed(&self, node: &NodeId, result: Result<(), &str>) {
+    pub(super) fn pushed<E: std::fmt::Display>(&self, node: &NodeId, result: Result<(), E>) {
         let mut live = self.liveness.lock().expect("liveness lock");
         if let Some(l) = live.get_mut(node) {
             match result {
@@ -170,7 +170,7 @@ mod tests {
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].1, Suspect);
         assert!(v[0].2.contains("refused again"), "{}", v[0].2);
-        d.pushed(&a, Ok(()));
+        d.pushed(&a, Ok::<(), &str>(()));
         assert!(d.verdicts(&fd, &[(a.clone(), Healthy)], at(12)).is_empty());
         assert!(!d.liveness.lock().expect("liveness lock").contains_key(&b), "b left the fleet");
     }

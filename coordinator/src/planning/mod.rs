@@ -26,14 +26,12 @@ use tessera_core::ids::{GpuId, NodeId, TenantId};
 use tessera_core::plan::GpuPlan;
 use tessera_core::tenant::DemandSource;
 use tessera_core::time::SimTime;
-use tessera_planner::forecast::ForecasterConfig;
 use tessera_planner::input::{GpuInput, PlannerConfig, PlannerInput};
 use tessera_planner::level2::solver::SolveStatus;
 use tessera_planner::policy::{PlanError, PlanOutcome, Policy};
 use tessera_planner::round::{Rounds, TenantState};
+use tessera_planner::settings::RoundSettings;
 use tessera_proto::v1;
-use tessera_proto::v1::agent_client::AgentClient;
-use tonic::transport::Channel;
 use tracing::{Instrument, field::Empty};
 
 use crate::metrics::Metrics;
@@ -45,6 +43,8 @@ mod push;
 
 pub use failure::FailureDetection;
 use failure::FailureDetector;
+pub use push::PushError;
+use push::Pusher;
 
 /// Rate assumed for a tenant nobody has reported arrivals for and whose demand names no rate.
 const UNKNOWN_RATE_RPS: f64 = 1.0;
@@ -72,40 +72,35 @@ pub enum RoundError {
     Panicked(tokio::task::JoinError),
 }
 
-/// Planning settings.
+/// What the leader plans with: the policy, how rounds plan, the interference table, and what is the
+/// coordinator's own (its clock, its pushes, its failure detector and its certificate).
 #[derive(Debug, Clone)]
 pub struct PlanningSettings {
     /// Policy name.
     pub policy: String,
+    /// How rounds plan (window, slots, horizon, forecaster, gap...), as replay plans.
+    pub round: RoundSettings,
+    /// The interference table every round is planned with (`None`: none).
+    pub interference: Option<tessera_planner::input::Interference>,
     /// Workload clock.
     pub clock: ClockMode,
-    /// Planning window.
-    pub plan_every: Duration,
-    /// Slot length.
-    pub slot: Duration,
-    /// Slots per horizon.
-    pub horizon_slots: usize,
-    /// Share of an instance's SLO throughput plans use (`PlannerConfig::target_utilization`).
-    pub target_utilization: f64,
-    /// Relative optimality gap of each GPU's solve (`SolverConfig::mip_rel_gap`).
-    pub gap: f64,
-    /// Incremental rounds' band (`PlannerConfig::replan_band`).
-    pub replan_band: f64,
-    /// Forecaster of every tenant.
-    pub forecaster: ForecasterConfig,
-    /// On a virtual clock, also plan when the clock moves past a slot whose reported rates left the bands of the
-    /// forecasts the last round was made with, by enough to replan the fleet ([`Planner::burst_left_band`]).
-    pub replan_on_burst: bool,
     /// Deadline of one push to an agent.
     pub push_timeout: Duration,
     /// The failure detector (`None`: off).
     pub failure_detection: Option<FailureDetection>,
     /// This member's certificate for mutual TLS with agents (`None`: plaintext).
     pub tls: Option<tessera_auth::TlsFiles>,
-    /// The interference table every round is planned with (`None`: none).
-    pub interference: Option<tessera_planner::input::Interference>,
-    /// How tessera may share an instance between a tenant's inference and its retraining.
-    pub sharing: tessera_core::sharing::Sharing,
+}
+
+/// Planning settings a planner cannot start with.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// No policy has the name.
+    #[error(transparent)]
+    Policy(#[from] tessera_planner::error::UnknownPolicy),
+    /// A round setting is out of range.
+    #[error("planner.{0}")]
+    Round(#[from] tessera_planner::error::InvalidField),
 }
 
 /// What a round did.
@@ -177,24 +172,19 @@ pub struct Planner {
     node: Replica,
     policy: Box<dyn Policy>,
     settings: PlanningSettings,
+    /// What every round plans with (`settings.round`'s).
+    config: PlannerConfig,
     metrics: Arc<Metrics>,
     round: tokio::sync::Mutex<()>,
     observations: Mutex<Observations>,
     last_input: Mutex<Option<(u64, String)>>,
     decisions: Mutex<BTreeMap<GpuId, GpuDecision>>,
-    /// Per node: the epoch it acknowledged from this leader.
-    acked: Mutex<HashMap<NodeId, u64>>,
-    /// Per node: the tenants of the targets this leader last pushed it, which it runs until its next push (a push
-    /// that moves a tenant to another node waits for the new home: see `push_all`).
-    pushed: Mutex<HashMap<NodeId, Vec<TenantId>>>,
     /// Per node: heartbeats and pushes this leader saw, and its verdicts.
     detector: FailureDetector,
-    agents: Mutex<HashMap<String, AgentClient<Channel>>>,
+    /// Channels to the agents, and what each node acknowledged and was pushed.
+    pusher: Pusher,
     /// Where tenants are served now (from the agents' heartbeats).
     routes: Arc<crate::routes::RouteTable>,
-    /// Per node: since when its push waits for a tenant's new home on another node to be ready (whatever the
-    /// epoch: a newer plan does not restart the clock).
-    handovers: Mutex<HashMap<NodeId, Instant>>,
 }
 
 /// Longest a push waits for the new home of a tenant it moves away (then the move is break-before-make).
@@ -211,25 +201,26 @@ impl Planner {
         node: Replica,
         settings: PlanningSettings,
         metrics: Arc<Metrics>,
-    ) -> Result<Arc<Planner>, tessera_planner::error::UnknownPolicy> {
+    ) -> Result<Arc<Planner>, SettingsError> {
         let policy = tessera_planner::policies::by_name(&settings.policy)?;
-        let mut rounds = Rounds::new(settings.forecaster.clone());
+        settings.round.validate()?;
+        let mut rounds = Rounds::new(settings.round.forecaster_config()?);
         rounds.set_interference(settings.interference.clone());
+        let config = settings.round.planner_config();
+        let pusher = Pusher::new(settings.push_timeout, settings.tls.clone());
         Ok(Arc::new(Planner {
             node,
             policy,
             settings,
+            config,
             metrics,
             round: tokio::sync::Mutex::new(()),
             observations: Mutex::new(Observations { counters: HashMap::new(), tenants: HashMap::new(), rounds }),
             last_input: Mutex::new(None),
             decisions: Mutex::new(BTreeMap::new()),
-            acked: Mutex::new(HashMap::new()),
-            pushed: Mutex::new(HashMap::new()),
             detector: FailureDetector::default(),
-            agents: Mutex::new(HashMap::new()),
+            pusher,
             routes: Arc::default(),
-            handovers: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -283,7 +274,7 @@ impl Planner {
     pub fn burst_left_band(&self, now_ms: u64) -> bool {
         let mut obs = self.observations.lock().expect("observations lock");
         let Some(made_at) = obs.rounds.last_forecasts().map(|p| p.at.as_ms()) else { return false };
-        let slot_ms = (self.settings.slot.as_millis() as u64).max(1);
+        let slot_ms = (self.settings.round.slot.as_millis() as u64).max(1);
         // The slot that ended at `now_ms`, counted from the round's first.
         let k = (now_ms.saturating_sub(made_at) / slot_ms).saturating_sub(1) as usize;
         let rates: HashMap<TenantId, f64> =
@@ -341,8 +332,7 @@ impl Planner {
 
     /// Forgets which nodes acknowledged what, and the warm starts (on losing or gaining leadership).
     pub fn reset_pushes(&self) {
-        self.acked.lock().expect("acked lock").clear();
-        self.pushed.lock().expect("pushed lock").clear();
+        self.pusher.reset();
         // Heartbeats are not replicated: a new leader gives every node a fresh grace period.
         self.detector.clear();
         self.observations.lock().expect("observations lock").rounds.forget_warm_starts();
@@ -431,18 +421,7 @@ impl Planner {
                 retraining_epochs: fleet.retraining_epochs(&spec.id),
             }
         });
-        let config = PlannerConfig {
-            slot_s: self.settings.slot.as_secs_f64(),
-            horizon_slots: self.settings.horizon_slots,
-            target_utilization: self.settings.target_utilization,
-            replan_band: self.settings.replan_band,
-            sharing: self.settings.sharing,
-            solver: tessera_planner::level2::solver::SolverConfig {
-                mip_rel_gap: self.settings.gap,
-                ..PlannerConfig::default().solver
-            },
-            ..PlannerConfig::default()
-        };
+        let config = self.config.clone();
         let epoch = fleet.plan_epoch + 1;
         let models = fleet.models.clone();
         obs.rounds.input(epoch, SimTime::from_ms(now_ms), config, models, gpus, tenants, UNKNOWN_RATE_RPS)
@@ -657,7 +636,7 @@ impl Planner {
     pub async fn run(self: Arc<Self>, models: BTreeMap<String, tessera_core::model::ModelProfile>) {
         let mut status = self.node.watch_status();
         let mut was_leader = false;
-        let mut next_round = Instant::now() + self.settings.plan_every;
+        let mut next_round = Instant::now() + self.settings.round.plan_every;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -670,7 +649,7 @@ impl Planner {
                 tracing::info!(id = self.node.id(), "became leader: resuming from the last committed plan");
                 self.reset_pushes();
                 self.load_models(&models).await;
-                next_round = Instant::now() + self.settings.plan_every;
+                next_round = Instant::now() + self.settings.round.plan_every;
             }
             if !leader && was_leader {
                 self.reset_pushes();
@@ -681,7 +660,7 @@ impl Planner {
             }
             self.check_health().await;
             if self.settings.clock == ClockMode::Wall && Instant::now() >= next_round {
-                next_round = Instant::now() + self.settings.plan_every;
+                next_round = Instant::now() + self.settings.round.plan_every;
                 if let Err(e) = self.round("window").await {
                     tracing::warn!(error = %e, "scheduled planning round failed");
                 }

@@ -37,7 +37,51 @@ use tessera_core::ids::GpuId;
 use tessera_core::model::ModelProfile;
 use tessera_core::tenant::TenantSpec;
 
-use crate::level2::solver::{Backend, SolveStatus, SolverConfig, maximise};
+use crate::level2::solver::{Backend, SolveError, SolveStatus, SolverConfig, maximise};
+
+/// Why no bound could be computed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BoundError {
+    /// The demand does not match the tenants.
+    #[error("demand has {got} tenants, expected {expected}")]
+    Tenants {
+        /// Tenants in the demand.
+        got: usize,
+        /// Tenants given.
+        expected: usize,
+    },
+    /// The demand's slot length is not positive.
+    #[error("demand.slot_ms must be > 0 (got {0})")]
+    Slot(f64),
+    /// A tenant's model has no profile.
+    #[error("tenant {tenant}: unknown model {model:?}")]
+    UnknownModel {
+        /// The tenant.
+        tenant: String,
+        /// Its model.
+        model: String,
+    },
+    /// A block's linear programme failed.
+    #[error("slots {from}..{to}: {source}")]
+    Solve {
+        /// First slot of the block.
+        from: usize,
+        /// One past its last slot.
+        to: usize,
+        /// Why.
+        source: SolveError,
+    },
+    /// A block's linear programme ended short of optimal.
+    #[error("slots {from}..{to}: the bound's LP ended {status:?}")]
+    NotOptimal {
+        /// First slot of the block.
+        from: usize,
+        /// One past its last slot.
+        to: usize,
+        /// How it ended.
+        status: SolveStatus,
+    },
+}
 
 /// Slots per linear programme: blocks keep every programme small, whatever the length of the run.
 const BLOCK_SLOTS: usize = 60;
@@ -148,7 +192,7 @@ pub fn upper_bound(
     profiles: &BTreeMap<String, ModelProfile>,
     gpus: &BTreeMap<GpuId, GpuModel>,
     demand: &Demand,
-) -> Result<UpperBound, String> {
+) -> Result<UpperBound, BoundError> {
     upper_bound_with(tenants, profiles, gpus, demand, true)
 }
 
@@ -161,12 +205,12 @@ pub fn upper_bound_with(
     gpus: &BTreeMap<GpuId, GpuModel>,
     demand: &Demand,
     retraining_takes_slices: bool,
-) -> Result<UpperBound, String> {
+) -> Result<UpperBound, BoundError> {
     if demand.arrivals.len() != tenants.len() || demand.tail.len() != tenants.len() {
-        return Err(format!("demand has {} tenants, expected {}", demand.arrivals.len(), tenants.len()));
+        return Err(BoundError::Tenants { got: demand.arrivals.len(), expected: tenants.len() });
     }
     if !(demand.slot_ms.is_finite() && demand.slot_ms > 0.0) {
-        return Err(format!("demand.slot_ms must be > 0 (got {})", demand.slot_ms));
+        return Err(BoundError::Slot(demand.slot_ms));
     }
     let mut models: Vec<GpuModel> = gpus.values().copied().collect();
     models.sort_unstable();
@@ -175,7 +219,9 @@ pub fn upper_bound_with(
     let mut accuracy = Vec::with_capacity(tenants.len());
     let mut opts = Vec::with_capacity(tenants.len());
     for t in tenants {
-        let model = profiles.get(&t.model).ok_or_else(|| format!("tenant {}: unknown model {:?}", t.id, t.model))?;
+        let model = profiles
+            .get(&t.model)
+            .ok_or_else(|| BoundError::UnknownModel { tenant: t.id.to_string(), model: t.model.clone() })?;
         accuracy.push(best_accuracy(t, model, gpus));
         opts.push(options(t, model, &models));
     }
@@ -191,7 +237,7 @@ pub fn upper_bound_with(
         })
         .collect();
     let blocks: Vec<usize> = (0..slots).step_by(BLOCK_SLOTS).collect();
-    let solved: Vec<Result<(f64, f64), String>> = blocks
+    let solved: Vec<Result<(f64, f64), BoundError>> = blocks
         .par_iter()
         .map(|&from| block(&accuracy, &opts, &counts, demand, &dt, from..(from + BLOCK_SLOTS).min(slots)))
         .collect();
@@ -220,7 +266,7 @@ fn block(
     demand: &Demand,
     dt: &[f64],
     std::ops::Range { start: from, end: to }: std::ops::Range<usize>,
-) -> Result<(f64, f64), String> {
+) -> Result<(f64, f64), BoundError> {
     let at = |v: &Vec<f64>, s: usize| v.get(s).copied().unwrap_or(0.0).max(0.0);
     let mut vars = ProblemVariables::new();
     let mut rows = Vec::new();
@@ -270,9 +316,9 @@ fn block(
         return Ok((0.0, 0.0));
     }
     let config = SolverConfig { backend: Backend::Highs, time_limit_s: 3600.0, mip_rel_gap: 0.0, max_nodes: 1 };
-    let result = maximise(vars, objective, rows, &config).map_err(|e| format!("slots {from}..{to}: {e}"))?;
+    let result = maximise(vars, objective, rows, &config).map_err(|source| BoundError::Solve { from, to, source })?;
     if result.status != SolveStatus::Optimal {
-        return Err(format!("slots {from}..{to}: the bound's LP ended {:?}", result.status));
+        return Err(BoundError::NotOptimal { from, to, status: result.status });
     }
     let within: f64 = served.iter().map(|v| result.values.get(v).copied().unwrap_or(0.0)).sum();
     Ok((result.objective, within))

@@ -104,6 +104,9 @@ pub const ABLATIONS: &[Entry] = &[
     },
 ];
 
+/// The policy a coordinator plans with unless told otherwise.
+pub const DEFAULT_POLICY: &str = "tessera";
+
 /// The names of every registered policy, in registry order.
 pub fn names() -> Vec<&'static str> {
     REGISTRY.iter().map(|e| e.name).collect()

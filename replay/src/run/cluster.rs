@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use tessera_core::ids::{GpuId, NodeId};
 use tessera_core::plan::GpuPlan;
+use tessera_planner::settings::RoundSettings;
 use tessera_proto::v1;
 use tessera_proto::v1::coordinator_api_client::CoordinatorApiClient;
 use tessera_proto::v1::coordinator_client::CoordinatorClient;
@@ -95,6 +96,24 @@ async fn connect(endpoint: &str) -> Result<Channel, ReplayError> {
         .connect()
         .await
         .map_err(|e| ReplayError::Usage(format!("--coordinator {endpoint}: cannot connect: {e}")))
+}
+
+/// The policy and the round settings the coordinator at `endpoint` plans with (`ClusterStatus`), which a run through
+/// it adopts.
+pub async fn cluster_settings(endpoint: &str) -> Result<(String, RoundSettings), ReplayError> {
+    let endpoint = endpoint.split(',').next().unwrap_or_default().trim();
+    let mut api = CoordinatorApiClient::new(connect(endpoint).await?);
+    let status = api
+        .cluster_status(v1::ClusterStatusRequest {})
+        .await
+        .map_err(|s| status_err("cluster status", s))?
+        .into_inner();
+    let round = serde_json::from_str(&status.round_settings_json).map_err(|e| {
+        ReplayError::Usage(format!(
+            "--mode cluster: the coordinator's round settings do not read ({e}); is it an older version?"
+        ))
+    })?;
+    Ok((status.policy, round))
 }
 
 /// Where replay's simulated nodes listen, and the host the coordinator reaches them at.
@@ -192,7 +211,7 @@ pub async fn run_cluster(
         }
     }
 
-    let window_ms = scenario.window_s * 1000.0;
+    let window_ms = scenario.plan_every_s * 1000.0;
     let windows = (scenario.duration_ms / window_ms).ceil() as usize;
     let mut src = arrivals.open()?;
     let mut buf: Vec<Arrival> = Vec::new();

@@ -510,7 +510,7 @@ pub fn run_policy(
     let gpu_ids: Vec<(GpuIndex, GpuId)> = exec.gpu_ids().map(|(i, g)| (i, g.clone())).collect();
 
     let slot_ms = scenario.planner.slot_s * 1000.0;
-    let window_ms = scenario.window_s * 1000.0;
+    let window_ms = scenario.plan_every_s * 1000.0;
     let slots_per_window = (window_ms / slot_ms).round() as usize;
     let horizon = scenario.planner.horizon_slots;
     let windows = (scenario.duration_ms / window_ms).ceil() as usize;

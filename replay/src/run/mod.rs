@@ -1,27 +1,27 @@
 //! `replay run` (the default command): a trace through the planner and the simulated fleet, in process, under
 //! virtual time, once per policy, and the comparison.
 //!
+//! - [`args`]: the run's arguments ([`RunArgs`]), checked into a [`RunSpec`]; [`prepare`] turns it into a
+//!   [`Scenario`] and its arrivals.
 //! - [`mapping`]: trace streams to tenants (model, SLO, retraining, demand); the documented mapping.
 //! - [`arrivals`]: the requests of a run, identical for every policy (trace streams scaled per tenant, Poisson).
-//! - [`driver`]: one policy's run, window by window: plan, apply, serve, measure.
-//! - [`report`]: the terminal table, `summary.json`, `timeseries.csv` and `report.html`.
-//! - [`capacity`]: the fewest GPUs meeting an SLO-attainment target, per policy.
-//! - [`cli`]: the command-line arguments and commands.
-//! - [`study`]: `replay study`, scenarios x policies x seeds with confidence intervals.
+//! - [`driver`]: one policy's run in process, window by window: plan, apply, serve, measure.
+//! - [`cluster`]: the run through a coordinator cluster, each simulated node a real agent.
+//! - [`compare`]: every policy and the upper bound, gathered into a [`compare::Comparison`] (which
+//!   [`crate::report`] shows).
 //!
 //! Determinism: every random choice (trace arrival conventions, scaling, tenant specs, Poisson streams) is drawn
 //! from `--seed`; the executor draws nothing and the planner is deterministic, so the same inputs and seed give
 //! the same numbers. Policies run one after another (each planning round already uses every core).
 
+pub mod args;
 pub mod arrivals;
-pub mod capacity;
-pub mod cli;
 pub mod cluster;
+pub mod compare;
 pub mod driver;
-mod figures;
 pub mod mapping;
-pub mod report;
-pub mod study;
+
+pub use args::RunArgs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -119,7 +119,7 @@ pub struct Scenario {
     /// Length of the run, ms.
     pub duration_ms: f64,
     /// Planning interval, seconds (a multiple of the planner's slot).
-    pub window_s: f64,
+    pub plan_every_s: f64,
     /// Planner settings (slot length, horizon, solver).
     pub planner: PlannerConfig,
     /// Forecaster of every tenant.
@@ -169,7 +169,7 @@ pub struct RunSpec {
     /// Stop after this much workload time, seconds (`None`: the whole selected window of the trace).
     pub duration_s: Option<f64>,
     /// Planning interval, seconds.
-    pub window_s: f64,
+    pub plan_every_s: f64,
     /// Planner settings.
     pub planner: PlannerConfig,
     /// Forecaster.
@@ -215,14 +215,14 @@ pub struct Prepared {
 
 /// Reads the models, the fleet, the trace (pass 1) and the tenants, and maps them (see [`mapping`]).
 pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
-    if !(spec.window_s > 0.0 && spec.planner.slot_s > 0.0) {
+    if !(spec.plan_every_s > 0.0 && spec.planner.slot_s > 0.0) {
         return Err(ReplayError::Usage("--window and --slot must be > 0".into()));
     }
-    let ratio = spec.window_s / spec.planner.slot_s;
+    let ratio = spec.plan_every_s / spec.planner.slot_s;
     if (ratio - ratio.round()).abs() > 1e-9 || ratio.round() < 1.0 {
         return Err(ReplayError::Usage(format!(
             "--window ({} s) must be a whole number of --slot ({} s)",
-            spec.window_s, spec.planner.slot_s
+            spec.plan_every_s, spec.planner.slot_s
         )));
     }
     spec.planner.validate().map_err(|e| ReplayError::Usage(e.to_string()))?;
@@ -292,7 +292,7 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
 
     let mut capped_streams = Vec::new();
     if duration_s < scan.duration_s {
-        let bursts = bursts(&scan, duration_s, spec.window_s)?;
+        let bursts = bursts(&scan, duration_s, spec.plan_every_s)?;
         for b in &mut bindings {
             if let Some((s, k)) = &mut b.stream
                 && bursts[*s] > MAX_BURST
@@ -348,7 +348,7 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
         gpus,
         tenants: bindings.into_iter().map(|b| b.spec).collect(),
         duration_ms,
-        window_s: spec.window_s,
+        plan_every_s: spec.plan_every_s,
         planner: spec.planner.clone(),
         forecaster: spec.forecaster.clone(),
         executor: ExecutorConfig { late: spec.late, ..ExecutorConfig::default() },
@@ -366,7 +366,7 @@ pub fn prepare(spec: &RunSpec) -> Result<Prepared, ReplayError> {
             seed: spec.seed,
             tenants: scenario.tenants.len(),
             tick_ms,
-            cell_ms: Noisy::cell_for(tick_ms, spec.planner.slot_s * 1000.0, spec.window_s * 1000.0),
+            cell_ms: Noisy::cell_for(tick_ms, spec.planner.slot_s * 1000.0, spec.plan_every_s * 1000.0),
         }),
         None => merged,
     };

@@ -98,12 +98,8 @@ async fn dev_cluster(a: Box<tessera_coordinator::dev_cluster::DevClusterArgs>) -
     for (i, e) in c.endpoints.iter().enumerate() {
         println!("coordinator id={} addr={e}", i + 1);
     }
-    println!(
-        "ready: replay --mode cluster --coordinator {} --plan-every {}{} (Ctrl-C stops the cluster)",
-        c.endpoints.join(","),
-        a.plan_every,
-        if a.replan_on_burst { " --replan-on-burst" } else { "" }
-    );
+    // replay adopts the cluster's planning settings: the command needs none of them.
+    println!("ready: replay --mode cluster --coordinator {} (Ctrl-C stops the cluster)", c.endpoints.join(","));
     tokio::signal::ctrl_c().await?;
     c.stop().await;
     Ok(())

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use tessera_coordinator::config::{CoordinatorConfig, Overrides};
+use tessera_planner::settings::RoundArgs;
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
@@ -34,9 +35,6 @@ pub(crate) struct ServeArgs {
     /// wall | virtual.
     #[arg(long)]
     clock: Option<String>,
-    /// Planning window (e.g. 60s).
-    #[arg(long)]
-    plan_every: Option<String>,
     /// Prometheus /metrics listen address.
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -49,30 +47,6 @@ pub(crate) struct ServeArgs {
     /// Applied entries between snapshots.
     #[arg(long)]
     snapshot_every: Option<u64>,
-    /// Planner slot length (e.g. 10s).
-    #[arg(long)]
-    slot: Option<String>,
-    /// Slots in the planning horizon (`--horizon-slots` is accepted too).
-    #[arg(long = "horizon", alias = "horizon-slots", value_name = "SLOTS")]
-    horizon_slots: Option<usize>,
-    /// Share of an instance's SLO throughput plans use, in (0, 1] (default 0.8).
-    #[arg(long)]
-    target_utilization: Option<f64>,
-    /// Relative optimality gap at which each GPU's solve stops, in [0, 1) (default 0.01).
-    #[arg(long)]
-    gap: Option<f64>,
-    /// Incremental rounds: a GPU is solved again once a tenant's forecast leaves this share of the band its last
-    /// plan was made for (or its tenants, health, instances or retraining changed, or the plan's horizon ran out);
-    /// 0 solves every GPU every round (default: the planner's, as replay's --replan-band).
-    #[arg(long, value_name = "SHARE")]
-    replan_band: Option<f64>,
-    /// Forecaster of every tenant: last, ewma or seasonal.
-    #[arg(long)]
-    forecaster: Option<String>,
-    /// On a virtual clock, also plan inside a window when the reported slot rates leave the bands of the forecasts
-    /// the last plan was made with, by 5 % of the fleet's forecast rate in all (replay's --replan-on-burst).
-    #[arg(long)]
-    replan_on_burst: bool,
     /// Log entries kept behind a snapshot when the log is compacted.
     #[arg(long)]
     keep_tail: Option<u64>,
@@ -89,14 +63,9 @@ pub(crate) struct ServeArgs {
     /// Turn the failure detector off (it is on by default on the wall clock).
     #[arg(long)]
     no_failure_detection: bool,
-    /// The interference table to plan with: a JSON file as `sim-agent interference` prints it
-    /// (`planner.interference`).
+    /// The interference table to plan with: a JSON file as `sim-agent interference` prints it (`interference`).
     #[arg(long, value_name = "FILE")]
     interference: Option<String>,
-    /// Let tessera run a tenant's retraining on its own inference instance: exclusive (default) or priority
-    /// (Tally's block-level priority; `planner.sharing`).
-    #[arg(long, value_name = "MODE")]
-    sharing: Option<String>,
     /// This member's certificate (`coordinator certs init` writes node-N.pem): mutual TLS on every connection.
     #[arg(long, value_name = "FILE")]
     tls_cert: Option<PathBuf>,
@@ -121,6 +90,9 @@ pub(crate) struct ServeArgs {
     /// Join an existing cluster (after `member add`) instead of bootstrapping.
     #[arg(long)]
     join: bool,
+    /// The planning settings (`[planner]`): each flag overrides its key.
+    #[command(flatten)]
+    round: RoundArgs,
     /// Accept the test-only partition RPC (only in builds with the `fault-injection` feature).
     #[cfg(feature = "fault-injection")]
     #[arg(long, hide = true)]
@@ -137,27 +109,19 @@ pub(crate) async fn run(a: ServeArgs) -> anyhow::Result<()> {
         peers: a.peers,
         data_dir: a.data_dir,
         policy: a.policy,
+        round: a.round,
         models_dir: a.models_dir,
         clock: a.clock,
-        plan_every: a.plan_every,
         metrics_listen: a.metrics_listen,
         otlp_endpoint: a.otlp_endpoint,
         election_ticks: a.election_ticks,
         snapshot_every: a.snapshot_every,
         snapshot_log_ratio: a.snapshot_log_ratio,
         keep_tail: a.keep_tail,
-        forecaster: a.forecaster,
-        slot: a.slot,
-        horizon_slots: a.horizon_slots,
-        target_utilization: a.target_utilization,
-        gap: a.gap,
-        replan_band: a.replan_band,
-        replan_on_burst: a.replan_on_burst,
         suspect_after: a.suspect_after,
         fail_after: a.fail_after,
         no_failure_detection: a.no_failure_detection,
         interference: a.interference,
-        sharing: a.sharing,
         tls: tessera_auth::TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca).map_err(|e| anyhow::anyhow!(e))?,
         member_pins: a.member_pins,
         call_deadline: a.call_deadline,

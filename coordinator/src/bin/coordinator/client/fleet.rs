@@ -63,15 +63,20 @@ pub(crate) enum MemberCmd {
 pub(crate) async fn status(c: ClientArgs) -> anyhow::Result<()> {
     let s = client(&c)?.call(|mut x| async move { x.cluster_status(v1::ClusterStatusRequest {}).await }).await?;
     let members: Vec<String> = s.members.iter().map(|m| format!("{}={}", m.id, m.address)).collect();
+    let round: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&s.round_settings_json)
+        .map_err(|e| anyhow::anyhow!("the node's round settings are not JSON: {e}"))?;
+    let settings: Vec<String> = round.iter().map(|(k, v)| format!("{k} = {v}")).collect();
     print(
         c.json(),
         json!({
             "id": s.id, "role": s.role, "leader_id": s.leader_id, "leader_address": s.leader_address,
             "term": s.term, "commit_index": s.commit_index, "applied_index": s.applied_index,
             "members": members_json(&s.members), "workload_time_ms": s.workload_time_ms, "plan_epoch": s.plan_epoch,
+            "policy": s.policy, "planner": round,
         }),
         format!(
-            "node {} ({})\nleader: {} at {}\nterm {}  commit {}  applied {}\nmembers: {}\nplan epoch {}  workload time {} ms",
+            "node {} ({})\nleader: {} at {}\nterm {}  commit {}  applied {}\nmembers: {}\nplan epoch {}  workload time {} ms\n\
+             policy {}\n[planner] {}",
             s.id,
             s.role,
             s.leader_id,
@@ -81,7 +86,9 @@ pub(crate) async fn status(c: ClientArgs) -> anyhow::Result<()> {
             s.applied_index,
             members.join(", "),
             s.plan_epoch,
-            s.workload_time_ms
+            s.workload_time_ms,
+            s.policy,
+            settings.join(", ")
         ),
     );
     Ok(())

@@ -146,7 +146,7 @@ pub(crate) fn report(e: &anyhow::Error) -> (u8, String) {
 
 pub(crate) fn client(c: &ClientArgs) -> anyhow::Result<Client> {
     let tls = tessera_auth::TlsFiles::from_flags(c.tls_cert.clone(), c.tls_key.clone(), c.tls_ca.clone())
-        .map_err(Failure::usage)?;
+        .map_err(|e| Failure::usage(e.to_string()))?;
     Ok(Client::new(&c.endpoints, c.timeout).with_tls(tls))
 }
 

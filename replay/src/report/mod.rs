@@ -1,41 +1,26 @@
 //! What a run shows: the terminal table, and in `--out DIR` `summary.json`, `timeseries.csv` and `report.html`
-//! (plots as inline SVG, viewable offline).
+//! (plots as inline SVG, viewable offline), drawn by [`figures`] (which studies draw with too); and the `replay`
+//! command that prints and writes them ([`run`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::Write;
 use std::path::Path;
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use tessera_planner::bound::UpperBound;
+use crate::run::RunArgs;
+use crate::run::compare::{Comparison, compare};
+use crate::run::driver::{LAYOUT_GPUS, PolicyRun, SliceRun, WindowRow};
+use crate::run::{ReplayError, Scenario};
+use figures::{Cdf, Pen, Series, TimeAxis, axis_number};
 
-use super::driver::{LAYOUT_GPUS, PolicyRun, SliceRun, WindowRow};
-use super::figures::{self, Cdf, Pen, Series, TimeAxis, axis_number};
-use super::{ReplayError, Scenario};
-
-/// The comparison of a run's policies.
-#[derive(Debug, Clone, Serialize)]
-pub struct Comparison {
-    /// The trace's file name.
-    pub trace: String,
-    /// The seed.
-    pub seed: u64,
-    /// Per policy, in the order run.
-    pub runs: Vec<PolicyRun>,
-    /// The upper bound on any policy's goodput over the run ([`tessera_planner::bound`]).
-    pub upper_bound: Option<UpperBound>,
-    /// What reproduces the run: the trace's path and how it was read, the fleet, the tenants, the load and the
-    /// planner settings as the command line gave them (`summary.json`'s `reproduce`).
-    pub reproduce: Value,
-    /// The scenario's tenant ids, in the bound's tenant order ([`UpperBound::accuracy`]).
-    #[serde(skip)]
-    pub tenant_ids: Vec<String>,
-}
+pub mod figures;
 
 /// Where a policy's goodput goes, in goodput units: what separates it from the **ceiling**, every request that
 /// arrived served within its SLO at its tenant's best reachable accuracy (the accuracy the bound credits,
-/// [`UpperBound::accuracy`]). `goodput + not_within_slo + below_best_accuracy = ceiling = bound + unreachable`, so
+/// [`tessera_planner::bound::UpperBound::accuracy`]). `goodput + not_within_slo + below_best_accuracy = ceiling = bound + unreachable`, so
 /// the distance to the bound is `not_within_slo + below_best_accuracy - unreachable`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct GoodputSplit {
@@ -235,7 +220,7 @@ impl Comparison {
                 "tenants": scenario.tenants.len(),
                 "target_utilization": scenario.planner.target_utilization,
                 "duration_s": scenario.duration_ms / 1000.0,
-                "window_s": scenario.window_s,
+                "window_s": scenario.plan_every_s,
                 "slot_s": scenario.planner.slot_s,
                 "horizon_slots": scenario.planner.horizon_slots,
                 "gap": scenario.planner.solver.mip_rel_gap,
@@ -325,7 +310,7 @@ impl Comparison {
             g = scenario.gpus.len(),
             n = scenario.tenants.len(),
             d = duration_words(scenario.duration_ms / 1000.0),
-            w = scenario.window_s,
+            w = scenario.plan_every_s,
             s = scenario.planner.slot_s,
             hz = scenario.planner.horizon_slots,
             exec = if scenario.fluid_tick_ms.is_some() { "fluid" } else { "discrete-request" },
@@ -449,7 +434,7 @@ impl Comparison {
         let named: Vec<(&str, Pen)> = self.runs.iter().zip(&pens).map(|(r, &p)| (r.policy.as_str(), p)).collect();
         h.push_str(&figures::html_legend(&named));
         let time = TimeAxis { end_s: scenario.duration_ms / 1000.0 };
-        let window = scenario.window_s;
+        let window = scenario.plan_every_s;
         let mid = |w: &WindowRow| w.start_s + 0.5 * window.min((time.end_s - w.start_s).max(0.0));
         type Metric = fn(&WindowRow) -> f64;
         // Figure name, y axis, value, y floor and ceiling, caption.
@@ -750,6 +735,23 @@ fn share(v: Option<f64>, none: &str) -> String {
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// `replay [--trace FILE] ...`: runs every policy, prints the table (or JSON), writes `--out`.
+pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<Comparison, ReplayError> {
+    let (cmp, scenario) = compare(args, false)?;
+    let scenario = &scenario;
+    let text = if args.json {
+        format!("{}\n", serde_json::to_string_pretty(&cmp.summary(scenario)).expect("JSON values serialise"))
+    } else {
+        cmp.table()
+    };
+    out.write_all(text.as_bytes()).map_err(|source| ReplayError::Io { path: "stdout".into(), source })?;
+    if let Some(dir) = &args.out {
+        cmp.write(dir, scenario)?;
+        crate::note(format_args!("replay: wrote {}/summary.json, timeseries.csv and report.html", dir.display()));
+    }
+    Ok(cmp)
 }
 
 #[cfg(test)]

@@ -28,9 +28,12 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::ReplayError;
-use super::cli::{RunArgs, compare};
-use super::figures::{self, Pen};
+use crate::report::figures::{self, Pen};
+use crate::run::ReplayError;
+use crate::run::RunArgs;
+use crate::run::compare::compare;
+
+pub mod capacity;
 
 /// Arguments of `replay study`.
 #[derive(Debug, Clone, Args)]
@@ -188,10 +191,10 @@ struct Row {
     slo_attainment: f64,
     #[serde(with = "finite_or_null")]
     mean_accuracy: f64,
-    /// Goodput lost to requests not served within SLO, over the bound ([`GoodputSplit`](super::report::GoodputSplit)).
+    /// Goodput lost to requests not served within SLO, over the bound ([`GoodputSplit`](crate::report::GoodputSplit)).
     #[serde(with = "finite_or_null", default = "nan")]
     not_within_slo: f64,
-    /// Goodput lost to accuracy below the best reachable, over the bound ([`GoodputSplit`](super::report::GoodputSplit)).
+    /// Goodput lost to accuracy below the best reachable, over the bound ([`GoodputSplit`](crate::report::GoodputSplit)).
     #[serde(with = "finite_or_null", default = "nan")]
     below_best_accuracy: f64,
     reconfigurations: u64,

@@ -1,5 +1,5 @@
 //! The bodies of the fuzz targets: one function per parser of outside input, called by `fuzz_targets/NAME.rs` under
-//! libFuzzer and by `tests/corpora.rs` over every committed corpus file. Each goes in through the public entry
+//! libFuzzer and by `tests/corpora.rs` over every committed corpus file (`fuzz/corpus/NAME/`). Each goes in through the public entry
 //! point the program itself uses (the path a file is read from, the text of a configuration, the bytes of a gRPC
 //! request) and must not panic, whatever the input: an error is a fine answer. Where a result must satisfy an
 //! invariant (a layout prints and parses back to itself), it is checked.
@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `trace_*` | option byte, then the trace file (Azure 2019: then `\x1e` durations file `\x1e` memory file) | `trace::scan`, then pass 2 |
 //! | `tenant_toml`, `model_toml`, `fleet_toml` | TOML | `config::parse_tenants`, `parse_model_profile`, `parse_fleet` |
-//! | `study_toml` | TOML | `run::study::check` (`replay study`) |
+//! | `study_toml` | TOML | `study::check` (`replay study`) |
 //! | `agent_config`, `coordinator_config` | TOML | `parse_agent_config`, `CoordinatorConfig::parse` |
 //! | `migparted_yaml` | YAML | `migparted::parse`, then `import` of every configuration for every GPU model |
 //! | `layout_str` | text | `Layout::parse_for` (short names and every model's names) |
@@ -38,14 +38,19 @@ const MAX_PASS2_REQUESTS: u64 = 100_000;
 /// Separates the Azure 2019 invocations file from its durations and memory files in one input.
 const PART_SEPARATOR: u8 = 0x1e;
 
-/// Where this process writes the files it scans (one directory per process, reused by every input).
-fn scratch_dir() -> &'static Path {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("tessera-fuzz-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create the scratch directory");
-        dir
-    })
+/// Where this thread writes the files it scans: one directory per process and thread (the corpus test runs targets
+/// on several threads), reused by every input.
+fn scratch_dir() -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    thread_local! {
+        static DIR: PathBuf = {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("tessera-fuzz-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create the scratch directory");
+            dir
+        };
+    }
+    DIR.with(PathBuf::clone)
 }
 
 fn write(name: &str, data: &[u8]) -> PathBuf {
@@ -166,7 +171,7 @@ pub fn fleet_toml(data: &[u8]) {
 /// A study file (`replay study`, `configs/studies/*.toml`).
 pub fn study_toml(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let _ = tessera_replay::run::study::check(text, Path::new("study.toml"));
+    let _ = tessera_replay::study::check(text, Path::new("study.toml"));
 }
 
 /// The agent's configuration (`configs/agent.toml`).
@@ -359,7 +364,9 @@ pub fn proto_coordinator_answers(data: &[u8]) {
         && authority.learn_revocations(list).is_ok()
     {
         assert!(list.serials.len() <= MAX_REVOKED);
-        assert!(list.serials.iter().all(|s| s.len() <= MAX_SERIAL_HEX && authority.is_revoked(&s.to_ascii_lowercase())));
+        assert!(
+            list.serials.iter().all(|s| s.len() <= MAX_SERIAL_HEX && authority.is_revoked(&s.to_ascii_lowercase()))
+        );
         assert_eq!(authority.revocations_index(), list.index);
     }
     let _ = authority.check_known(Some(l.leader_id), l.term, l.plan_epoch);
@@ -417,7 +424,9 @@ pub fn proto_coordinator_api_requests(data: &[u8]) {
             if let Ok(r) = v1::RevokeCertificateRequest::decode(bytes)
                 && let Some(serial) = tessera_auth::normalize_serial(&r.serial)
             {
-                assert!(serial.len() <= 40 && tessera_auth::normalize_serial(&serial).as_deref() == Some(serial.as_str()));
+                assert!(
+                    serial.len() <= 40 && tessera_auth::normalize_serial(&serial).as_deref() == Some(serial.as_str())
+                );
             }
         }
         _ => {
@@ -474,8 +483,11 @@ pub fn raft_log(data: &[u8]) {
     assert_eq!(log.back().map(|e| (e.index, e.term)), Some((next, 9)), "the append did not read back");
 }
 
+/// A target's body: one input, which must not make it panic.
+pub type Body = fn(&[u8]);
+
 /// Every target by name, for the corpus test.
-pub const TARGETS: [(&str, fn(&[u8])); 20] = [
+pub const TARGETS: [(&str, Body); 20] = [
     ("trace_azure2019", trace_azure2019),
     ("trace_azure2021", trace_azure2021),
     ("trace_azure_llm", trace_azure_llm),

@@ -18,20 +18,20 @@ use std::ops::Range;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::ReplayError;
-use super::driver::SliceRun;
+use crate::run::ReplayError;
+use crate::run::driver::SliceRun;
 
 /// Font family of every figure.
-pub(super) const FONT: &str = "sans-serif";
+pub(crate) const FONT: &str = "sans-serif";
 /// Tick labels (16 px in the SVG).
-pub(super) const TICK: u32 = 20;
+pub(crate) const TICK: u32 = 20;
 /// Axis titles and legends (18 px in the SVG).
-pub(super) const AXIS: u32 = 22;
+pub(crate) const AXIS: u32 = 22;
 /// Text inside a figure's shapes (13 px in the SVG).
-pub(super) const SMALL: u32 = 16;
+pub(crate) const SMALL: u32 = 16;
 
 /// Series colours, one per policy in the order run: distinct on white and from one another (the Tableau 10 set).
-pub(super) const PALETTE: [RGBColor; 10] = [
+pub(crate) const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -70,18 +70,18 @@ const TENANT_PALETTE: [RGBColor; 20] = [
 ];
 
 /// The colour of the `i`-th tenant in the slice map.
-pub(super) fn tenant_color(i: usize) -> RGBColor {
+pub(crate) fn tenant_color(i: usize) -> RGBColor {
     TENANT_PALETTE[i % TENANT_PALETTE.len()]
 }
 
 /// `#rrggbb` of a colour, for HTML legends.
-pub(super) fn hex(c: RGBColor) -> String {
+pub(crate) fn hex(c: RGBColor) -> String {
     format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
 /// How one policy is drawn.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Pen {
+pub(crate) struct Pen {
     /// Its colour, by its position in the run.
     pub color: RGBColor,
     /// It is the policy of interest.
@@ -108,7 +108,7 @@ impl Pen {
 /// An axis range that shows the differences between `values`: from 8 % of their spread below the smallest to 8 %
 /// above the largest, kept within `floor` and `ceil` where given. A flat series gets a band of 5 % of its value
 /// (or 1 when it is 0) around it. No finite value: `0..1`.
-pub(super) fn fitted(values: impl IntoIterator<Item = f64>, floor: Option<f64>, ceil: Option<f64>) -> Range<f64> {
+pub(crate) fn fitted(values: impl IntoIterator<Item = f64>, floor: Option<f64>, ceil: Option<f64>) -> Range<f64> {
     let (lo, hi) = values
         .into_iter()
         .filter(|v| v.is_finite())
@@ -144,7 +144,7 @@ fn err<E: Display>(figure: &str) -> impl Fn(E) -> ReplayError + '_ {
 }
 
 /// A series of one policy.
-pub(super) struct Series {
+pub(crate) struct Series {
     /// Its points, in x order.
     pub points: Vec<(f64, f64)>,
     /// How it is drawn.
@@ -152,7 +152,7 @@ pub(super) struct Series {
 }
 
 /// The x axis of a time series: workload seconds, labelled `h:mm` from an hour on.
-pub(super) struct TimeAxis {
+pub(crate) struct TimeAxis {
     /// Largest x, seconds.
     pub end_s: f64,
 }
@@ -176,7 +176,7 @@ impl TimeAxis {
 }
 
 /// The y axis of a time series: its description, its range, and whether it counts (ticks on whole numbers only).
-pub(super) struct ValueAxis<'a> {
+pub(crate) struct ValueAxis<'a> {
     /// What the axis shows.
     pub desc: &'a str,
     /// Its range.
@@ -186,7 +186,7 @@ pub(super) struct ValueAxis<'a> {
 }
 
 /// A line chart of `series` over workload time against `y`; markers on every point when there are few.
-pub(super) fn time_series(
+pub(crate) fn time_series(
     figure: &str,
     time: &TimeAxis,
     y: ValueAxis<'_>,
@@ -243,7 +243,7 @@ pub(super) fn time_series(
 
 /// A legend for the page, for figures drawn without one: a line of each policy's colour and its name, the policy
 /// of interest in bold.
-pub(super) fn html_legend(policies: &[(&str, Pen)]) -> String {
+pub(crate) fn html_legend(policies: &[(&str, Pen)]) -> String {
     let mut h = String::from("<p class=\"legend\">");
     for (name, pen) in policies {
         let (w, b) = if pen.highlight { (4, "<b>") } else { (2, "") };
@@ -278,7 +278,7 @@ where
 }
 
 /// One policy's latency distribution: steps `(latency, requests served within it)` and its requests.
-pub(super) struct Cdf<'a> {
+pub(crate) struct Cdf<'a> {
     /// The policy.
     pub name: &'a str,
     /// Cumulative counts at increasing latencies (from
@@ -293,7 +293,7 @@ pub(super) struct Cdf<'a> {
 
 /// The latency CDF of every policy on a log x axis described by `x_desc`, with a grey line at each of `marks`
 /// (`(x, label)`).
-pub(super) fn latency_cdf(
+pub(crate) fn latency_cdf(
     figure: &str,
     x_desc: &str,
     cdfs: &[Cdf],
@@ -430,7 +430,7 @@ fn row_names_px(names: &[&str]) -> u32 {
 
 /// Horizontal bars, one per policy in the order given (the first on top), from 0 to each value, with the value
 /// written at the bar's end and, where given, a 95 % interval as a whisker. `x` is the axis range.
-pub(super) fn bars(
+pub(crate) fn bars(
     figure: &str,
     x_desc: &str,
     x: Range<f64>,
@@ -512,7 +512,7 @@ const SPLIT_COLORS: [RGBColor; 3] = [RGBColor(31, 119, 180), RGBColor(214, 39, 4
 /// goodput, the requests not served within SLO and the accuracy below the best reachable, all as shares of the
 /// bound; the parts add up to the ceiling over the bound, the same for every policy, and a dashed line marks the
 /// bound at 1. `rows`: `(policy, [goodput, not within SLO, below best accuracy])`.
-pub(super) fn split_bars(figure: &str, rows: &[(&str, [f64; 3])], size: (u32, u32)) -> Result<String, ReplayError> {
+pub(crate) fn split_bars(figure: &str, rows: &[(&str, [f64; 3])], size: (u32, u32)) -> Result<String, ReplayError> {
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
@@ -581,7 +581,7 @@ pub(super) fn split_bars(figure: &str, rows: &[(&str, [f64; 3])], size: (u32, u3
 /// The slice map of one policy: for each of the first GPUs (a row each), its memory slices over workload time,
 /// coloured by the tenant each instance works for (pale while it retrains, white while idle), with its tenant and
 /// profile written where they fit. `windows` holds each window's start and instances; `tenants` gives each tenant's colour index.
-pub(super) fn slice_map(
+pub(crate) fn slice_map(
     figure: &str,
     time: &TimeAxis,
     windows: &[(f64, &[Vec<SliceRun>])],
@@ -664,7 +664,7 @@ pub(super) fn slice_map(
 
 /// One instance held unchanged (same place, profile and work) from `from_s` to `to_s` on GPU row `gpu`.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct InstanceSpan {
+pub(crate) struct InstanceSpan {
     /// GPU row.
     pub gpu: usize,
     /// The instance.
@@ -676,7 +676,7 @@ pub(super) struct InstanceSpan {
 }
 
 /// The instances of `windows` merged over consecutive windows in which they stay the same, in the order they end.
-pub(super) fn instance_spans(windows: &[(f64, &[Vec<SliceRun>])], end_s: f64) -> Vec<InstanceSpan> {
+pub(crate) fn instance_spans(windows: &[(f64, &[Vec<SliceRun>])], end_s: f64) -> Vec<InstanceSpan> {
     let mut open: HashMap<(usize, SliceRun), f64> = HashMap::new();
     let mut done = Vec::new();
     for &(t, gpus) in windows {
@@ -700,7 +700,7 @@ pub(super) fn instance_spans(windows: &[(f64, &[Vec<SliceRun>])], end_s: f64) ->
 
 /// An axis value with at most three decimals and an SI suffix from 10,000 up: `0.85`, `9999`, `900k`, `1.25M`,
 /// `44.584G`.
-pub(super) fn axis_number(v: f64) -> String {
+pub(crate) fn axis_number(v: f64) -> String {
     let a = v.abs();
     let (x, suffix) = if a >= 1e12 {
         (v / 1e12, "T")
@@ -720,7 +720,7 @@ pub(super) fn axis_number(v: f64) -> String {
 }
 
 /// A positive value to two significant digits (`0.25`, `0.4`, `1`, `6.3`, `40`, `2500`), for log axes.
-pub(super) fn significant(v: f64) -> String {
+pub(crate) fn significant(v: f64) -> String {
     if !(v.is_finite() && v > 0.0) {
         return axis_number(v);
     }
@@ -730,7 +730,7 @@ pub(super) fn significant(v: f64) -> String {
 }
 
 /// Workload seconds as `h:mm`.
-pub(super) fn hours_minutes(s: f64) -> String {
+pub(crate) fn hours_minutes(s: f64) -> String {
     let m = (s / 60.0).round() as i64;
     format!("{}:{:02}", m / 60, m % 60)
 }

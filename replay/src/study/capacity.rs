@@ -6,10 +6,14 @@
 //! last miss and the first hit; the result is the smallest count found meeting it, and every count tried is
 //! reported.
 
+use std::io::Write;
+
+use clap::Args;
 use serde::Serialize;
 
-use super::driver::{PolicyRun, RateTable, run_policy};
-use super::{Prepared, ReplayError, uniform_fleet};
+use crate::run::compare::describe;
+use crate::run::driver::{PolicyRun, RateTable, run_policy};
+use crate::run::{Prepared, ReplayError, RunArgs, prepare, uniform_fleet};
 
 /// One policy's search.
 #[derive(Debug, Clone, Serialize)]
@@ -78,4 +82,45 @@ pub fn search(
         out.push(CapacityResult { policy: policy.clone(), gpus: hi, tried });
     }
     Ok(out)
+}
+
+/// Arguments of `replay capacity`.
+#[derive(Debug, Clone, Args)]
+pub struct CapacityArgs {
+    /// The run: the demand is mapped once for the reference fleet (--gpus, --load), then the GPU count varies.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// SLO attainment to meet (fraction of requests completed within their SLO).
+    #[arg(long, default_value_t = 0.99)]
+    pub target_slo: f64,
+    /// Largest fleet to try.
+    #[arg(long, default_value_t = 64)]
+    pub max_gpus: usize,
+}
+
+/// `replay capacity`: prints, per policy, the fewest GPUs meeting the target and every count tried.
+pub fn capacity(args: &CapacityArgs, out: &mut dyn Write) -> Result<Vec<CapacityResult>, ReplayError> {
+    let spec = args.run.spec()?;
+    let prepared = prepare(&spec)?;
+    crate::note(format_args!("{}", describe(&prepared)));
+    let results = search(&prepared, &args.run.policies(), args.target_slo, args.max_gpus, &|p, n| {
+        crate::note(format_args!("capacity: {p} on {n} GPU(s)"))
+    })?;
+    let text = if args.run.json {
+        format!("{}\n", serde_json::to_string_pretty(&results).expect("serialisable"))
+    } else {
+        let mut s = format!("{:<9} {:>6}  tried (GPUs: SLO attainment)\n", "policy", "gpus");
+        for r in &results {
+            let tried: Vec<String> = r.tried.iter().map(|(n, a, _)| format!("{n}: {a:.4}")).collect();
+            s += &format!(
+                "{:<9} {:>6}  {}\n",
+                r.policy,
+                r.gpus.map_or(format!(">{}", args.max_gpus), |n| n.to_string()),
+                tried.join(", ")
+            );
+        }
+        s
+    };
+    out.write_all(text.as_bytes()).map_err(|source| ReplayError::Io { path: "stdout".into(), source })?;
+    Ok(results)
 }
