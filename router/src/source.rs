@@ -13,18 +13,32 @@ use crate::{Routes, Upstream};
 /// The metadata key a coordinator names its leader with.
 const LEADER_KEY: &str = "tessera-leader";
 
-fn channel(address: &str, tls: Option<&tessera_auth::TlsFiles>) -> Result<Channel, String> {
+/// A coordinator or agent address the router cannot make a channel to.
+#[derive(Debug, thiserror::Error)]
+enum ChannelError {
+    /// The address is not `HOST:PORT` or a URL.
+    #[error("bad address {address}: {source}")]
+    Address { address: String, source: tonic::transport::Error },
+    /// The router's certificate files cannot be read.
+    #[error("{0}")]
+    Certificate(#[from] tessera_auth::AuthError),
+    /// The TLS settings are refused.
+    #[error("TLS settings for {address}: {source}")]
+    Tls { address: String, source: tonic::transport::Error },
+}
+
+fn channel(address: &str, tls: Option<&tessera_auth::TlsFiles>) -> Result<Channel, ChannelError> {
     let host = address.strip_prefix("http://").or_else(|| address.strip_prefix("https://")).unwrap_or(address);
     let uri = if tls.is_some() { format!("https://{host}") } else { format!("http://{host}") };
     let mut e = Endpoint::from_shared(uri)
-        .map_err(|e| format!("bad address {address}: {e}"))?
+        .map_err(|source| ChannelError::Address { address: address.to_string(), source })?
         .connect_timeout(Duration::from_secs(1))
         .http2_keep_alive_interval(Duration::from_secs(1))
         .keep_alive_timeout(Duration::from_secs(2))
         .keep_alive_while_idle(true);
     if let Some(files) = tls {
-        let config = files.client(tessera_auth::COORDINATOR_SERVER_NAME).map_err(|e| e.to_string())?;
-        e = e.tls_config(config).map_err(|e| format!("TLS settings for {address}: {e}"))?;
+        let config = files.client(tessera_auth::COORDINATOR_SERVER_NAME)?;
+        e = e.tls_config(config).map_err(|source| ChannelError::Tls { address: address.to_string(), source })?;
     }
     Ok(e.connect_lazy())
 }

@@ -231,7 +231,7 @@ impl PersistentSim {
                 }
                 saved
                     .iter()
-                    .map(|g| restore_gpu(g, gpu_seed(uuid_seed, g.index)).map_err(&restore))
+                    .map(|g| restore_gpu(g, gpu_seed(uuid_seed, g.index)).map_err(|e| restore(e.to_string())))
                     .collect::<Result<Vec<_>, _>>()?
             }
         };
@@ -287,9 +287,34 @@ fn gpu_seed(seed: u64, index: u32) -> u64 {
     seed ^ u64::from(index).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// A saved GPU the simulator refuses to rebuild.
+#[derive(Debug, thiserror::Error)]
+enum RestoreError {
+    /// An instance of the saved layout cannot be created.
+    #[error("GPU {gpu}: cannot restore {id} at {placement}: {source}")]
+    Instance {
+        /// The GPU's index.
+        gpu: u32,
+        /// The instance's id.
+        id: String,
+        /// Its placement.
+        placement: String,
+        /// Why.
+        source: BackendError,
+    },
+    /// The pending MIG mode cannot be set again.
+    #[error("GPU {gpu}: cannot restore the MIG mode: {source}")]
+    Mode {
+        /// The GPU's index.
+        gpu: u32,
+        /// Why.
+        source: BackendError,
+    },
+}
+
 /// Rebuilds a GPU from its saved state: instances recreated in id order (with their UUIDs), without charging MIG
 /// latency.
-fn restore_gpu(g: &SavedGpu, seed: u64) -> Result<SimGpu, String> {
+fn restore_gpu(g: &SavedGpu, seed: u64) -> Result<SimGpu, RestoreError> {
     let zero = ReconfigLatency { create_ms: 0, destroy_ms: 0, warmup_ms: 0 };
     let gpu = if g.mig.current { SimGpu::new(g.index, g.model) } else { SimGpu::mig_disabled(g.index, g.model) };
     let mut gpu = gpu.with_uuid_seed(seed);
@@ -298,12 +323,17 @@ fn restore_gpu(g: &SavedGpu, seed: u64) -> Result<SimGpu, String> {
     let mut instances = g.instances.clone();
     instances.sort();
     for (id, p) in instances {
-        gpu.create(SimTime::ZERO, p).map_err(|e| format!("GPU {}: cannot restore {id} at {p}: {e}", g.index))?;
+        gpu.create(SimTime::ZERO, p).map_err(|source| RestoreError::Instance {
+            gpu: g.index,
+            id: id.to_string(),
+            placement: p.to_string(),
+            source,
+        })?;
     }
     gpu.restore_uuids(g.uuids_drawn, &g.uuids);
     if g.mig.pending != g.mig.current {
         gpu.set_driver_client(true);
-        gpu.set_mig_mode(g.mig.pending).map_err(|e| format!("GPU {}: cannot restore the MIG mode: {e}", g.index))?;
+        gpu.set_mig_mode(g.mig.pending).map_err(|source| RestoreError::Mode { gpu: g.index, source })?;
         gpu.set_driver_client(false);
     }
     Ok(gpu.with_latency(latency))

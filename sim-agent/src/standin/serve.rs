@@ -275,7 +275,7 @@ impl Server {
             }
             (&Method::POST, "/drain") => match drain_deadline(request.uri().query()) {
                 Ok(deadline) => self.drain(deadline).await,
-                Err(message) => text(StatusCode::BAD_REQUEST, &message),
+                Err(bad) => text(StatusCode::BAD_REQUEST, &bad.to_string()),
             },
             (&Method::POST, "/infer") => self.infer(request.into_body()).await,
             (_, "/ready" | "/stats" | "/metrics" | "/drain" | "/infer") => {
@@ -376,15 +376,17 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// A drain's `deadline_ms` that is not a whole number of milliseconds (as written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("deadline_ms must be a whole number of milliseconds, got `{0}`")]
+struct BadDeadline(String);
+
 /// The `deadline_ms` of a drain's query string, [`DEFAULT_DRAIN_DEADLINE`] without one.
-fn drain_deadline(query: Option<&str>) -> Result<Duration, String> {
+fn drain_deadline(query: Option<&str>) -> Result<Duration, BadDeadline> {
     let value = query.into_iter().flat_map(|q| q.split('&')).find_map(|pair| pair.strip_prefix("deadline_ms="));
     match value {
         None => Ok(DEFAULT_DRAIN_DEADLINE),
-        Some(v) => v
-            .parse::<u64>()
-            .map(Duration::from_millis)
-            .map_err(|_| format!("deadline_ms must be a whole number of milliseconds, got `{v}`")),
+        Some(v) => v.parse::<u64>().map(Duration::from_millis).map_err(|_| BadDeadline(v.to_string())),
     }
 }
 
@@ -480,7 +482,7 @@ mod tests {
     fn drain_deadlines_parse_from_the_query() {
         assert_eq!(drain_deadline(None), Ok(DEFAULT_DRAIN_DEADLINE));
         assert_eq!(drain_deadline(Some("x=1&deadline_ms=250")), Ok(Duration::from_millis(250)));
-        assert!(drain_deadline(Some("deadline_ms=soon")).unwrap_err().contains("`soon`"));
+        assert_eq!(drain_deadline(Some("deadline_ms=soon")), Err(BadDeadline("soon".into())));
     }
 
     async fn call(server: &Server, method: Method, uri: &str) -> (StatusCode, String) {
