@@ -212,7 +212,7 @@ fn cli_status(args: &[&str]) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_added_and_removed_from_the_command_line() {
-    let mut c = Cluster::start(3, &[]);
+    let mut c = Cluster::start(3, &["--slot", "5s", "--horizon", "6"]);
     c.wait_leader(&[1, 2, 3], T).await;
     create(&c, 2, tenant("m0", "resnet50", 1.0)).await;
     let addr4 = c.prepare_joiner(4);
@@ -236,6 +236,14 @@ async fn members_are_added_and_removed_from_the_command_line() {
     let status: serde_json::Value = serde_json::from_str(&out).unwrap();
     let ids: Vec<u64> = status["members"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
     assert_eq!(ids, vec![1, 2, 3], "{out}");
+    // Each node says what it plans with: its policy and its [planner] settings, flags over defaults.
+    assert_eq!((status["policy"].as_str(), status["planner"]["slot"].as_str()), (Some("tessera"), Some("5s")), "{out}");
+    assert_eq!(
+        (status["planner"]["horizon_slots"].as_u64(), status["planner"]["plan_every"].as_str()),
+        (Some(6), Some("1m"))
+    );
+    let (ok, out, err) = cli(&["status", "--endpoints", &c.addr(2)]);
+    assert!(ok && out.contains("policy tessera") && out.contains("slot = \"5s\""), "{out}{err}");
 
     // Bad input is named, and exits with 7; a cluster that does not answer with 3.
     let (code, _, err) = cli_status(&["member", "add", "0", "x:1", "--endpoints", &endpoints]);

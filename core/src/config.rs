@@ -644,7 +644,7 @@ pub fn validate_tenant(t: &TenantSpec) -> Result<(), FieldError> {
             })?;
         }
         DemandSource::Trace { selector, scale } => {
-            validate_trace_selector(selector).map_err(|m| FieldError::new("demand.trace", m))?;
+            validate_trace_selector(selector).map_err(|m| FieldError::new("demand.trace", m.to_string()))?;
             positive("demand.scale", *scale)?;
         }
     }
@@ -696,30 +696,37 @@ pub const MAX_TRACE_SELECTOR_BYTES: usize = 128;
 /// Checks a trace selector: `rank:N` with N >= 1 (the N-th most popular stream), or a stream key (an application or
 /// function hash: 1 to [`MAX_TRACE_SELECTOR_BYTES`] characters of `A-Z a-z 0-9 _ - .`, not `.` or `..`). A selector
 /// names a stream inside a trace, never a file, so path separators are refused.
-pub fn validate_trace_selector(selector: &str) -> Result<(), String> {
+pub fn validate_trace_selector(selector: &str) -> Result<(), BadSelector> {
     if selector.is_empty() || selector.len() > MAX_TRACE_SELECTOR_BYTES {
-        return Err(format!(
-            "must be 1 to {MAX_TRACE_SELECTOR_BYTES} bytes (\"rank:N\" or a stream key), got {} bytes",
-            selector.len()
-        ));
+        return Err(BadSelector::Length(selector.len()));
     }
     if let Some(n) = selector.strip_prefix("rank:") {
         return match n.parse::<u64>() {
             Ok(n) if n >= 1 => Ok(()),
-            _ => Err(format!("{selector:?}: expected \"rank:N\" with N >= 1 (the N-th most popular stream)")),
+            _ => Err(BadSelector::Rank(selector.to_string())),
         };
     }
     let ok = selector != "."
         && selector != ".."
         && selector.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{selector:?} is neither \"rank:N\" nor a stream key (letters, digits, `_`, `-`, `.`; a selector names a \
-             stream in the trace, not a file)"
-        ))
-    }
+    if ok { Ok(()) } else { Err(BadSelector::Key(selector.to_string())) }
+}
+
+/// A trace selector that names no stream ([`validate_trace_selector`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadSelector {
+    /// Empty or longer than [`MAX_TRACE_SELECTOR_BYTES`].
+    #[error("must be 1 to {MAX_TRACE_SELECTOR_BYTES} bytes (\"rank:N\" or a stream key), got {0} bytes")]
+    Length(usize),
+    /// `rank:` without a rank of at least 1.
+    #[error("{0:?}: expected \"rank:N\" with N >= 1 (the N-th most popular stream)")]
+    Rank(String),
+    /// Neither a rank nor a stream key.
+    #[error(
+        "{0:?} is neither \"rank:N\" nor a stream key (letters, digits, `_`, `-`, `.`; a selector names a stream in \
+         the trace, not a file)"
+    )]
+    Key(String),
 }
 
 /// Parses a tenants file (`[[tenant]]` tables). Ids must be unique.
@@ -1075,10 +1082,11 @@ resume_path = "/ckpt/{tenant}.pt"
             validate_trace_selector(ok).unwrap();
         }
         for bad in ["", "rank:0", "rank:-1", "rank:x", "../../etc/passwd", "/etc/passwd", "..", "a b", "a\u{0}"] {
-            let e = validate_trace_selector(bad).unwrap_err();
+            let e = validate_trace_selector(bad).unwrap_err().to_string();
             assert!(e.contains("rank:N") || e.contains("bytes"), "{bad:?}: {e}");
         }
-        assert!(validate_trace_selector(&"a".repeat(MAX_TRACE_SELECTOR_BYTES + 1)).unwrap_err().contains("bytes"));
+        let long = "a".repeat(MAX_TRACE_SELECTOR_BYTES + 1);
+        assert_eq!(validate_trace_selector(&long), Err(BadSelector::Length(MAX_TRACE_SELECTOR_BYTES + 1)));
         let long = format!("name = \"{}\"", "x".repeat(MAX_TENANT_NAME_BYTES + 1));
         let text = TENANTS.replacen("[[tenant]]", &format!("[[tenant]]\n{long}"), 1);
         let e = parse_tenants(&text, Path::new("t.toml")).unwrap_err();
