@@ -82,6 +82,12 @@ mod tests {
             .env("CUDA_VISIBLE_DEVICES", uuid.to_string())
             .spawn()
             .expect("sleep runs");
+        // Until the child has exec'd, /proc shows the parent's environment: wait for it (a loaded machine takes a
+        // while), then it must be the only one found.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while processes_using(&uuid).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(processes_using(&uuid), vec![child.id()]);
         child.kill().unwrap();
         child.wait().unwrap();
