@@ -21,11 +21,11 @@ use super::{Change, HANDOVER_LIMIT, Planner, as_i64};
 type NodePush = (NodeId, String, u64, Vec<(u32, GpuPlan)>, Vec<v1::TenantJobs>);
 
 /// A push that could not be made or was not taken.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum PushError {
     /// No channel to the agent's address.
     #[error("agent: {0}")]
-    Channel(String),
+    Channel(#[from] crate::net::ChannelError),
     /// The agent answered with an error status.
     #[error("{code}: {message}")]
     Refused {
@@ -79,8 +79,7 @@ impl Pusher {
             return Ok(c.clone());
         }
         let tls = self.tls.as_ref().map(|f| (f, node.as_str()));
-        let channel = crate::net::channel(address, Duration::from_secs(1), Some(self.timeout), tls)
-            .map_err(|e| PushError::Channel(e.to_string()))?;
+        let channel = crate::net::channel(address, Duration::from_secs(1), Some(self.timeout), tls)?;
         let client = AgentClient::new(channel);
         agents.insert(key, client.clone());
         Ok(client)

@@ -76,7 +76,7 @@ impl Observations {
     }
 
     /// Records what `node` reported at `now_ms`: each tenant's arrival counter, and its measured slot rates (finite
-    /// ones, clamped to [`MAX_REPORTED_RPS`]) fed to its forecaster; the last rate waits for the burst rule.
+    /// ones, clamped to [`MAX_REPORTED_RPS`]) fed to its forecaster; the last of them waits for the burst rule.
     pub(super) fn record(&mut self, node: &NodeId, now_ms: u64, metrics: &[v1::TenantMetrics]) {
         for m in metrics {
             let Ok(t) = TenantId::new(m.tenant.clone()) else { continue };
@@ -87,7 +87,8 @@ impl Observations {
                 }
                 let o = self.tenants.entry(t).or_insert_with(|| Planner::fresh_obs(now_ms));
                 o.by_slot = true;
-                o.unchecked = m.slot_rates.last().copied();
+                // The burst rule reads what the forecaster was fed: the last finite rate, bounded alike.
+                o.unchecked = m.slot_rates.iter().rev().find(|r| r.is_finite()).map(|r| r.clamp(0.0, MAX_REPORTED_RPS));
             }
         }
     }
@@ -534,7 +535,9 @@ mod tests {
         assert_eq!(obs.counters[&(node.clone(), a.clone())], (10_000, 50));
         assert_eq!(obs.counters[&(node.clone(), b.clone())], (10_000, 7));
         assert!(obs.tenants[&a].by_slot && !obs.tenants.contains_key(&b));
-        assert_eq!(obs.tenants[&a].unchecked, Some(1e12), "the last rate waits for the burst rule as sent");
+        assert_eq!(obs.tenants[&a].unchecked, Some(MAX_REPORTED_RPS), "the burst rule sees the bounded rate");
+        obs.record(&node, 20_000, &[report("a", 60, vec![3.0, f64::INFINITY])]);
+        assert_eq!(obs.tenants[&a].unchecked, Some(3.0), "the last finite rate");
         assert_eq!(obs.counters.len(), 2, "a report without a valid tenant id is dropped");
     }
 
