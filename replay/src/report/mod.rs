@@ -49,7 +49,7 @@ impl GoodputSplit {
 /// added each policy's `latency_ms` percentiles and `tenants` breakdown; 4 made `scenario.tlb` the TLB's name (`off`,
 /// `baseline` or `star`) instead of a boolean; 5 added `scenario.tlb_aware` (whether replay gave the planners the
 /// TLB model's interference table; always false in cluster mode, where the coordinator plans with its own
-/// `planner.interference`) and `reproduce.tlb_blind`; 6 added `scenario.sharing` and `reproduce.sharing`; 7 added
+/// `interference` table) and `reproduce.tlb_blind`; 6 added `scenario.sharing` and `reproduce.sharing`; 7 added
 /// each policy's `goodput_split` ([`GoodputSplit`]; null without a bound) and made `goodput_over_bound` and
 /// `slo_attainment` null where there is no ratio.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 7;

@@ -118,7 +118,7 @@ pub fn compare(args: &RunArgs, quiet: bool) -> Result<(Comparison, Scenario), Re
     };
     let mut prepared = prepare(&spec)?;
     if args.mode == "cluster" {
-        // The coordinator plans with its own `planner.interference`; replay's table would plan nothing.
+        // The coordinator plans with its own `interference` table; replay's would plan nothing.
         prepared.scenario.interference = None;
     }
     if !quiet {
